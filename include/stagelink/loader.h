@@ -1,0 +1,75 @@
+/*
+ * Host side of stagelink: find, dlopen and check a plugin, and list the
+ * environment variables stagelink reads.  Link `libstagelink` (pkg-config
+ * name `stagelink`); the plugin itself is only ever reached through dlopen.
+ *
+ * Copyright (c) 2026 The stagelink developers. SPDX-License-Identifier: MIT
+ */
+#ifndef STAGELINK_LOADER_H
+#define STAGELINK_LOADER_H
+
+#include <stagelink/stagelink.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** A loaded plugin library. */
+typedef struct stagelink_loader stagelink_loader_t;
+
+/**
+ * Loads a plugin.  `name` is a short name ("ucx" -> libstagelink-ucx.so) or
+ * a path (anything containing '/'); NULL means $STAGELINK_PLUGIN, default
+ * "ucx".  A short name is looked for in each directory of
+ * $STAGELINK_PLUGIN_PATH, then in the installed plugin directory, then by
+ * the dynamic loader's own search (LD_LIBRARY_PATH, ...).
+ *
+ * The library is opened with RTLD_NOW|RTLD_LOCAL, `stagelink_plugin_v1` is
+ * resolved and its ABI version and size are checked.  On failure `err`
+ * (may be NULL) receives a sentence naming every path tried or both
+ * versions, and *loader is NULL.
+ */
+STAGELINK_EXPORT stagelink_status_t stagelink_loader_open(const char *name,
+                                         stagelink_loader_t **loader,
+                                         char *err, size_t errlen);
+
+/** The checked vtable of a loaded plugin. */
+STAGELINK_EXPORT const stagelink_plugin_v1_t *
+stagelink_loader_plugin(const stagelink_loader_t *loader);
+
+/** Path the plugin was loaded from. */
+STAGELINK_EXPORT const char *stagelink_loader_path(const stagelink_loader_t *loader);
+
+/**
+ * `plugin->comm_init` with the plugin's error sentence copied into `err`
+ * on failure, prefixed with the plugin's name and path.
+ */
+STAGELINK_EXPORT stagelink_status_t stagelink_loader_comm_init(const stagelink_loader_t *loader,
+                                              const stagelink_config_t *config,
+                                              stagelink_comm_t **comm,
+                                              char *err, size_t errlen);
+
+/** dlcloses the plugin.  Finalize its communicators first. */
+STAGELINK_EXPORT void stagelink_loader_close(stagelink_loader_t *loader);
+
+/** One environment variable stagelink reads. */
+typedef struct stagelink_env_var {
+    const char *name;
+    const char *default_value; /**< "" when unset means "not used" */
+    const char *description;
+} stagelink_env_var_t;
+
+/** Number of entries in the environment table. */
+STAGELINK_EXPORT size_t stagelink_env_count(void);
+
+/** Entry `index` of the environment table, or NULL past the end. */
+STAGELINK_EXPORT const stagelink_env_var_t *stagelink_env_var(size_t index);
+
+/** Library version, "MAJOR.MINOR.PATCH". */
+STAGELINK_EXPORT const char *stagelink_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STAGELINK_LOADER_H */

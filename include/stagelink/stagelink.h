@@ -1,0 +1,273 @@
+/*
+ * stagelink: pipeline-stage boundary transfers with tensor-parallel
+ * scatter/gather (Megatron-LM PTD-P), as a dlopen-able plugin.
+ *
+ * This header is the whole contract between a host (a training runtime) and
+ * a plugin.  A plugin exports one data symbol per ABI version it implements,
+ * `stagelink_plugin_v1` for this version.  A later ABI adds
+ * `stagelink_plugin_v2` next to it; hosts built against v1 keep working.
+ *
+ * Copyright (c) 2026 The stagelink developers. SPDX-License-Identifier: MIT
+ */
+#ifndef STAGELINK_STAGELINK_H
+#define STAGELINK_STAGELINK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Marks the functions of libstagelink (a plugin exports only its vtable). */
+#if defined(__GNUC__)
+#define STAGELINK_EXPORT __attribute__((visibility("default")))
+#else
+#define STAGELINK_EXPORT
+#endif
+
+/** ABI version implemented by `stagelink_plugin_v1`. */
+#define STAGELINK_ABI_VERSION_1 1u
+
+/** Name of the data symbol a v1 plugin exports. */
+#define STAGELINK_PLUGIN_SYMBOL_V1 "stagelink_plugin_v1"
+
+/**
+ * Status of every call.  Values are stable; new ones are only appended.
+ * `stagelink_status_string()` gives a short name; the communicator's
+ * last-error string gives the full sentence.
+ */
+typedef enum stagelink_status {
+    STAGELINK_SUCCESS              = 0,
+    STAGELINK_ERR_INVALID_ARG      = 1,       /**< NULL or out-of-range argument */
+    STAGELINK_ERR_INVALID_STATE    = 2,       /**< call not allowed now (finalized handle, ...) */
+    STAGELINK_ERR_NO_MEMORY        = 3,       /**< allocation failed or too many requests in flight */
+    STAGELINK_ERR_NOT_FOUND        = 4,       /**< plugin library not found */
+    STAGELINK_ERR_SYMBOL_MISSING   = 5,       /**< plugin lacks stagelink_plugin_vN */
+    STAGELINK_ERR_VERSION_MISMATCH = 6,       /**< plugin and host ABI differ */
+    STAGELINK_ERR_BOOTSTRAP        = 7,       /**< rendezvous or out-of-band exchange failed */
+    STAGELINK_ERR_TRANSPORT        = 8,       /**< UCX (or other transport) error */
+    STAGELINK_ERR_SIZE_MISMATCH    = 9,       /**< sender and receiver sizes differ */
+    STAGELINK_ERR_TAG_IN_USE       = 10,      /**< same tag already in flight */
+    STAGELINK_ERR_NO_PEER          = 11,      /**< no neighbour stage in that direction */
+    STAGELINK_ERR_CANCELED         = 12,
+    STAGELINK_ERR_TIMEOUT          = 13,      /**< deadline (STAGELINK_TIMEOUT) passed */
+    STAGELINK_ERR_UNSUPPORTED      = 14,      /**< valid request this build cannot serve */
+    STAGELINK_ERR_CONFIG           = 15,      /**< bad environment variable or config value */
+    STAGELINK_ERR_INIT             = 16,      /**< plugin init failed (see the error sentence) */
+    STAGELINK_ERR_INTERNAL         = 17
+} stagelink_status_t;
+
+/** Short, static name of a status ("STAGELINK_ERR_TIMEOUT"). */
+STAGELINK_EXPORT const char *stagelink_status_string(stagelink_status_t status);
+
+/** How a boundary tensor crosses between stages. */
+typedef enum stagelink_mode {
+    STAGELINK_MODE_DEFAULT        = 0, /**< STAGELINK_MODE, else scatter_gather */
+    /** Each TP rank sends its 1/t shard; receivers all-gather the full tensor. */
+    STAGELINK_MODE_SCATTER_GATHER = 1,
+    /** Baseline: every TP rank sends the whole tensor; no gather. */
+    STAGELINK_MODE_FULL           = 2,
+    /**
+     * Sequence-parallel boundary: each TP rank sends its shard of the tensor
+     * and the receiver fills only its own shard; no gather.  Bytes of the
+     * buffer outside the rank's shard are neither read nor written.
+     */
+    STAGELINK_MODE_SHARDED        = 3
+} stagelink_mode_t;
+
+/** Where a buffer lives. */
+typedef enum stagelink_mem_type {
+    STAGELINK_MEM_AUTO         = 0, /**< detect (host when no GPU runtime) */
+    STAGELINK_MEM_HOST         = 1,
+    STAGELINK_MEM_CUDA         = 2,
+    STAGELINK_MEM_CUDA_MANAGED = 3
+} stagelink_mem_type_t;
+
+/** Which neighbour stage a transfer goes to or comes from. */
+typedef enum stagelink_peer {
+    STAGELINK_PEER_NEXT = 0, /**< stage i+1: forward activations go there */
+    STAGELINK_PEER_PREV = 1  /**< stage i-1: backward gradients go there */
+} stagelink_peer_t;
+
+/** Direction in the schedule; implied by the peer and the operation. */
+typedef enum stagelink_dir {
+    STAGELINK_DIR_AUTO     = 0, /**< derive from peer: send NEXT/recv PREV = forward */
+    STAGELINK_DIR_FORWARD  = 1, /**< activations, stage i -> i+1 */
+    STAGELINK_DIR_BACKWARD = 2  /**< gradients, stage i+1 -> i */
+} stagelink_dir_t;
+
+/** Largest microbatch id and virtual chunk id a tag can carry. */
+#define STAGELINK_TAG_MAX_MICROBATCH 0xffffffffu
+#define STAGELINK_TAG_MAX_CHUNK      0x7ffu
+
+/**
+ * Identifies one transfer between two neighbour stages.  Any number of
+ * transfers may be in flight; each receive matches the send with the same
+ * (direction, microbatch, chunk), whatever the posting order.  A tag must
+ * not be reused while a transfer with it is in flight on the same side.
+ */
+typedef struct stagelink_tag {
+    uint32_t microbatch; /**< microbatch id, 0..STAGELINK_TAG_MAX_MICROBATCH */
+    uint16_t chunk;      /**< virtual chunk id (interleaved 1F1B), 0..STAGELINK_TAG_MAX_CHUNK */
+    uint8_t  direction;  /**< stagelink_dir_t; AUTO or consistent with the peer */
+    uint8_t  reserved;   /**< must be 0 */
+} stagelink_tag_t;
+
+/** Opaque handles. */
+typedef struct stagelink_comm    stagelink_comm_t;
+typedef struct stagelink_request stagelink_request_t;
+typedef struct stagelink_memh    stagelink_memh_t;
+
+/**
+ * Out-of-band allgather a host may provide instead of the built-in TCP
+ * rendezvous (the way a runtime passes its own store): gather `size` bytes
+ * from every rank into `recvbuf` (world_size * size bytes, rank order).
+ * Returns 0 on success.  Called collectively, only during init.
+ */
+typedef int (*stagelink_allgather_fn_t)(void *ctx, const void *sendbuf,
+                                        void *recvbuf, size_t size);
+
+/** Rank placement given explicitly instead of Megatron's rank order. */
+typedef struct stagelink_topology {
+    int        prev_rank;     /**< rank of the matching TP rank in stage i-1, or -1 */
+    int        next_rank;     /**< rank of the matching TP rank in stage i+1, or -1 */
+    int        tp_index;      /**< this rank's index in its TP group */
+    const int *tp_ranks;      /**< tp_size world ranks of the TP group, by index */
+} stagelink_topology_t;
+
+/**
+ * Communicator configuration.  Zero-initialise it and set what you need;
+ * zero means "take it from the launcher environment or the default".
+ */
+typedef struct stagelink_config {
+    uint32_t struct_size;     /**< sizeof(stagelink_config_t) */
+    int      rank;            /**< -1 or 0: see `flags` */
+    int      world_size;      /**< 0: from RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, SLURM_* */
+    int      tp_size;         /**< t; 0: 1 */
+    int      pp_size;         /**< p; 0: world_size / tp_size (no data parallelism) */
+    stagelink_mode_t mode;    /**< 0: STAGELINK_MODE or scatter_gather */
+    /** If non-NULL, placement is taken from here, not from the rank order. */
+    const stagelink_topology_t *topology;
+    /** If non-NULL, used for every bootstrap exchange instead of TCP. */
+    stagelink_allgather_fn_t allgather;
+    void    *allgather_ctx;
+    uint32_t flags;           /**< STAGELINK_CONFIG_* */
+} stagelink_config_t;
+
+/** `rank` and `world_size` in the config are meaningful (rank may be 0). */
+#define STAGELINK_CONFIG_RANK_SET 0x1u
+
+/** What a communicator resolved at init. */
+typedef struct stagelink_comm_info {
+    int              rank, world_size;
+    int              tp_size, pp_size, dp_size;
+    int              tp_index, pp_index, dp_index;
+    int              prev_rank, next_rank;  /**< -1 where none */
+    int              local_rank, local_size; /**< on this node */
+    stagelink_mode_t mode;
+    char             gather_backend[16];     /**< "ucx", "nccl", "none" */
+    char             node_id[64];            /**< how this node was told apart */
+} stagelink_comm_info_t;
+
+/**
+ * Byte counters of one communicator since init.  "Stage" bytes crossed a
+ * pipeline boundary, "gather" bytes rebuilt a tensor inside the TP group.
+ * "Inter-node" bytes went to or came from a peer on another node (by the
+ * node identity, see STAGELINK_NODE_ID), whichever path carried them.
+ */
+typedef struct stagelink_counters {
+    uint64_t stage_bytes_sent, stage_bytes_recv;
+    uint64_t gather_bytes_sent, gather_bytes_recv;
+    uint64_t inter_node_bytes_sent, inter_node_bytes_recv;
+    uint64_t intra_node_bytes_sent, intra_node_bytes_recv;
+    uint64_t transfers_completed;
+} stagelink_counters_t;
+
+/** One tensor transfer. */
+typedef struct stagelink_xfer {
+    stagelink_peer_t     peer;
+    void                *buf;       /**< the full tensor (see stagelink_mode_t) */
+    size_t               nbytes;    /**< size of the full tensor, any value */
+    size_t               elem_size; /**< shard boundaries fall on elements; 0 = 1 */
+    stagelink_mem_type_t mem_type;
+    void                *stream;    /**< cudaStream_t for device memory, else NULL */
+    stagelink_memh_t    *memh;      /**< optional registration covering buf */
+    stagelink_tag_t      tag;
+} stagelink_xfer_t;
+
+typedef enum stagelink_op_kind {
+    STAGELINK_OP_SEND = 0,
+    STAGELINK_OP_RECV = 1
+} stagelink_op_kind_t;
+
+/** One element of a batched post. */
+typedef struct stagelink_op {
+    stagelink_op_kind_t kind;
+    stagelink_xfer_t    xfer;
+} stagelink_op_t;
+
+/**
+ * Version 1 of the plugin vtable.  `abi_version` and `struct_size` come
+ * first so a host can check them before touching anything else.
+ *
+ * Requests: every post returns a request that must be completed by `test`
+ * (until it reports done) or `wait`; completion releases it.  Every call
+ * returning an error leaves a sentence in `last_error(comm)`.
+ */
+typedef struct stagelink_plugin_v1 {
+    uint32_t    abi_version;  /**< STAGELINK_ABI_VERSION_1 */
+    uint32_t    struct_size;  /**< sizeof(stagelink_plugin_v1_t) */
+    const char *name;         /**< "ucx", "nccl" */
+    const char *version;      /**< plugin version string */
+
+    stagelink_status_t (*comm_init)(const stagelink_config_t *config,
+                                    stagelink_comm_t **comm);
+    stagelink_status_t (*comm_finalize)(stagelink_comm_t *comm);
+    stagelink_status_t (*comm_info)(stagelink_comm_t *comm,
+                                    stagelink_comm_info_t *info);
+    /** Last error sentence of `comm`; with NULL, of the last failed init in this thread. */
+    const char *(*last_error)(stagelink_comm_t *comm);
+
+    stagelink_status_t (*mem_register)(stagelink_comm_t *comm, void *buf,
+                                       size_t nbytes,
+                                       stagelink_mem_type_t mem_type,
+                                       stagelink_memh_t **memh);
+    stagelink_status_t (*mem_deregister)(stagelink_comm_t *comm,
+                                         stagelink_memh_t *memh);
+
+    stagelink_status_t (*isend)(stagelink_comm_t *comm,
+                                const stagelink_xfer_t *xfer,
+                                stagelink_request_t **request);
+    stagelink_status_t (*irecv)(stagelink_comm_t *comm,
+                                const stagelink_xfer_t *xfer,
+                                stagelink_request_t **request);
+    /**
+     * Posts `count` sends and receives at once (send_forward_recv_backward).
+     * Receives are posted before sends, and all posts are nonblocking, so
+     * stages calling it in any order cannot deadlock.  On error no request
+     * of the batch stays posted.
+     */
+    stagelink_status_t (*post_batch)(stagelink_comm_t *comm,
+                                     const stagelink_op_t *ops, size_t count,
+                                     stagelink_request_t **requests);
+
+    /** *done = 1 once complete; then the request is released. */
+    stagelink_status_t (*test)(stagelink_comm_t *comm,
+                               stagelink_request_t *request, int *done);
+    /** Blocks (without spinning a core) until complete; releases it. */
+    stagelink_status_t (*wait)(stagelink_comm_t *comm,
+                               stagelink_request_t *request);
+    /** Asks for cancellation; the request still has to be completed. */
+    stagelink_status_t (*cancel)(stagelink_comm_t *comm,
+                                 stagelink_request_t *request);
+
+    stagelink_status_t (*get_counters)(stagelink_comm_t *comm,
+                                       stagelink_counters_t *counters);
+} stagelink_plugin_v1_t;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STAGELINK_STAGELINK_H */

@@ -1,0 +1,162 @@
+/*
+ * Internals of the UCX plugin: the communicator, its requests and the UCX
+ * sub-operations a request is made of.  Shared by the files of plugin/ucx
+ * and the gather backends.  SPDX-License-Identifier: MIT
+ */
+#ifndef SL_UCX_COMM_H
+#define SL_UCX_COMM_H
+
+#include "sl_error.h"
+#include "sl_layout.h"
+#include "sl_node.h"
+#include "sl_shard.h"
+
+#include <stagelink/stagelink.h>
+#include <ucp/api/ucp.h>
+
+#include <stdint.h>
+
+struct sl_gather_ops;
+
+#define SL_COMM_MAGIC 0x534c434du /* "SLCM" */
+#define SL_REQ_MAGIC  0x534c5251u /* "SLRQ" */
+#define SL_MEMH_MAGIC 0x534c4d48u /* "SLMH" */
+
+typedef struct sl_ucx_peer {
+    struct stagelink_comm *comm;
+    int      rank;       /**< world rank, -1 when none */
+    int      inter_node; /**< on another node: its bytes cross the link */
+    ucp_ep_h ep;
+} sl_ucx_peer_t;
+
+typedef enum sl_sub_kind {
+    SL_SUB_STAGE_SEND,
+    SL_SUB_STAGE_RECV,
+    SL_SUB_GATHER_SEND,
+    SL_SUB_GATHER_RECV
+} sl_sub_kind_t;
+
+/** One UCX operation of a request. */
+typedef struct sl_sub {
+    struct stagelink_request *req;
+    void                     *ucx_req;  /**< in flight, NULL once complete */
+    const sl_ucx_peer_t      *peer;
+    sl_sub_kind_t             kind;
+    size_t                    expected; /**< bytes it must carry */
+} sl_sub_t;
+
+struct stagelink_memh {
+    uint32_t  magic;
+    void     *addr;
+    size_t    length;
+    ucp_mem_h ucp_memh;
+    stagelink_mem_type_t mem_type;
+};
+
+struct stagelink_request {
+    uint32_t                  magic;
+    struct stagelink_comm    *comm;
+    struct stagelink_request *next, *prev; /**< active list or free list */
+    stagelink_op_kind_t       kind;
+    stagelink_xfer_t          xfer;
+    stagelink_mode_t          mode;
+    int                       backward;
+    const sl_ucx_peer_t      *peer;
+    sl_shard_t                shard;        /**< bytes of buf on the stage path */
+    int                       pending;      /**< subs in flight */
+    int                       nsubs;
+    int                       stage_done;   /**< the stage sub completed */
+    int                       gather_posted;/**< own shard passed to the group */
+    int                       needs_gather;
+    int                       on_ready;     /**< queued for shard_ready */
+    struct stagelink_request *ready_next;
+    sl_status_t               status;       /**< first error */
+    char                      error[SL_ERRBUF_LEN];
+    sl_sub_t                 *subs;         /**< 2 * tp_size slots */
+};
+
+typedef struct sl_req_pool {
+    struct stagelink_request *slots;
+    sl_sub_t                 *subs;
+    struct stagelink_request *free_list;
+    struct stagelink_request *active; /**< doubly linked */
+    int                       capacity, in_use;
+} sl_req_pool_t;
+
+struct stagelink_comm {
+    uint32_t                    magic;
+    sl_errbuf_t                 err;
+    sl_layout_t                 layout;
+    stagelink_mode_t            mode;
+    int                         local_rank, local_size;
+    char                        node_id[SL_NODE_ID_LEN];
+    double                      timeout;  /**< seconds, 0 = none */
+    double                      spin;     /**< seconds of polling before sleep */
+    int                         closing;  /**< in finalize: peers leave too */
+    ucp_context_h               ucp_ctx;
+    ucp_worker_h                worker;
+    int                         efd;
+    sl_ucx_peer_t               prev, next;
+    sl_ucx_peer_t              *tp_peers; /**< by TP index; own entry has no ep */
+    const struct sl_gather_ops *gather;
+    void                       *gather_state;
+    sl_req_pool_t               pool;
+    struct stagelink_request   *ready;    /**< own shard arrived, not yet passed on */
+    stagelink_counters_t        counters;
+    struct sl_bootstrap        *bootstrap;
+    struct stagelink_comm      *live_next; /**< registry of live communicators */
+};
+
+typedef struct stagelink_comm    sl_comm_t;
+typedef struct stagelink_request sl_req_t;
+
+/* ucx_worker.c: context, worker, endpoints, progress */
+sl_status_t sl_ucx_worker_create(sl_comm_t *comm);
+sl_status_t sl_ucx_connect(sl_comm_t *comm, struct sl_bootstrap *bs);
+void        sl_ucx_worker_destroy(sl_comm_t *comm);
+/** Progresses UCX and starts the gathers whose shard arrived. */
+void        sl_ucx_progress(sl_comm_t *comm);
+/** Blocks until `req` completes or the deadline passes. */
+sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req);
+
+/* ucx_request.c: pool, in-flight tags, completion */
+sl_status_t sl_req_pool_init(sl_req_pool_t *pool, int capacity, int tp_size,
+                             sl_errbuf_t *eb);
+void        sl_req_pool_cleanup(sl_req_pool_t *pool);
+sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
+                       const stagelink_xfer_t *xfer, int backward,
+                       sl_req_t **req_out);
+void        sl_req_put(sl_comm_t *comm, sl_req_t *req);
+sl_status_t sl_req_check(sl_comm_t *comm, sl_req_t *req);
+/** Records the first error of a request (sentence kept with it). */
+void        sl_req_fail(sl_req_t *req, sl_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int         sl_req_done(const sl_req_t *req);
+/** Reports a completed request's outcome into comm->err and releases it. */
+sl_status_t sl_req_finish(sl_comm_t *comm, sl_req_t *req);
+/** Cancels every sub of `req` still in flight. */
+void        sl_req_cancel_subs(sl_comm_t *comm, sl_req_t *req);
+
+/* ucx_xfer.c: posting of sub-operations */
+sl_status_t sl_sub_post_send(sl_req_t *req, const sl_ucx_peer_t *peer,
+                             sl_sub_kind_t kind, uint64_t tag,
+                             const void *buf, size_t len);
+sl_status_t sl_sub_post_recv(sl_req_t *req, const sl_ucx_peer_t *peer,
+                             sl_sub_kind_t kind, uint64_t tag, void *buf,
+                             size_t len);
+sl_status_t sl_xfer_post(sl_comm_t *comm, stagelink_op_kind_t kind,
+                         const stagelink_xfer_t *xfer, sl_req_t **req_out);
+sl_status_t sl_xfer_post_batch(sl_comm_t *comm, const stagelink_op_t *ops,
+                               size_t count, sl_req_t **reqs);
+/** Own shard of a receive is in place (ok) or failed: hand it to the gather. */
+void        sl_xfer_shard_arrived(sl_req_t *req, int ok);
+
+/* ucx_mem.c: registration and memory types */
+sl_status_t sl_mem_register(sl_comm_t *comm, void *buf, size_t nbytes,
+                            stagelink_mem_type_t mem_type,
+                            stagelink_memh_t **memh);
+sl_status_t sl_mem_deregister(sl_comm_t *comm, stagelink_memh_t *memh);
+sl_status_t sl_mem_resolve(sl_comm_t *comm, const stagelink_xfer_t *xfer,
+                           stagelink_mem_type_t *mem_type);
+
+#endif

@@ -1,0 +1,129 @@
+/*
+ * Memory: registration of buffers reused across iterations, and the memory
+ * type of each transfer.  This build moves host memory only; a device
+ * pointer must never reach UCX as if it were host memory.
+ * SPDX-License-Identifier: MIT
+ */
+#include "ucx_comm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *sl_mem_name(stagelink_mem_type_t t)
+{
+    switch (t) {
+    case STAGELINK_MEM_AUTO:         return "auto";
+    case STAGELINK_MEM_HOST:         return "host";
+    case STAGELINK_MEM_CUDA:         return "cuda";
+    case STAGELINK_MEM_CUDA_MANAGED: return "cuda-managed";
+    }
+    return "unknown";
+}
+
+static sl_status_t sl_mem_check_type(sl_comm_t *comm,
+                                     stagelink_mem_type_t requested,
+                                     stagelink_mem_type_t *resolved)
+{
+    switch (requested) {
+    case STAGELINK_MEM_AUTO:
+    case STAGELINK_MEM_HOST:
+        *resolved = STAGELINK_MEM_HOST;
+        return STAGELINK_SUCCESS;
+    case STAGELINK_MEM_CUDA:
+    case STAGELINK_MEM_CUDA_MANAGED:
+        return sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
+                        "memory type %s: this plugin was built without CUDA "
+                        "support; pass host buffers", sl_mem_name(requested));
+    }
+    return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
+                    "memory type %d is not a stagelink_mem_type_t",
+                    (int)requested);
+}
+
+sl_status_t sl_mem_resolve(sl_comm_t *comm, const stagelink_xfer_t *xfer,
+                           stagelink_mem_type_t *mem_type)
+{
+    const stagelink_memh_t *memh = xfer->memh;
+
+    SL_CHECK(sl_mem_check_type(comm, xfer->mem_type, mem_type));
+    if (memh == NULL) {
+        return STAGELINK_SUCCESS;
+    }
+    if (memh->magic != SL_MEMH_MAGIC) {
+        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
+                        "memory handle %p is not registered (deregistered "
+                        "already?)", (const void *)memh);
+    }
+    if ((const char *)xfer->buf < (const char *)memh->addr ||
+        (const char *)xfer->buf + xfer->nbytes >
+            (const char *)memh->addr + memh->length) {
+        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
+                        "buffer %p + %zu bytes lies outside its registration "
+                        "%p + %zu bytes", xfer->buf, xfer->nbytes,
+                        memh->addr, memh->length);
+    }
+    return STAGELINK_SUCCESS;
+}
+
+sl_status_t sl_mem_register(sl_comm_t *comm, void *buf, size_t nbytes,
+                            stagelink_mem_type_t mem_type,
+                            stagelink_memh_t **memh_out)
+{
+    ucp_mem_map_params_t params;
+    stagelink_memh_t    *memh;
+    stagelink_mem_type_t resolved;
+    ucs_status_t         ucs;
+
+    if (buf == NULL || nbytes == 0 || memh_out == NULL) {
+        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
+                        "mem_register needs a buffer (%p), a size (%zu) and "
+                        "a handle pointer (%p)", buf, nbytes,
+                        (void *)memh_out);
+    }
+    SL_CHECK(sl_mem_check_type(comm, mem_type, &resolved));
+    memh = calloc(1, sizeof(*memh));
+    if (memh == NULL) {
+        return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate a memory handle");
+    }
+    memh->mem_type = resolved;
+    memset(&params, 0, sizeof(params));
+    params.field_mask  = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                         UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                         UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    params.address     = buf;
+    params.length      = nbytes;
+    params.memory_type = UCS_MEMORY_TYPE_HOST;
+    ucs = ucp_mem_map(comm->ucp_ctx, &params, &memh->ucp_memh);
+    if (ucs != UCS_OK) {
+        free(memh);
+        return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
+                        "UCX cannot register %zu bytes at %p: %s", nbytes,
+                        buf, ucs_status_string(ucs));
+    }
+    memh->magic  = SL_MEMH_MAGIC;
+    memh->addr   = buf;
+    memh->length = nbytes;
+    *memh_out    = memh;
+    return STAGELINK_SUCCESS;
+}
+
+sl_status_t sl_mem_deregister(sl_comm_t *comm, stagelink_memh_t *memh)
+{
+    ucs_status_t ucs;
+
+    if (memh == NULL || memh->magic != SL_MEMH_MAGIC) {
+        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
+                        "memory handle %p is not registered",
+                        (void *)memh);
+    }
+    ucs = ucp_mem_unmap(comm->ucp_ctx, memh->ucp_memh);
+    memh->magic = 0;
+    free(memh);
+    if (ucs != UCS_OK) {
+        return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
+                        "UCX cannot deregister memory: %s",
+                        ucs_status_string(ucs));
+    }
+    return STAGELINK_SUCCESS;
+}

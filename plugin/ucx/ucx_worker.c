@@ -1,0 +1,375 @@
+/*
+ * The UCX context, worker and endpoints of a communicator, and how it
+ * waits.  Inter-node peers get an endpoint from the peer's network-only
+ * worker address: UCX takes two network namespaces of one host (or two
+ * containers) for one node and would otherwise move the "inter-node" bytes
+ * through shared memory; on real clusters the shared-memory lanes are
+ * useless across nodes anyway.  SPDX-License-Identifier: MIT
+ */
+#include "ucx_comm.h"
+
+#include "sl_bootstrap.h"
+#include "sl_env.h"
+#include "sl_log.h"
+#include "sl_time.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct sl_rank_card {
+    char     node_id[SL_NODE_ID_LEN];
+    uint32_t full_len; /**< worker address with every transport */
+    uint32_t net_len;  /**< network-only worker address */
+} sl_rank_card_t;
+
+sl_status_t sl_ucx_worker_create(sl_comm_t *comm)
+{
+    ucp_params_t        params;
+    ucp_worker_params_t wparams;
+    ucp_config_t       *config;
+    const char         *devices = sl_env_raw(SL_ENV_NET_DEVICES);
+    ucs_status_t        ucs;
+
+    ucs = ucp_config_read(NULL, NULL, &config);
+    if (ucs != UCS_OK) {
+        return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
+                        "UCX cannot read its configuration: %s; check the "
+                        "UCX_* variables", ucs_status_string(ucs));
+    }
+    /* The user's UCX_NET_DEVICES always wins over ours. */
+    if (devices != NULL && sl_env_raw(SL_ENV_UCX_NET_DEVICES) == NULL) {
+        ucs = ucp_config_modify(config, "NET_DEVICES", devices);
+        if (ucs != UCS_OK) {
+            ucp_config_release(config);
+            return sl_error(&comm->err, STAGELINK_ERR_CONFIG,
+                            "STAGELINK_NET_DEVICES=\"%s\" is not a valid UCX "
+                            "device list: %s", devices,
+                            ucs_status_string(ucs));
+        }
+        SL_INFO(SL_SUBSYS_NET, "UCX net devices %s (STAGELINK_NET_DEVICES)",
+                devices);
+    }
+
+    memset(&params, 0, sizeof(params));
+    params.field_mask        = UCP_PARAM_FIELD_FEATURES |
+                               UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
+                               UCP_PARAM_FIELD_NAME;
+    params.features          = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+    params.estimated_num_eps = (size_t)comm->layout.tp_size + 2;
+    params.name              = "stagelink";
+    ucs = ucp_init(&params, config, &comm->ucp_ctx);
+    ucp_config_release(config);
+    if (ucs != UCS_OK) {
+        return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
+                        "ucp_init failed: %s; check UCX_TLS and "
+                        "UCX_NET_DEVICES", ucs_status_string(ucs));
+    }
+
+    memset(&wparams, 0, sizeof(wparams));
+    wparams.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+    ucs = ucp_worker_create(comm->ucp_ctx, &wparams, &comm->worker);
+    if (ucs != UCS_OK) {
+        ucp_cleanup(comm->ucp_ctx);
+        comm->ucp_ctx = NULL;
+        return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
+                        "ucp_worker_create failed: %s",
+                        ucs_status_string(ucs));
+    }
+    ucs = ucp_worker_get_efd(comm->worker, &comm->efd);
+    if (ucs != UCS_OK) {
+        sl_ucx_worker_destroy(comm);
+        return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
+                        "UCX worker has no event fd (%s): the transports in "
+                        "UCX_TLS must support wakeup",
+                        ucs_status_string(ucs));
+    }
+    return STAGELINK_SUCCESS;
+}
+
+static ucs_status_t sl_ucx_address(sl_comm_t *comm, int net_only,
+                                   ucp_address_t **addr, size_t *len)
+{
+    ucp_worker_attr_t attr;
+    ucs_status_t      ucs;
+
+    memset(&attr, 0, sizeof(attr));
+    attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
+    if (net_only) {
+        attr.field_mask   |= UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS;
+        attr.address_flags = UCP_WORKER_ADDRESS_FLAG_NET_ONLY;
+    }
+    ucs = ucp_worker_query(comm->worker, &attr);
+    if (ucs == UCS_OK) {
+        *addr = attr.address;
+        *len  = attr.address_length;
+    }
+    return ucs;
+}
+
+static void sl_ucx_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    const sl_ucx_peer_t *peer = arg;
+
+    (void)ep;
+    /* In finalize the peers close and exit too; that is no failure. */
+    sl_log(peer->comm->closing ? SL_LOG_INFO : SL_LOG_WARN, SL_SUBSYS_NET,
+           "endpoint to rank %d failed: %s", peer->rank,
+           ucs_status_string(status));
+}
+
+static sl_status_t sl_ucx_ep_create(sl_comm_t *comm, sl_ucx_peer_t *peer,
+                                    int rank, const sl_rank_card_t *cards,
+                                    const char *blobs, size_t blob_len)
+{
+    const sl_rank_card_t *card  = &cards[rank];
+    const char           *blob  = blobs + (size_t)rank * blob_len;
+    ucp_ep_params_t       params;
+    ucs_status_t          ucs;
+
+    peer->comm       = comm;
+    peer->rank       = rank;
+    peer->inter_node = strcmp(card->node_id, comm->node_id) != 0;
+    if (peer->inter_node && card->net_len == 0) {
+        return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
+                        "rank %d is on another node (%s) but has no network "
+                        "transport; check UCX_TLS and UCX_NET_DEVICES there",
+                        rank, card->node_id);
+    }
+    memset(&params, 0, sizeof(params));
+    params.field_mask      = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                             UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                             UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.address         = (const ucp_address_t *)(peer->inter_node
+                                 ? blob + card->full_len : blob);
+    params.err_mode        = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb  = sl_ucx_ep_error;
+    params.err_handler.arg = peer;
+    ucs = ucp_ep_create(comm->worker, &params, &peer->ep);
+    if (ucs != UCS_OK) {
+        peer->ep = NULL;
+        return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
+                        "cannot create a UCX endpoint to rank %d (%s node "
+                        "%s): %s", rank, peer->inter_node ? "other" : "same",
+                        card->node_id, ucs_status_string(ucs));
+    }
+    SL_INFO(SL_SUBSYS_NET, "endpoint to rank %d: %s", rank,
+            peer->inter_node ? "inter-node, network transports only"
+                             : "same node, all transports");
+    return STAGELINK_SUCCESS;
+}
+
+static void sl_ucx_locality(sl_comm_t *comm, const sl_rank_card_t *cards)
+{
+    int r;
+
+    comm->local_rank = comm->local_size = 0;
+    for (r = 0; r < comm->layout.world_size; ++r) {
+        if (strcmp(cards[r].node_id, comm->node_id) == 0) {
+            if (r < comm->layout.rank) {
+                ++comm->local_rank;
+            }
+            ++comm->local_size;
+        }
+    }
+}
+
+sl_status_t sl_ucx_connect(sl_comm_t *comm, sl_bootstrap_t *bs)
+{
+    int             world = comm->layout.world_size;
+    ucp_address_t  *full = NULL, *net = NULL;
+    size_t          full_len, net_len = 0, blob_len = 0;
+    sl_rank_card_t  card, *cards = NULL;
+    char           *blob = NULL, *blobs = NULL;
+    sl_status_t     status;
+    ucs_status_t    ucs;
+    int             r, k;
+
+    ucs = sl_ucx_address(comm, 0, &full, &full_len);
+    if (ucs != UCS_OK) {
+        full   = NULL;
+        status = sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
+                          "cannot query the UCX worker address: %s",
+                          ucs_status_string(ucs));
+        goto out;
+    }
+    /* A worker without network transports (UCX_TLS=shm) has no such address. */
+    if (sl_ucx_address(comm, 1, &net, &net_len) != UCS_OK) {
+        net     = NULL;
+        net_len = 0;
+    }
+    memset(&card, 0, sizeof(card));
+    memcpy(card.node_id, comm->node_id, sizeof(card.node_id));
+    card.full_len = (uint32_t)full_len;
+    card.net_len  = (uint32_t)net_len;
+
+    cards = calloc((size_t)world, sizeof(*cards));
+    if (cards == NULL) {
+        status = sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
+                          "cannot allocate %d rank cards", world);
+        goto out;
+    }
+    SL_CHECK_GOTO(sl_bootstrap_allgather(bs, &card, cards, sizeof(card),
+                                         &comm->err), out);
+    for (r = 0; r < world; ++r) {
+        size_t len = (size_t)cards[r].full_len + cards[r].net_len;
+        blob_len   = (len > blob_len) ? len : blob_len;
+    }
+    if (blob_len > SL_BOOTSTRAP_MAX_BLOCK) {
+        status = sl_error(&comm->err, STAGELINK_ERR_BOOTSTRAP,
+                          "a UCX worker address of %zu bytes exceeds the "
+                          "bootstrap limit of %u", blob_len,
+                          SL_BOOTSTRAP_MAX_BLOCK);
+        goto out;
+    }
+    blob  = calloc(1, blob_len);
+    blobs = calloc((size_t)world, blob_len);
+    if (blob == NULL || blobs == NULL) {
+        status = sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
+                          "cannot allocate %d worker addresses of %zu bytes",
+                          world, blob_len);
+        goto out;
+    }
+    memcpy(blob, full, full_len);
+    if (net_len > 0) {
+        memcpy(blob + full_len, net, net_len);
+    }
+    SL_CHECK_GOTO(sl_bootstrap_allgather(bs, blob, blobs, blob_len,
+                                         &comm->err), out);
+
+    sl_ucx_locality(comm, cards);
+    if (comm->layout.prev_rank >= 0) {
+        SL_CHECK_GOTO(sl_ucx_ep_create(comm, &comm->prev,
+                                       comm->layout.prev_rank, cards, blobs,
+                                       blob_len), out);
+    }
+    if (comm->layout.next_rank >= 0) {
+        SL_CHECK_GOTO(sl_ucx_ep_create(comm, &comm->next,
+                                       comm->layout.next_rank, cards, blobs,
+                                       blob_len), out);
+    }
+    for (k = 0; k < comm->layout.tp_size; ++k) {
+        if (k != comm->layout.tp_index) {
+            SL_CHECK_GOTO(sl_ucx_ep_create(comm, &comm->tp_peers[k],
+                                           comm->layout.tp_ranks[k], cards,
+                                           blobs, blob_len), out);
+        }
+    }
+    status = STAGELINK_SUCCESS;
+out:
+    free(blobs);
+    free(blob);
+    free(cards);
+    if (net != NULL) {
+        ucp_worker_release_address(comm->worker, net);
+    }
+    if (full != NULL) {
+        ucp_worker_release_address(comm->worker, full);
+    }
+    return status;
+}
+
+static void sl_ucx_ep_close(sl_comm_t *comm, sl_ucx_peer_t *peer)
+{
+    ucp_request_param_t param;
+    ucs_status_ptr_t    req;
+    double              deadline = sl_deadline(comm->timeout);
+    ucs_status_t        ucs;
+
+    if (peer->ep == NULL) {
+        return;
+    }
+    memset(&param, 0, sizeof(param));
+    req = ucp_ep_close_nbx(peer->ep, &param);
+    if (UCS_PTR_IS_PTR(req)) {
+        do {
+            ucp_worker_progress(comm->worker);
+            ucs = ucp_request_check_status(req);
+        } while (ucs == UCS_INPROGRESS && !sl_deadline_passed(deadline));
+        if (ucs == UCS_INPROGRESS) {
+            /* The peer is gone or stuck: drop the endpoint without flush. */
+            ucp_request_cancel(comm->worker, req);
+            SL_WARN(SL_SUBSYS_NET, "closing the endpoint to rank %d timed "
+                    "out; dropped it", peer->rank);
+        }
+        ucp_request_free(req);
+    }
+    peer->ep = NULL;
+}
+
+void sl_ucx_worker_destroy(sl_comm_t *comm)
+{
+    int k;
+
+    if (comm->worker != NULL) {
+        sl_ucx_ep_close(comm, &comm->prev);
+        sl_ucx_ep_close(comm, &comm->next);
+        for (k = 0; comm->tp_peers != NULL && k < comm->layout.tp_size; ++k) {
+            sl_ucx_ep_close(comm, &comm->tp_peers[k]);
+        }
+        ucp_worker_destroy(comm->worker);
+        comm->worker = NULL;
+    }
+    if (comm->ucp_ctx != NULL) {
+        ucp_cleanup(comm->ucp_ctx);
+        comm->ucp_ctx = NULL;
+    }
+}
+
+void sl_ucx_progress(sl_comm_t *comm)
+{
+    sl_req_t *req;
+
+    while (ucp_worker_progress(comm->worker) != 0) {
+    }
+    while ((req = comm->ready) != NULL) {
+        comm->ready = req->ready_next;
+        sl_xfer_shard_arrived(req, req->status == STAGELINK_SUCCESS);
+    }
+}
+
+sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
+{
+    double        deadline   = sl_deadline(comm->timeout);
+    double        spin_until = sl_time_now() + comm->spin;
+    struct pollfd pfd;
+    ucs_status_t  ucs;
+
+    for (;;) {
+        sl_ucx_progress(comm);
+        if (sl_req_done(req)) {
+            return STAGELINK_SUCCESS;
+        }
+        if (sl_deadline_passed(deadline)) {
+            return sl_error(&comm->err, STAGELINK_ERR_TIMEOUT,
+                            "transfer of microbatch %u chunk %u with rank %d "
+                            "did not complete in %.1f s (%d operations "
+                            "pending); the request stays in flight: wait "
+                            "again or cancel it", req->xfer.tag.microbatch,
+                            req->xfer.tag.chunk, req->peer->rank,
+                            comm->timeout, req->pending);
+        }
+        if (sl_time_now() < spin_until) {
+            continue;
+        }
+        /* Eight ranks may share two cores: sleep until UCX has events. */
+        ucs = ucp_worker_arm(comm->worker);
+        if (ucs == UCS_ERR_BUSY) {
+            continue;
+        }
+        if (ucs != UCS_OK) {
+            return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
+                            "ucp_worker_arm failed: %s",
+                            ucs_status_string(ucs));
+        }
+        pfd.fd     = comm->efd;
+        pfd.events = POLLIN;
+        if (poll(&pfd, 1, sl_deadline_ms(deadline)) < 0 && errno != EINTR) {
+            return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
+                            "poll on the UCX event fd failed: %s",
+                            strerror(errno));
+        }
+    }
+}

@@ -1,0 +1,394 @@
+/*
+ * The byte path of a transfer: which bytes of the tensor go to the
+ * neighbour stage (shard or full tensor), posted as UCX tagged operations,
+ * and how their completions add up to the request's.
+ * SPDX-License-Identifier: MIT
+ */
+#include "ucx_comm.h"
+#include "gather.h"
+
+#include "sl_log.h"
+#include "sl_tag.h"
+
+#include <string.h>
+
+static const char *sl_sub_name(sl_sub_kind_t kind)
+{
+    switch (kind) {
+    case SL_SUB_STAGE_SEND:  return "stage send";
+    case SL_SUB_STAGE_RECV:  return "stage receive";
+    case SL_SUB_GATHER_SEND: return "gather send";
+    case SL_SUB_GATHER_RECV: return "gather receive";
+    }
+    return "operation";
+}
+
+static void sl_sub_count(sl_comm_t *comm, const sl_sub_t *sub, size_t bytes)
+{
+    stagelink_counters_t *c    = &comm->counters;
+    int                   send = (sub->kind == SL_SUB_STAGE_SEND ||
+                                  sub->kind == SL_SUB_GATHER_SEND);
+
+    if (sub->kind == SL_SUB_STAGE_SEND || sub->kind == SL_SUB_STAGE_RECV) {
+        *(send ? &c->stage_bytes_sent : &c->stage_bytes_recv) += bytes;
+    } else {
+        *(send ? &c->gather_bytes_sent : &c->gather_bytes_recv) += bytes;
+    }
+    if (sub->peer->inter_node) {
+        *(send ? &c->inter_node_bytes_sent : &c->inter_node_bytes_recv) += bytes;
+    } else {
+        *(send ? &c->intra_node_bytes_sent : &c->intra_node_bytes_recv) += bytes;
+    }
+}
+
+static void sl_sub_complete(sl_sub_t *sub, ucs_status_t ucs, size_t length)
+{
+    sl_req_t  *req  = sub->req;
+    sl_comm_t *comm = req->comm;
+    const stagelink_tag_t *tag = &req->xfer.tag;
+
+    sub->ucx_req = NULL;
+    --req->pending;
+    if (ucs == UCS_ERR_CANCELED) {
+        sl_req_fail(req, STAGELINK_ERR_CANCELED,
+                    "transfer of microbatch %u chunk %u was canceled",
+                    tag->microbatch, tag->chunk);
+    } else if (ucs == UCS_ERR_MESSAGE_TRUNCATED) {
+        sl_req_fail(req, STAGELINK_ERR_SIZE_MISMATCH,
+                    "%s of microbatch %u chunk %u from rank %d: the sender "
+                    "sent more than the %zu bytes expected (receiver nbytes "
+                    "%zu); both sides must pass the same nbytes",
+                    sl_sub_name(sub->kind), tag->microbatch, tag->chunk,
+                    sub->peer->rank, sub->expected, req->xfer.nbytes);
+    } else if (ucs != UCS_OK) {
+        sl_req_fail(req, STAGELINK_ERR_TRANSPORT,
+                    "%s of microbatch %u chunk %u with rank %d failed in "
+                    "UCX: %s", sl_sub_name(sub->kind), tag->microbatch,
+                    tag->chunk, sub->peer->rank, ucs_status_string(ucs));
+    } else if (length != sub->expected) {
+        if (sub->kind == SL_SUB_GATHER_RECV && length == 0) {
+            sl_req_fail(req, STAGELINK_ERR_TRANSPORT,
+                        "TP peer rank %d could not receive its shard of "
+                        "microbatch %u chunk %u; its own error says why",
+                        sub->peer->rank, tag->microbatch, tag->chunk);
+        } else {
+            sl_req_fail(req, STAGELINK_ERR_SIZE_MISMATCH,
+                        "%s of microbatch %u chunk %u from rank %d got %zu "
+                        "bytes, expected %zu (receiver nbytes %zu); both "
+                        "sides must pass the same nbytes",
+                        sl_sub_name(sub->kind), tag->microbatch, tag->chunk,
+                        sub->peer->rank, length, sub->expected,
+                        req->xfer.nbytes);
+        }
+    } else {
+        sl_sub_count(comm, sub, length);
+    }
+
+    if (sub->kind == SL_SUB_STAGE_RECV) {
+        req->stage_done = 1;
+        if (req->needs_gather && !req->on_ready) {
+            /* UCX forbids nothing here, but posting from inside progress
+             * would recurse; the gather starts right after progress. */
+            req->on_ready   = 1;
+            req->ready_next = comm->ready;
+            comm->ready     = req;
+        }
+    }
+}
+
+static void sl_sub_send_cb(void *request, ucs_status_t status, void *user_data)
+{
+    sl_sub_t *sub = user_data;
+
+    ucp_request_free(request);
+    sl_sub_complete(sub, status, sub->expected);
+}
+
+static void sl_sub_recv_cb(void *request, ucs_status_t status,
+                           const ucp_tag_recv_info_t *info, void *user_data)
+{
+    sl_sub_t *sub = user_data;
+
+    ucp_request_free(request);
+    sl_sub_complete(sub, status, (status == UCS_OK) ? info->length : 0);
+}
+
+static sl_sub_t *sl_sub_new(sl_req_t *req, const sl_ucx_peer_t *peer,
+                            sl_sub_kind_t kind, size_t len,
+                            ucp_request_param_t *param)
+{
+    sl_sub_t *sub = &req->subs[req->nsubs++];
+
+    sub->req      = req;
+    sub->ucx_req  = NULL;
+    sub->peer     = peer;
+    sub->kind     = kind;
+    sub->expected = len;
+    ++req->pending;
+
+    memset(param, 0, sizeof(*param));
+    param->op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                          UCP_OP_ATTR_FIELD_USER_DATA |
+                          UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    param->user_data    = sub;
+    param->memory_type  = UCS_MEMORY_TYPE_HOST;
+    if (req->xfer.memh != NULL && len > 0) {
+        param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        param->memh          = req->xfer.memh->ucp_memh;
+    }
+    return sub;
+}
+
+static sl_status_t sl_sub_started(sl_sub_t *sub, ucs_status_ptr_t ptr)
+{
+    if (ptr == NULL) {
+        /* Only sends complete immediately (receives never do, see below). */
+        sl_sub_complete(sub, UCS_OK, sub->expected);
+    } else if (UCS_PTR_IS_ERR(ptr)) {
+        sl_sub_complete(sub, UCS_PTR_STATUS(ptr), 0);
+        return sl_error(&sub->req->comm->err, STAGELINK_ERR_TRANSPORT,
+                        "UCX refused a %s with rank %d: %s",
+                        sl_sub_name(sub->kind), sub->peer->rank,
+                        ucs_status_string(UCS_PTR_STATUS(ptr)));
+    } else {
+        sub->ucx_req = ptr;
+    }
+    return STAGELINK_SUCCESS;
+}
+
+sl_status_t sl_sub_post_send(sl_req_t *req, const sl_ucx_peer_t *peer,
+                             sl_sub_kind_t kind, uint64_t tag,
+                             const void *buf, size_t len)
+{
+    ucp_request_param_t param;
+    sl_sub_t           *sub = sl_sub_new(req, peer, kind, len, &param);
+
+    param.cb.send = sl_sub_send_cb;
+    return sl_sub_started(sub, ucp_tag_send_nbx(peer->ep, buf, len, tag,
+                                                &param));
+}
+
+sl_status_t sl_sub_post_recv(sl_req_t *req, const sl_ucx_peer_t *peer,
+                             sl_sub_kind_t kind, uint64_t tag, void *buf,
+                             size_t len)
+{
+    ucp_request_param_t param;
+    sl_sub_t           *sub = sl_sub_new(req, peer, kind, len, &param);
+
+    /* Seen with UCX 1.13: a receive completed inside ucp_tag_recv_nbx
+     * (message already unexpected) sometimes reported length 0 through
+     * recv_info, which would pass for a short message.  The callback
+     * always has the real length, so receives complete there. */
+    param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.cb.recv       = sl_sub_recv_cb;
+    return sl_sub_started(sub, ucp_tag_recv_nbx(req->comm->worker, buf, len,
+                                                tag, SL_TAG_MASK_ALL, &param));
+}
+
+void sl_xfer_shard_arrived(sl_req_t *req, int ok)
+{
+    sl_comm_t  *comm = req->comm;
+    sl_status_t status;
+
+    req->on_ready = 0;
+    status = comm->gather->shard_ready(comm->gather_state, req, ok);
+    req->gather_posted = 1;
+    if (status != STAGELINK_SUCCESS) {
+        sl_req_fail(req, status, "%s", comm->err.msg);
+    }
+    if (!ok) {
+        /* Nobody will fill the rest of a tensor we cannot rebuild. */
+        sl_req_cancel_subs(comm, req);
+    }
+}
+
+/** Checks one transfer before anything is posted. */
+static sl_status_t sl_xfer_validate(sl_comm_t *comm, stagelink_op_kind_t kind,
+                                    const stagelink_xfer_t *xfer,
+                                    int *backward)
+{
+    const char          *op = (kind == STAGELINK_OP_SEND) ? "send" : "receive";
+    stagelink_mem_type_t mem_type;
+    int                  to_next;
+
+    if (xfer == NULL) {
+        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
+                        "%s: the transfer descriptor is NULL", op);
+    }
+    if (kind != STAGELINK_OP_SEND && kind != STAGELINK_OP_RECV) {
+        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
+                        "operation kind %d is neither STAGELINK_OP_SEND nor "
+                        "STAGELINK_OP_RECV", (int)kind);
+    }
+    if (xfer->peer != STAGELINK_PEER_NEXT && xfer->peer != STAGELINK_PEER_PREV) {
+        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
+                        "%s: peer %d is neither STAGELINK_PEER_NEXT nor "
+                        "STAGELINK_PEER_PREV", op, (int)xfer->peer);
+    }
+    to_next = (xfer->peer == STAGELINK_PEER_NEXT);
+    if ((to_next ? comm->next.rank : comm->prev.rank) < 0) {
+        return sl_error(&comm->err, STAGELINK_ERR_NO_PEER,
+                        "%s %s stage: rank %d is the %s pipeline stage", op,
+                        to_next ? "to/from the next" : "to/from the previous",
+                        comm->layout.rank, to_next ? "last" : "first");
+    }
+    if (xfer->buf == NULL && xfer->nbytes > 0) {
+        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
+                        "%s of %zu bytes with a NULL buffer", op,
+                        xfer->nbytes);
+    }
+    SL_CHECK(sl_shard_check(xfer->nbytes, xfer->elem_size, &comm->err));
+    if (xfer->tag.chunk > STAGELINK_TAG_MAX_CHUNK || xfer->tag.reserved != 0) {
+        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
+                        "%s: tag chunk %u exceeds %u or reserved field is %u "
+                        "(must be 0)", op, xfer->tag.chunk,
+                        STAGELINK_TAG_MAX_CHUNK, xfer->tag.reserved);
+    }
+    /* Sends to next and receives from prev carry activations forward. */
+    *backward = ((kind == STAGELINK_OP_SEND) != to_next);
+    if (xfer->tag.direction > STAGELINK_DIR_BACKWARD ||
+        (xfer->tag.direction != STAGELINK_DIR_AUTO &&
+         (xfer->tag.direction == STAGELINK_DIR_BACKWARD) != *backward)) {
+        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
+                        "%s to %s stage: tag direction %u contradicts the "
+                        "peer (a %s transfer); use STAGELINK_DIR_AUTO", op,
+                        to_next ? "next" : "previous", xfer->tag.direction,
+                        *backward ? "backward" : "forward");
+    }
+    return sl_mem_resolve(comm, xfer, &mem_type);
+}
+
+/* Undoes a request whose posting failed part-way; its error stays. */
+static void sl_xfer_abort(sl_comm_t *comm, sl_req_t *req)
+{
+    sl_req_cancel_subs(comm, req);
+    if (sl_ucx_wait(comm, req) == STAGELINK_SUCCESS) {
+        sl_req_put(comm, req);
+    }
+}
+
+sl_status_t sl_xfer_post(sl_comm_t *comm, stagelink_op_kind_t kind,
+                         const stagelink_xfer_t *xfer, sl_req_t **req_out)
+{
+    sl_tag_fields_t f;
+    sl_req_t       *req;
+    sl_status_t     status;
+    sl_errbuf_t     saved;
+    int             backward;
+    char           *buf;
+
+    SL_CHECK(sl_xfer_validate(comm, kind, xfer, &backward));
+    SL_CHECK(sl_req_get(comm, kind, xfer, backward, &req));
+
+    req->mode = comm->mode;
+    req->peer = (xfer->peer == STAGELINK_PEER_NEXT) ? &comm->next : &comm->prev;
+    if (comm->mode == STAGELINK_MODE_FULL) {
+        req->shard = (sl_shard_t){0, xfer->nbytes};
+    } else {
+        req->shard = sl_shard_get(xfer->nbytes, xfer->elem_size,
+                                  comm->layout.tp_size, comm->layout.tp_index);
+    }
+    req->needs_gather = (kind == STAGELINK_OP_RECV &&
+                         comm->mode == STAGELINK_MODE_SCATTER_GATHER &&
+                         comm->layout.tp_size > 1);
+
+    f = (sl_tag_fields_t){.cls        = SL_TAG_CLASS_STAGE,
+                          .backward   = backward,
+                          .chunk      = xfer->tag.chunk,
+                          .source     = 0,
+                          .microbatch = xfer->tag.microbatch};
+    buf = (char *)xfer->buf + req->shard.offset;
+    if (kind == STAGELINK_OP_SEND) {
+        SL_CHECK_GOTO(sl_sub_post_send(req, req->peer, SL_SUB_STAGE_SEND,
+                                       sl_tag_encode(&f), buf,
+                                       req->shard.length), err_abort);
+    } else {
+        if (req->needs_gather) {
+            SL_CHECK_GOTO(comm->gather->post(comm->gather_state, req),
+                          err_abort);
+        }
+        SL_CHECK_GOTO(sl_sub_post_recv(req, req->peer, SL_SUB_STAGE_RECV,
+                                       sl_tag_encode(&f), buf,
+                                       req->shard.length), err_abort);
+    }
+    SL_TRACE(SL_SUBSYS_NET, "%s %s mb %u chunk %u: %zu of %zu bytes at %zu "
+             "with rank %d", (kind == STAGELINK_OP_SEND) ? "send" : "recv",
+             backward ? "bwd" : "fwd", xfer->tag.microbatch, xfer->tag.chunk,
+             req->shard.length, xfer->nbytes, req->shard.offset,
+             req->peer->rank);
+    *req_out = req;
+    return STAGELINK_SUCCESS;
+
+err_abort:
+    saved = comm->err;
+    sl_xfer_abort(comm, req);
+    comm->err = saved;
+    return status;
+}
+
+static int sl_op_same_tag(const stagelink_op_t *a, int a_bwd,
+                          const stagelink_op_t *b, int b_bwd)
+{
+    return a->kind == b->kind && a_bwd == b_bwd &&
+           a->xfer.tag.microbatch == b->xfer.tag.microbatch &&
+           a->xfer.tag.chunk == b->xfer.tag.chunk;
+}
+
+sl_status_t sl_xfer_post_batch(sl_comm_t *comm, const stagelink_op_t *ops,
+                               size_t count, sl_req_t **reqs)
+{
+    int         bwd_i, bwd_j;
+    sl_errbuf_t saved;
+    sl_status_t status = STAGELINK_SUCCESS;
+    size_t      i, j, posted = 0;
+    int         pass;
+
+    /* Everything is checked before anything is posted, so a bad element
+     * never leaves half a batch on the wire. */
+    for (i = 0; i < count; ++i) {
+        SL_CHECK(sl_xfer_validate(comm, ops[i].kind, &ops[i].xfer, &bwd_i));
+        for (j = 0; j < i; ++j) {
+            sl_xfer_validate(comm, ops[j].kind, &ops[j].xfer, &bwd_j);
+            if (sl_op_same_tag(&ops[i], bwd_i, &ops[j], bwd_j)) {
+                return sl_error(&comm->err, STAGELINK_ERR_TAG_IN_USE,
+                                "batch elements %zu and %zu have the same "
+                                "direction, kind, microbatch %u and chunk %u",
+                                j, i, ops[i].xfer.tag.microbatch,
+                                ops[i].xfer.tag.chunk);
+            }
+        }
+    }
+    for (i = 0; i < count; ++i) {
+        reqs[i] = NULL;
+    }
+    /* Receives first: the peers' sends then always find them posted. */
+    for (pass = 0; pass < 2; ++pass) {
+        stagelink_op_kind_t kind = pass ? STAGELINK_OP_SEND : STAGELINK_OP_RECV;
+
+        for (i = 0; i < count; ++i) {
+            if (ops[i].kind != kind) {
+                continue;
+            }
+            SL_CHECK_GOTO(sl_xfer_post(comm, kind, &ops[i].xfer, &reqs[i]),
+                          err_abort);
+            ++posted;
+        }
+    }
+    return STAGELINK_SUCCESS;
+
+err_abort:
+    saved = comm->err;
+    for (pass = 0; pass < 2 && posted > 0; ++pass) {
+        stagelink_op_kind_t kind = pass ? STAGELINK_OP_SEND : STAGELINK_OP_RECV;
+
+        for (i = 0; i < count && posted > 0; ++i) {
+            if (ops[i].kind == kind && reqs[i] != NULL) {
+                sl_xfer_abort(comm, reqs[i]);
+                reqs[i] = NULL;
+                --posted;
+            }
+        }
+    }
+    comm->err = saved;
+    return status;
+}

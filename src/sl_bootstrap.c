@@ -1,0 +1,398 @@
+/* SPDX-License-Identifier: MIT */
+#include "sl_bootstrap.h"
+#include "sl_log.h"
+#include "sl_time.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define SL_BOOT_MAGIC   0x534c4e4bu /* "SLNK" */
+#define SL_BOOT_VERSION 1u
+
+typedef struct sl_boot_hdr {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t rank;
+    uint32_t world_size;
+    uint64_t size; /**< bytes following; 0 in the hello */
+} sl_boot_hdr_t;
+
+static sl_status_t sl_sock_io(int fd, void *buf, size_t len, int writing,
+                              double deadline, sl_errbuf_t *eb)
+{
+    char         *p = buf;
+    struct pollfd pfd;
+    ssize_t       n;
+    int           rc;
+
+    while (len > 0) {
+        pfd.fd     = fd;
+        pfd.events = writing ? POLLOUT : POLLIN;
+        rc         = poll(&pfd, 1, sl_deadline_ms(deadline));
+        if (rc == 0) {
+            return sl_error(eb, STAGELINK_ERR_TIMEOUT,
+                            "bootstrap %s of %zu bytes timed out; raise "
+                            "STAGELINK_TIMEOUT or check that every rank runs",
+                            writing ? "send" : "receive", len);
+        }
+        if (rc < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return sl_error(eb, STAGELINK_ERR_BOOTSTRAP, "bootstrap poll: %s",
+                            strerror(errno));
+        }
+        n = writing ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
+            continue;
+        }
+        if (n <= 0) {
+            return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                            "bootstrap peer closed the connection with %zu "
+                            "bytes left to %s (%s); a rank exited or failed",
+                            len, writing ? "send" : "receive",
+                            (n < 0) ? strerror(errno) : "EOF");
+        }
+        p   += n;
+        len -= (size_t)n;
+    }
+    return STAGELINK_SUCCESS;
+}
+
+static sl_status_t sl_boot_resolve(const sl_launcher_t *l, int passive,
+                                   struct addrinfo **res, sl_errbuf_t *eb)
+{
+    struct addrinfo hints;
+    char            port[16];
+    int             rc;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family   = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags    = passive ? AI_PASSIVE : 0;
+    snprintf(port, sizeof(port), "%d", l->port);
+    rc = getaddrinfo(l->addr, port, &hints, res);
+    if (rc != 0) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "cannot resolve rendezvous address %s:%d: %s",
+                        l->addr, l->port, gai_strerror(rc));
+    }
+    return STAGELINK_SUCCESS;
+}
+
+static void sl_sock_tune(int fd)
+{
+    int one = 1;
+
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static sl_status_t sl_boot_listen(const sl_launcher_t *l, int *fd_out,
+                                  sl_errbuf_t *eb)
+{
+    struct addrinfo *res;
+    sl_status_t      status;
+    int              one = 1;
+    int              fd;
+
+    SL_CHECK(sl_boot_resolve(l, 1, &res, eb));
+    fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP, "socket(): %s",
+                          strerror(errno));
+        goto out_free;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, res->ai_addr, res->ai_addrlen) != 0 ||
+        listen(fd, SOMAXCONN) != 0) {
+        status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                          "rank 0 cannot listen on %s:%d: %s; pick a free "
+                          "MASTER_PORT or an address of this host",
+                          l->addr, l->port, strerror(errno));
+        close(fd);
+        goto out_free;
+    }
+    *fd_out = fd;
+    status  = STAGELINK_SUCCESS;
+out_free:
+    freeaddrinfo(res);
+    return status;
+}
+
+static sl_status_t sl_boot_connect(const sl_launcher_t *l, double deadline,
+                                   int *fd_out, sl_errbuf_t *eb)
+{
+    struct addrinfo *res;
+    sl_status_t      status;
+    int              fd, err;
+
+    SL_CHECK(sl_boot_resolve(l, 0, &res, eb));
+    /* Rank 0 may not listen yet: retry until the deadline. */
+    for (;;) {
+        fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP, "socket(): %s",
+                              strerror(errno));
+            goto out_free;
+        }
+        if (connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+            break;
+        }
+        err = errno;
+        close(fd);
+        if (sl_deadline_passed(deadline)) {
+            status = sl_error(eb, STAGELINK_ERR_TIMEOUT,
+                              "cannot reach rank 0 at %s:%d: %s; check "
+                              "MASTER_ADDR/MASTER_PORT and that rank 0 runs",
+                              l->addr, l->port, strerror(err));
+            goto out_free;
+        }
+        usleep(20000);
+    }
+    sl_sock_tune(fd);
+    *fd_out = fd;
+    status  = STAGELINK_SUCCESS;
+out_free:
+    freeaddrinfo(res);
+    return status;
+}
+
+static sl_status_t sl_boot_check_hdr(const sl_boot_hdr_t *h,
+                                     const sl_bootstrap_t *bs,
+                                     sl_errbuf_t *eb)
+{
+    if (h->magic != SL_BOOT_MAGIC || h->version != SL_BOOT_VERSION) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "bootstrap message with magic 0x%x version %u, "
+                        "expected 0x%x version %u: a client of another "
+                        "program or stagelink version", h->magic, h->version,
+                        SL_BOOT_MAGIC, SL_BOOT_VERSION);
+    }
+    if (h->world_size != (uint32_t)bs->world_size) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "rank %u says world size %u, rank %d says %d; all "
+                        "ranks must be started with the same world size",
+                        h->rank, h->world_size, bs->rank, bs->world_size);
+    }
+    return STAGELINK_SUCCESS;
+}
+
+static sl_status_t sl_boot_accept_all(sl_bootstrap_t *bs, int lfd,
+                                      double deadline, sl_errbuf_t *eb)
+{
+    int           arrived = 1;
+    sl_boot_hdr_t hdr;
+    struct pollfd pfd;
+    sl_errbuf_t   drop;
+    int           fd, rc;
+
+    while (arrived < bs->world_size) {
+        pfd.fd     = lfd;
+        pfd.events = POLLIN;
+        rc         = poll(&pfd, 1, sl_deadline_ms(deadline));
+        if (rc == 0) {
+            return sl_error(eb, STAGELINK_ERR_TIMEOUT,
+                            "only %d of %d ranks reached the rendezvous in "
+                            "time; check that every rank was started",
+                            arrived, bs->world_size);
+        }
+        if (rc < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return sl_error(eb, STAGELINK_ERR_BOOTSTRAP, "poll: %s",
+                            strerror(errno));
+        }
+        fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0) {
+            continue;
+        }
+        sl_sock_tune(fd);
+        /* A stray client is dropped; the job goes on. */
+        if (sl_sock_io(fd, &hdr, sizeof(hdr), 0, deadline, &drop) !=
+                STAGELINK_SUCCESS ||
+            sl_boot_check_hdr(&hdr, bs, &drop) != STAGELINK_SUCCESS ||
+            hdr.rank == 0 || hdr.rank >= (uint32_t)bs->world_size ||
+            bs->peer_fds[hdr.rank] >= 0) {
+            SL_WARN(SL_SUBSYS_BOOT, "dropped a rendezvous client: %s",
+                    drop.msg[0] ? drop.msg : "rank out of range or duplicate");
+            drop.msg[0] = '\0';
+            close(fd);
+            continue;
+        }
+        bs->peer_fds[hdr.rank] = fd;
+        ++arrived;
+        SL_TRACE(SL_SUBSYS_BOOT, "rank %u arrived (%d/%d)", hdr.rank, arrived,
+                 bs->world_size);
+    }
+    return STAGELINK_SUCCESS;
+}
+
+sl_status_t sl_bootstrap_init(sl_bootstrap_t *bs,
+                              const stagelink_config_t *config,
+                              const sl_launcher_t *launcher, double timeout,
+                              sl_errbuf_t *eb)
+{
+    double        deadline = sl_deadline(timeout);
+    sl_boot_hdr_t hello;
+    sl_status_t   status;
+    int           lfd = -1, i;
+
+    memset(bs, 0, sizeof(*bs));
+    bs->fn         = config->allgather;
+    bs->fn_ctx     = config->allgather_ctx;
+    bs->rank       = launcher->rank;
+    bs->world_size = launcher->world_size;
+    bs->timeout    = timeout;
+    bs->root_fd    = -1;
+    if (bs->fn != NULL || bs->world_size == 1) {
+        return STAGELINK_SUCCESS;
+    }
+
+    if (bs->rank != 0) {
+        SL_CHECK(sl_boot_connect(launcher, deadline, &bs->root_fd, eb));
+        hello = (sl_boot_hdr_t){SL_BOOT_MAGIC, SL_BOOT_VERSION,
+                                (uint32_t)bs->rank,
+                                (uint32_t)bs->world_size, 0};
+        SL_CHECK_GOTO(sl_sock_io(bs->root_fd, &hello, sizeof(hello), 1,
+                                 deadline, eb), err_close);
+        SL_INFO(SL_SUBSYS_BOOT, "connected to rendezvous %s:%d",
+                launcher->addr, launcher->port);
+        return STAGELINK_SUCCESS;
+    }
+
+    bs->peer_fds = malloc((size_t)bs->world_size * sizeof(int));
+    if (bs->peer_fds == NULL) {
+        return sl_error(eb, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate %d rendezvous sockets",
+                        bs->world_size);
+    }
+    for (i = 0; i < bs->world_size; ++i) {
+        bs->peer_fds[i] = -1;
+    }
+    SL_CHECK_GOTO(sl_boot_listen(launcher, &lfd, eb), err_close);
+    status = sl_boot_accept_all(bs, lfd, deadline, eb);
+    /* Later clients must find nobody listening rather than hang. */
+    close(lfd);
+    if (status != STAGELINK_SUCCESS) {
+        goto err_close;
+    }
+    SL_INFO(SL_SUBSYS_BOOT, "rendezvous on %s:%d complete, %d ranks",
+            launcher->addr, launcher->port, bs->world_size);
+    return STAGELINK_SUCCESS;
+
+err_close:
+    sl_bootstrap_cleanup(bs);
+    return status;
+}
+
+static sl_status_t sl_boot_root_allgather(sl_bootstrap_t *bs, void *recvbuf,
+                                          size_t size, double deadline,
+                                          sl_errbuf_t *eb)
+{
+    sl_boot_hdr_t hdr;
+    size_t        total = (size_t)bs->world_size * size;
+    int           r;
+
+    for (r = 1; r < bs->world_size; ++r) {
+        SL_CHECK(sl_sock_io(bs->peer_fds[r], &hdr, sizeof(hdr), 0, deadline,
+                            eb));
+        SL_CHECK(sl_boot_check_hdr(&hdr, bs, eb));
+        if (hdr.rank != (uint32_t)r || hdr.size != size) {
+            return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                            "rank %d sent block of %llu bytes as rank %u, "
+                            "expected %zu bytes: ranks disagree on the "
+                            "exchange", r, (unsigned long long)hdr.size,
+                            hdr.rank, size);
+        }
+        SL_CHECK(sl_sock_io(bs->peer_fds[r], (char *)recvbuf + r * size,
+                            size, 0, deadline, eb));
+    }
+    for (r = 1; r < bs->world_size; ++r) {
+        SL_CHECK(sl_sock_io(bs->peer_fds[r], recvbuf, total, 1, deadline,
+                            eb));
+    }
+    return STAGELINK_SUCCESS;
+}
+
+sl_status_t sl_bootstrap_allgather(sl_bootstrap_t *bs, const void *sendbuf,
+                                   void *recvbuf, size_t size,
+                                   sl_errbuf_t *eb)
+{
+    double        deadline = sl_deadline(bs->timeout);
+    sl_boot_hdr_t hdr;
+    int           rc;
+
+    if (size > SL_BOOTSTRAP_MAX_BLOCK) {
+        return sl_error(eb, STAGELINK_ERR_INTERNAL,
+                        "bootstrap block of %zu bytes exceeds %u", size,
+                        SL_BOOTSTRAP_MAX_BLOCK);
+    }
+    if (bs->fn != NULL) {
+        rc = bs->fn(bs->fn_ctx, sendbuf, recvbuf, size);
+        if (rc != 0) {
+            return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                            "the host's allgather callback returned %d for "
+                            "%zu bytes per rank", rc, size);
+        }
+        return STAGELINK_SUCCESS;
+    }
+    memmove((char *)recvbuf + (size_t)bs->rank * size, sendbuf, size);
+    if (bs->world_size == 1) {
+        return STAGELINK_SUCCESS;
+    }
+    if (bs->rank == 0) {
+        return sl_boot_root_allgather(bs, recvbuf, size, deadline, eb);
+    }
+    hdr = (sl_boot_hdr_t){SL_BOOT_MAGIC, SL_BOOT_VERSION, (uint32_t)bs->rank,
+                          (uint32_t)bs->world_size, size};
+    SL_CHECK(sl_sock_io(bs->root_fd, &hdr, sizeof(hdr), 1, deadline, eb));
+    SL_CHECK(sl_sock_io(bs->root_fd, (void *)sendbuf, size, 1, deadline, eb));
+    return sl_sock_io(bs->root_fd, recvbuf, (size_t)bs->world_size * size, 0,
+                      deadline, eb);
+}
+
+sl_status_t sl_bootstrap_barrier(sl_bootstrap_t *bs, sl_errbuf_t *eb)
+{
+    char     one = 1;
+    char    *all;
+    sl_status_t status;
+
+    all = malloc((size_t)bs->world_size);
+    if (all == NULL) {
+        return sl_error(eb, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate a %d-byte barrier buffer",
+                        bs->world_size);
+    }
+    status = sl_bootstrap_allgather(bs, &one, all, 1, eb);
+    free(all);
+    return status;
+}
+
+void sl_bootstrap_cleanup(sl_bootstrap_t *bs)
+{
+    int i;
+
+    if (bs->root_fd >= 0) {
+        close(bs->root_fd);
+        bs->root_fd = -1;
+    }
+    if (bs->peer_fds != NULL) {
+        for (i = 0; i < bs->world_size; ++i) {
+            if (bs->peer_fds[i] >= 0) {
+                close(bs->peer_fds[i]);
+            }
+        }
+        free(bs->peer_fds);
+        bs->peer_fds = NULL;
+    }
+}

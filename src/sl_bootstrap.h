@@ -1,0 +1,42 @@
+/*
+ * Bootstrap: the collective exchanges of init (worker addresses, node
+ * identities), over the host's allgather callback or, without one, a TCP
+ * rendezvous at rank 0 (a star: every rank keeps one socket to rank 0).
+ * All state lives in the object; every read has a deadline.
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef SL_BOOTSTRAP_H
+#define SL_BOOTSTRAP_H
+
+#include "sl_error.h"
+#include "sl_launcher.h"
+
+#include <stddef.h>
+
+/** Largest block one rank may contribute to one allgather. */
+#define SL_BOOTSTRAP_MAX_BLOCK (1u << 20)
+
+typedef struct sl_bootstrap {
+    stagelink_allgather_fn_t fn;
+    void                    *fn_ctx;
+    int                      rank, world_size;
+    double                   timeout;  /**< seconds per exchange, 0 = none */
+    int                      root_fd;  /**< non-root: socket to rank 0 */
+    int                     *peer_fds; /**< rank 0: socket of each rank */
+} sl_bootstrap_t;
+
+sl_status_t sl_bootstrap_init(sl_bootstrap_t *bs,
+                              const stagelink_config_t *config,
+                              const sl_launcher_t *launcher, double timeout,
+                              sl_errbuf_t *eb);
+
+/** Gathers `size` bytes from every rank into recvbuf (world * size). */
+sl_status_t sl_bootstrap_allgather(sl_bootstrap_t *bs, const void *sendbuf,
+                                   void *recvbuf, size_t size,
+                                   sl_errbuf_t *eb);
+
+sl_status_t sl_bootstrap_barrier(sl_bootstrap_t *bs, sl_errbuf_t *eb);
+
+void sl_bootstrap_cleanup(sl_bootstrap_t *bs);
+
+#endif

@@ -1,0 +1,149 @@
+/* The environment table and its parsers.  SPDX-License-Identifier: MIT */
+#include "sl_env.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
+    [SL_ENV_PLUGIN] = {"STAGELINK_PLUGIN", "ucx",
+        "Plugin the loader opens: a short name (ucx -> libstagelink-ucx.so) or a path."},
+    [SL_ENV_PLUGIN_PATH] = {"STAGELINK_PLUGIN_PATH", "",
+        "Colon-separated directories searched for plugins before the installed plugin directory."},
+    [SL_ENV_MODE] = {"STAGELINK_MODE", "scatter_gather",
+        "Boundary mode when the host leaves it unset: scatter_gather, full or sharded."},
+    [SL_ENV_GATHER] = {"STAGELINK_GATHER", "auto",
+        "Intra-node gather backend: ucx, nccl or auto (nccl for GPU buffers when built with it, else ucx)."},
+    [SL_ENV_DEBUG] = {"STAGELINK_DEBUG", "WARN",
+        "Log level: NONE, WARN (errors only), INFO or TRACE."},
+    [SL_ENV_DEBUG_SUBSYS] = {"STAGELINK_DEBUG_SUBSYS", "ALL",
+        "Comma list of subsystems to log: INIT, BOOT, NET, GATHER, ENV or ALL."},
+    [SL_ENV_NODE_ID] = {"STAGELINK_NODE_ID", "",
+        "Override of the node identity (default: hostname plus network namespace)."},
+    [SL_ENV_TIMEOUT] = {"STAGELINK_TIMEOUT", "600",
+        "Seconds a blocking call (bootstrap, wait) may take before failing with STAGELINK_ERR_TIMEOUT; 0 waits forever."},
+    [SL_ENV_SPIN_US] = {"STAGELINK_SPIN_US", "20",
+        "Microseconds wait() polls before sleeping on the UCX event fd."},
+    [SL_ENV_MAX_REQUESTS] = {"STAGELINK_MAX_REQUESTS", "1024",
+        "Transfers one communicator may have in flight."},
+    [SL_ENV_NET_DEVICES] = {"STAGELINK_NET_DEVICES", "",
+        "UCX network devices for the inter-node path (as UCX_NET_DEVICES), when UCX_NET_DEVICES is unset."},
+    [SL_ENV_BOOTSTRAP_ADDR] = {"STAGELINK_BOOTSTRAP_ADDR", "",
+        "Address of rank 0's rendezvous listener; default MASTER_ADDR, else 127.0.0.1 on one node."},
+    [SL_ENV_BOOTSTRAP_PORT] = {"STAGELINK_BOOTSTRAP_PORT", "",
+        "Port of the rendezvous listener; default MASTER_PORT, else 29517."},
+    [SL_ENV_UCX_NET_DEVICES] = {"UCX_NET_DEVICES", "",
+        "UCX's own device list; when set, stagelink leaves the choice to it and ignores STAGELINK_NET_DEVICES."},
+    [SL_ENV_RANK] = {"RANK", "", "torchrun: global rank."},
+    [SL_ENV_WORLD_SIZE] = {"WORLD_SIZE", "", "torchrun: number of ranks."},
+    [SL_ENV_LOCAL_RANK] = {"LOCAL_RANK", "", "torchrun: rank on this node."},
+    [SL_ENV_LOCAL_WORLD_SIZE] = {"LOCAL_WORLD_SIZE", "", "torchrun: ranks on this node."},
+    [SL_ENV_MASTER_ADDR] = {"MASTER_ADDR", "", "torchrun: rendezvous host (rank 0)."},
+    [SL_ENV_MASTER_PORT] = {"MASTER_PORT", "", "torchrun: rendezvous port."},
+    [SL_ENV_OMPI_RANK] = {"OMPI_COMM_WORLD_RANK", "", "Open MPI mpirun: global rank."},
+    [SL_ENV_OMPI_SIZE] = {"OMPI_COMM_WORLD_SIZE", "", "Open MPI mpirun: number of ranks."},
+    [SL_ENV_OMPI_LOCAL_RANK] = {"OMPI_COMM_WORLD_LOCAL_RANK", "", "Open MPI mpirun: rank on this node."},
+    [SL_ENV_OMPI_LOCAL_SIZE] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "", "Open MPI mpirun: ranks on this node."},
+    [SL_ENV_SLURM_PROCID] = {"SLURM_PROCID", "", "Slurm srun: global rank."},
+    [SL_ENV_SLURM_NTASKS] = {"SLURM_NTASKS", "", "Slurm srun: number of ranks."},
+    [SL_ENV_SLURM_LOCALID] = {"SLURM_LOCALID", "", "Slurm srun: rank on this node."},
+    [SL_ENV_SLURM_NTASKS_PER_NODE] = {"SLURM_NTASKS_PER_NODE", "", "Slurm srun: ranks per node."},
+    [SL_ENV_SLURM_JOB_ID] = {"SLURM_JOB_ID", "", "Slurm: job id, part of the default port choice."},
+};
+
+const char *sl_env_raw(sl_env_id_t id)
+{
+    const char *value = getenv(sl_env_table[id].name);
+
+    return (value != NULL && value[0] != '\0') ? value : NULL;
+}
+
+const char *sl_env_get(sl_env_id_t id)
+{
+    const char *value = sl_env_raw(id);
+
+    return (value != NULL) ? value : sl_env_table[id].default_value;
+}
+
+sl_status_t sl_env_parse_choice(sl_env_id_t id, const char *const *names,
+                                int *index, sl_errbuf_t *eb)
+{
+    const char *value = sl_env_get(id);
+    char        choices[256] = "";
+    size_t      used         = 0;
+    int         i;
+
+    for (i = 0; names[i] != NULL; ++i) {
+        if (strcasecmp(value, names[i]) == 0) {
+            *index = i;
+            return STAGELINK_SUCCESS;
+        }
+        used += (size_t)snprintf(choices + used, sizeof(choices) - used,
+                                 "%s%s", (i > 0) ? ", " : "", names[i]);
+        if (used >= sizeof(choices)) {
+            used = sizeof(choices) - 1;
+        }
+    }
+    return sl_error(eb, STAGELINK_ERR_CONFIG,
+                    "%s=\"%s\" is not a known value; use one of: %s",
+                    sl_env_table[id].name, value, choices);
+}
+
+sl_status_t sl_parse_long(const char *text, long min, long max, long *value,
+                          const char *what, sl_errbuf_t *eb)
+{
+    char *end;
+    long  v;
+
+    errno = 0;
+    v     = strtol(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || v < min || v > max) {
+        return sl_error(eb, STAGELINK_ERR_CONFIG,
+                        "%s=\"%s\" is not an integer in [%ld, %ld]", what,
+                        text, min, max);
+    }
+    *value = v;
+    return STAGELINK_SUCCESS;
+}
+
+sl_status_t sl_env_parse_u64(sl_env_id_t id, uint64_t min, uint64_t max,
+                             uint64_t *value, sl_errbuf_t *eb)
+{
+    const char        *text = sl_env_get(id);
+    char              *end;
+    unsigned long long v;
+
+    errno = 0;
+    v     = strtoull(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || text[0] == '-' ||
+        v < min || v > max) {
+        return sl_error(eb, STAGELINK_ERR_CONFIG,
+                        "%s=\"%s\" is not an integer in [%llu, %llu]",
+                        sl_env_table[id].name, text, (unsigned long long)min,
+                        (unsigned long long)max);
+    }
+    *value = v;
+    return STAGELINK_SUCCESS;
+}
+
+sl_status_t sl_env_parse_seconds(sl_env_id_t id, double *seconds,
+                                 sl_errbuf_t *eb)
+{
+    const char *text = sl_env_get(id);
+    char       *end;
+    double      v;
+
+    errno = 0;
+    v     = strtod(text, &end);
+    if (errno != 0 || end == text || *end != '\0' || !isfinite(v) || v < 0) {
+        return sl_error(eb, STAGELINK_ERR_CONFIG,
+                        "%s=\"%s\" is not a non-negative number of seconds",
+                        sl_env_table[id].name, text);
+    }
+    *seconds = v;
+    return STAGELINK_SUCCESS;
+}

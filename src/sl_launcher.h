@@ -1,0 +1,28 @@
+/*
+ * Rank, world size and rendezvous address from the launcher that started
+ * this process: torchrun, Open MPI's mpirun or Slurm's srun.
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef SL_LAUNCHER_H
+#define SL_LAUNCHER_H
+
+#include "sl_error.h"
+
+typedef struct sl_launcher {
+    const char *source;     /**< "config", "torchrun", "mpirun", "slurm" */
+    int         rank, world_size;
+    int         local_rank, local_size; /**< -1 when the launcher says nothing */
+    char        addr[256];  /**< rendezvous host */
+    int         port;
+} sl_launcher_t;
+
+#define SL_BOOTSTRAP_DEFAULT_PORT 29517
+
+/**
+ * Fills `out` from the config (when it sets the rank) or the environment.
+ * The rendezvous address is needed only without an allgather callback.
+ */
+sl_status_t sl_launcher_detect(const stagelink_config_t *config,
+                               sl_launcher_t *out, sl_errbuf_t *eb);
+
+#endif

@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: MIT */
+#include "sl_layout.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static sl_status_t sl_layout_alloc_group(sl_layout_t *layout, sl_errbuf_t *eb)
+{
+    layout->tp_ranks = calloc((size_t)layout->tp_size, sizeof(int));
+    if (layout->tp_ranks == NULL) {
+        return sl_error(eb, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate the TP group of %d ranks",
+                        layout->tp_size);
+    }
+    return STAGELINK_SUCCESS;
+}
+
+static sl_status_t sl_layout_check_sizes(int rank, int world_size, int tp_size,
+                                         sl_errbuf_t *eb)
+{
+    if (world_size < 1 || rank < 0 || rank >= world_size) {
+        return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
+                        "rank %d is outside world size %d; check the "
+                        "launcher's rank variables", rank, world_size);
+    }
+    if (tp_size < 1 || tp_size > world_size || tp_size > 0xffff) {
+        return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
+                        "tensor-parallel size %d must be in [1, world size %d]",
+                        tp_size, world_size);
+    }
+    return STAGELINK_SUCCESS;
+}
+
+sl_status_t sl_layout_from_order(int rank, int world_size, int tp_size,
+                                 int pp_size, sl_layout_t *layout,
+                                 sl_errbuf_t *eb)
+{
+    int stride, i;
+
+    memset(layout, 0, sizeof(*layout));
+    SL_CHECK(sl_layout_check_sizes(rank, world_size, tp_size, eb));
+    if (pp_size == 0) {
+        pp_size = world_size / tp_size;
+    }
+    if (pp_size < 1 || world_size % (tp_size * pp_size) != 0) {
+        return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
+                        "world size %d is not a multiple of tp_size %d x "
+                        "pp_size %d; fix the parallel sizes", world_size,
+                        tp_size, pp_size);
+    }
+    layout->rank       = rank;
+    layout->world_size = world_size;
+    layout->tp_size    = tp_size;
+    layout->pp_size    = pp_size;
+    layout->dp_size    = world_size / (tp_size * pp_size);
+    stride             = tp_size * layout->dp_size;
+    layout->tp_index   = rank % tp_size;
+    layout->dp_index   = (rank / tp_size) % layout->dp_size;
+    layout->pp_index   = rank / stride;
+    layout->prev_rank  = (layout->pp_index > 0) ? rank - stride : -1;
+    layout->next_rank  = (layout->pp_index < pp_size - 1) ? rank + stride : -1;
+    SL_CHECK(sl_layout_alloc_group(layout, eb));
+    for (i = 0; i < tp_size; ++i) {
+        layout->tp_ranks[i] = rank - layout->tp_index + i;
+    }
+    return STAGELINK_SUCCESS;
+}
+
+sl_status_t sl_layout_from_topology(int rank, int world_size, int tp_size,
+                                    int pp_size,
+                                    const stagelink_topology_t *topo,
+                                    sl_layout_t *layout, sl_errbuf_t *eb)
+{
+    int i;
+
+    memset(layout, 0, sizeof(*layout));
+    SL_CHECK(sl_layout_check_sizes(rank, world_size, tp_size, eb));
+    if (topo->tp_ranks == NULL || topo->tp_index < 0 ||
+        topo->tp_index >= tp_size) {
+        return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
+                        "explicit topology needs tp_ranks (%p) and tp_index "
+                        "%d in [0, %d)", (const void *)topo->tp_ranks,
+                        topo->tp_index, tp_size);
+    }
+    if (topo->tp_ranks[topo->tp_index] != rank) {
+        return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
+                        "explicit topology: tp_ranks[%d] = %d but this rank "
+                        "is %d", topo->tp_index,
+                        topo->tp_ranks[topo->tp_index], rank);
+    }
+    for (i = -2; i < tp_size; ++i) {
+        int r = (i == -2) ? topo->prev_rank
+              : (i == -1) ? topo->next_rank : topo->tp_ranks[i];
+        if (r < -1 || r >= world_size || (i >= 0 && r < 0) ||
+            (i < 0 && r == rank)) {
+            return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
+                            "explicit topology names rank %d (%s), not valid "
+                            "in world size %d for rank %d", r,
+                            (i == -2) ? "prev_rank"
+                            : (i == -1) ? "next_rank" : "tp_ranks",
+                            world_size, rank);
+        }
+    }
+    layout->rank       = rank;
+    layout->world_size = world_size;
+    layout->tp_size    = tp_size;
+    layout->pp_size    = pp_size;
+    layout->dp_size    = -1;
+    layout->tp_index   = topo->tp_index;
+    layout->dp_index   = -1;
+    layout->pp_index   = -1;
+    layout->prev_rank  = topo->prev_rank;
+    layout->next_rank  = topo->next_rank;
+    SL_CHECK(sl_layout_alloc_group(layout, eb));
+    memcpy(layout->tp_ranks, topo->tp_ranks, (size_t)tp_size * sizeof(int));
+    return STAGELINK_SUCCESS;
+}
+
+void sl_layout_cleanup(sl_layout_t *layout)
+{
+    free(layout->tp_ranks);
+    layout->tp_ranks = NULL;
+}

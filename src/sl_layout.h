@@ -1,0 +1,33 @@
+/*
+ * Where a rank sits in the 3-D grid: TP index, data-parallel index and
+ * pipeline stage, its neighbour stages and its TP group.  Default is
+ * Megatron-LM's order (TP fastest, then data parallel, then pipeline);
+ * a host may give placement explicitly.  SPDX-License-Identifier: MIT
+ */
+#ifndef SL_LAYOUT_H
+#define SL_LAYOUT_H
+
+#include "sl_error.h"
+
+typedef struct sl_layout {
+    int  rank, world_size;
+    int  tp_size, pp_size, dp_size;
+    int  tp_index, pp_index, dp_index;
+    int  prev_rank, next_rank; /**< -1 where none */
+    int *tp_ranks;             /**< tp_size world ranks, by TP index */
+} sl_layout_t;
+
+/** Megatron order for (rank, world_size, t, p); p = 0 means world / t. */
+sl_status_t sl_layout_from_order(int rank, int world_size, int tp_size,
+                                 int pp_size, sl_layout_t *layout,
+                                 sl_errbuf_t *eb);
+
+/** Placement given by the host; pp/dp indices are not known then (-1). */
+sl_status_t sl_layout_from_topology(int rank, int world_size, int tp_size,
+                                    int pp_size,
+                                    const stagelink_topology_t *topo,
+                                    sl_layout_t *layout, sl_errbuf_t *eb);
+
+void sl_layout_cleanup(sl_layout_t *layout);
+
+#endif

@@ -1,0 +1,227 @@
+/*
+ * The host-side loader: finds a plugin by short name or path, dlopens it
+ * RTLD_NOW|RTLD_LOCAL, resolves stagelink_plugin_v1 and checks its ABI.
+ * Every failure says what was tried.  SPDX-License-Identifier: MIT
+ */
+#include "sl_env.h"
+#include "sl_log.h"
+
+#include <stagelink/loader.h>
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SL_LOADER_PATH_MAX 4096
+
+struct stagelink_loader {
+    void                        *handle;
+    const stagelink_plugin_v1_t *plugin;
+    char                         path[SL_LOADER_PATH_MAX];
+};
+
+static stagelink_status_t sl_loader_fail(char *err, size_t errlen,
+                                         stagelink_status_t status,
+                                         const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static stagelink_status_t sl_loader_fail(char *err, size_t errlen,
+                                         stagelink_status_t status,
+                                         const char *fmt, ...)
+{
+    char    msg[2 * SL_LOADER_PATH_MAX];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    SL_WARN(SL_SUBSYS_INIT, "%s: %s", stagelink_status_string(status), msg);
+    if (err != NULL && errlen > 0) {
+        snprintf(err, errlen, "%s", msg);
+    }
+    return status;
+}
+
+/* Appends "candidate: dlerror" to the list of attempts. */
+static void sl_loader_note(char *tried, size_t len, const char *candidate,
+                           const char *why)
+{
+    size_t used = strlen(tried);
+
+    snprintf(tried + used, len - used, "%s%s (%s)", used ? "; " : "",
+             candidate, why);
+}
+
+static void *sl_loader_try(const char *candidate, char *tried, size_t len)
+{
+    void *handle = dlopen(candidate, RTLD_NOW | RTLD_LOCAL);
+
+    if (handle == NULL) {
+        const char *why = dlerror();
+        sl_loader_note(tried, len, candidate, why ? why : "unknown error");
+    }
+    return handle;
+}
+
+static void *sl_loader_search(const char *name, char *path, size_t pathlen,
+                              char *tried, size_t triedlen)
+{
+    char        file[256];
+    char        dirs[SL_LOADER_PATH_MAX];
+    const char *plugin_path = sl_env_raw(SL_ENV_PLUGIN_PATH);
+    char       *save = NULL, *dir;
+    void       *handle;
+
+    if (strchr(name, '/') != NULL) {
+        snprintf(path, pathlen, "%s", name);
+        return sl_loader_try(name, tried, triedlen);
+    }
+    snprintf(file, sizeof(file), "libstagelink-%s.so", name);
+    if (plugin_path != NULL) {
+        snprintf(dirs, sizeof(dirs), "%s", plugin_path);
+        for (dir = strtok_r(dirs, ":", &save); dir != NULL;
+             dir = strtok_r(NULL, ":", &save)) {
+            snprintf(path, pathlen, "%s/%s", dir, file);
+            if ((handle = sl_loader_try(path, tried, triedlen)) != NULL) {
+                return handle;
+            }
+        }
+    }
+    snprintf(path, pathlen, "%s/%s", STAGELINK_PLUGIN_DIR, file);
+    if ((handle = sl_loader_try(path, tried, triedlen)) != NULL) {
+        return handle;
+    }
+    /* Last, the dynamic loader's own search: LD_LIBRARY_PATH, rpath, cache. */
+    snprintf(path, pathlen, "%s", file);
+    return sl_loader_try(file, tried, triedlen);
+}
+
+stagelink_status_t stagelink_loader_open(const char *name,
+                                         stagelink_loader_t **loader_out,
+                                         char *err, size_t errlen)
+{
+    char                         tried[2 * SL_LOADER_PATH_MAX] = "";
+    stagelink_loader_t          *loader;
+    const stagelink_plugin_v1_t *plugin;
+    stagelink_status_t           status;
+
+    if (loader_out == NULL) {
+        return sl_loader_fail(err, errlen, STAGELINK_ERR_INVALID_ARG,
+                              "stagelink_loader_open: loader is NULL");
+    }
+    *loader_out = NULL;
+    if (name == NULL) {
+        name = sl_env_get(SL_ENV_PLUGIN);
+    }
+    if (name[0] == '\0') {
+        return sl_loader_fail(err, errlen, STAGELINK_ERR_INVALID_ARG,
+                              "empty plugin name; use a short name such as "
+                              "\"ucx\" or a path");
+    }
+    loader = calloc(1, sizeof(*loader));
+    if (loader == NULL) {
+        return sl_loader_fail(err, errlen, STAGELINK_ERR_NO_MEMORY,
+                              "cannot allocate a loader");
+    }
+    loader->handle = sl_loader_search(name, loader->path, sizeof(loader->path),
+                                      tried, sizeof(tried));
+    if (loader->handle == NULL) {
+        status = sl_loader_fail(err, errlen, STAGELINK_ERR_NOT_FOUND,
+                                "plugin \"%s\" not found; tried: %s. Set "
+                                "STAGELINK_PLUGIN to a path or "
+                                "STAGELINK_PLUGIN_PATH to its directory",
+                                name, tried);
+        goto err_free;
+    }
+    dlerror();
+    plugin = dlsym(loader->handle, STAGELINK_PLUGIN_SYMBOL_V1);
+    if (plugin == NULL) {
+        status = sl_loader_fail(err, errlen, STAGELINK_ERR_SYMBOL_MISSING,
+                                "%s has no symbol %s: not a stagelink plugin, "
+                                "or one without ABI version %u",
+                                loader->path, STAGELINK_PLUGIN_SYMBOL_V1,
+                                STAGELINK_ABI_VERSION_1);
+        goto err_close;
+    }
+    if (plugin->abi_version != STAGELINK_ABI_VERSION_1 ||
+        plugin->struct_size < sizeof(stagelink_plugin_v1_t)) {
+        status = sl_loader_fail(err, errlen, STAGELINK_ERR_VERSION_MISMATCH,
+                                "%s: %s has ABI version %u (vtable %u bytes), "
+                                "this host needs version %u (%zu bytes); "
+                                "rebuild the plugin or the host",
+                                loader->path, STAGELINK_PLUGIN_SYMBOL_V1,
+                                plugin->abi_version, plugin->struct_size,
+                                STAGELINK_ABI_VERSION_1,
+                                sizeof(stagelink_plugin_v1_t));
+        goto err_close;
+    }
+    loader->plugin = plugin;
+    SL_INFO(SL_SUBSYS_INIT, "loaded plugin %s %s from %s",
+            plugin->name ? plugin->name : "?",
+            plugin->version ? plugin->version : "?", loader->path);
+    *loader_out = loader;
+    return STAGELINK_SUCCESS;
+
+err_close:
+    dlclose(loader->handle);
+err_free:
+    free(loader);
+    return status;
+}
+
+const stagelink_plugin_v1_t *
+stagelink_loader_plugin(const stagelink_loader_t *loader)
+{
+    return (loader != NULL) ? loader->plugin : NULL;
+}
+
+const char *stagelink_loader_path(const stagelink_loader_t *loader)
+{
+    return (loader != NULL) ? loader->path : NULL;
+}
+
+stagelink_status_t stagelink_loader_comm_init(const stagelink_loader_t *loader,
+                                              const stagelink_config_t *config,
+                                              stagelink_comm_t **comm,
+                                              char *err, size_t errlen)
+{
+    stagelink_status_t status;
+
+    if (loader == NULL) {
+        return sl_loader_fail(err, errlen, STAGELINK_ERR_INVALID_ARG,
+                              "stagelink_loader_comm_init: loader is NULL");
+    }
+    status = loader->plugin->comm_init(config, comm);
+    if (status != STAGELINK_SUCCESS) {
+        return sl_loader_fail(err, errlen, status,
+                              "plugin %s (%s) failed to initialize: %s",
+                              loader->plugin->name, loader->path,
+                              loader->plugin->last_error(NULL));
+    }
+    return STAGELINK_SUCCESS;
+}
+
+void stagelink_loader_close(stagelink_loader_t *loader)
+{
+    if (loader != NULL) {
+        dlclose(loader->handle);
+        free(loader);
+    }
+}
+
+size_t stagelink_env_count(void)
+{
+    return SL_ENV_COUNT;
+}
+
+const stagelink_env_var_t *stagelink_env_var(size_t index)
+{
+    return (index < SL_ENV_COUNT) ? &sl_env_table[index] : NULL;
+}
+
+const char *stagelink_version(void)
+{
+    return STAGELINK_VERSION_STRING;
+}

@@ -1,0 +1,17 @@
+/*
+ * Node identity: which ranks share a node (and so shared memory and the
+ * fast intra-node link).  Hostname alone cannot tell apart network
+ * namespaces on one host, which is how nodes are simulated, so the
+ * namespace is part of it.  SPDX-License-Identifier: MIT
+ */
+#ifndef SL_NODE_H
+#define SL_NODE_H
+
+#include "sl_error.h"
+
+#define SL_NODE_ID_LEN 64
+
+/** STAGELINK_NODE_ID, else "hostname/net:[inode]" of this process. */
+sl_status_t sl_node_id(char id[SL_NODE_ID_LEN], sl_errbuf_t *eb);
+
+#endif

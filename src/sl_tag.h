@@ -1,0 +1,37 @@
+/*
+ * The 64-bit UCX tag of every stagelink message.  It carries the message
+ * class, the direction, the virtual chunk, the sending TP index and the
+ * microbatch, so that each receive matches exactly its own send however
+ * many transfers are in flight and in whatever order they were posted.
+ *
+ *   63..60 class | 59 dir | 58..48 chunk | 47..32 source | 31..0 microbatch
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef SL_TAG_H
+#define SL_TAG_H
+
+#include <stagelink/stagelink.h>
+
+#include <stdint.h>
+
+typedef enum sl_tag_class {
+    SL_TAG_CLASS_STAGE  = 1, /**< shard or full tensor across a stage boundary */
+    SL_TAG_CLASS_GATHER = 2  /**< shard exchanged inside the TP group */
+} sl_tag_class_t;
+
+#define SL_TAG_MASK_ALL   UINT64_MAX
+#define SL_TAG_MAX_SOURCE 0xffffu
+
+typedef struct sl_tag_fields {
+    sl_tag_class_t cls;
+    int            backward; /**< 0 forward, 1 backward */
+    uint32_t       chunk;
+    uint32_t       source;
+    uint32_t       microbatch;
+} sl_tag_fields_t;
+
+uint64_t sl_tag_encode(const sl_tag_fields_t *f);
+void     sl_tag_decode(uint64_t tag, sl_tag_fields_t *f);
+
+#endif

@@ -1,0 +1,38 @@
+/* Monotonic time and deadlines.  SPDX-License-Identifier: MIT */
+#ifndef SL_TIME_H
+#define SL_TIME_H
+
+#include <time.h>
+
+static inline double sl_time_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/** Deadline `seconds` from now; 0 seconds means none (infinite). */
+static inline double sl_deadline(double seconds)
+{
+    return (seconds > 0) ? sl_time_now() + seconds : 0.0;
+}
+
+/** Milliseconds left before `deadline` for poll(): -1 without one. */
+static inline int sl_deadline_ms(double deadline)
+{
+    double left;
+
+    if (deadline == 0.0) {
+        return -1;
+    }
+    left = deadline - sl_time_now();
+    return (left <= 0) ? 0 : (int)(left * 1e3) + 1;
+}
+
+static inline int sl_deadline_passed(double deadline)
+{
+    return deadline != 0.0 && sl_time_now() >= deadline;
+}
+
+#endif

@@ -1,0 +1,375 @@
+/*
+ * One rank of a multi-process transfer test.  Started by stagelink_run (or
+ * mpirun), it loads the plugin through the loader and runs a scenario over
+ * a list of sizes; every received byte is checked against the pattern of
+ * the sending stage, microbatch, chunk, direction and offset.
+ *
+ *   xfer_check -t TP [-p PP] [-m MODE] [-s SIZES] [-n MICROBATCHES] SCENARIO
+ *   scenarios: sweep, inflight, 1f1b
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "host.h"
+#include "pattern.h"
+
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SENTINEL 0xee
+
+typedef struct check {
+    sl_host_t        host;
+    stagelink_mode_t mode;
+    int              stage, nstages, tp, tp_index;
+    int              failures;
+} check_t;
+
+typedef struct xfer_slot {
+    unsigned char       *buf;
+    size_t               nbytes;
+    int                  recv, backward, src_stage;
+    uint32_t             mb, chunk;
+    stagelink_request_t *req;
+} xfer_slot_t;
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+
+    if (p == NULL) {
+        fprintf(stderr, "out of memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+/* An independent statement of the shard rule, not the library's code. */
+static void expected_shard(const check_t *c, size_t nbytes, size_t esize,
+                           size_t *off, size_t *len)
+{
+    size_t n = nbytes / esize, q = n / (size_t)c->tp, r = n % (size_t)c->tp;
+    size_t i = (size_t)c->tp_index;
+
+    *off = (i * q + (i < r ? i : r)) * esize;
+    *len = (q + (i < r ? 1 : 0)) * esize;
+}
+
+static void slot_prepare(check_t *c, xfer_slot_t *s)
+{
+    if (s->recv) {
+        memset(s->buf, SENTINEL, s->nbytes);
+    } else {
+        sl_pattern_fill(s->buf, 0, s->nbytes,
+                        sl_pattern_seed(c->stage, s->mb, s->chunk, s->backward));
+    }
+}
+
+static stagelink_xfer_t slot_xfer(const xfer_slot_t *s)
+{
+    stagelink_xfer_t x;
+    int              to_next = s->recv ? s->backward : !s->backward;
+
+    memset(&x, 0, sizeof(x));
+    x.peer           = to_next ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV;
+    x.buf            = s->buf;
+    x.nbytes         = s->nbytes;
+    x.elem_size      = (s->nbytes % 2 == 0) ? 2 : 1;
+    x.mem_type       = STAGELINK_MEM_HOST;
+    x.tag.microbatch = s->mb;
+    x.tag.chunk      = (uint16_t)s->chunk;
+    return x;
+}
+
+static void slot_post(check_t *c, xfer_slot_t *s)
+{
+    stagelink_xfer_t   x = slot_xfer(s);
+    stagelink_status_t st;
+
+    slot_prepare(c, s);
+    st = s->recv ? c->host.plugin->irecv(c->host.comm, &x, &s->req)
+                 : c->host.plugin->isend(c->host.comm, &x, &s->req);
+    if (sl_host_report(&c->host, st, s->recv ? "irecv" : "isend")) {
+        ++c->failures;
+        s->req = NULL;
+    }
+}
+
+static void slot_verify(check_t *c, const xfer_slot_t *s)
+{
+    uint64_t seed = sl_pattern_seed(s->src_stage, s->mb, s->chunk, s->backward);
+    size_t   off = 0, len = s->nbytes, bad, i;
+    size_t   esize = (s->nbytes % 2 == 0) ? 2 : 1;
+
+    if (c->mode == STAGELINK_MODE_SHARDED) {
+        expected_shard(c, s->nbytes, esize, &off, &len);
+        for (i = 0; i < s->nbytes; ++i) {
+            if ((i < off || i >= off + len) && s->buf[i] != SENTINEL) {
+                fprintf(stderr, "rank %d: sharded mode wrote byte %zu outside "
+                        "its shard [%zu, %zu) of mb %u (%zu bytes)\n",
+                        c->host.info.rank, i, off, off + len, s->mb,
+                        s->nbytes);
+                ++c->failures;
+                return;
+            }
+        }
+    }
+    bad = sl_pattern_check(s->buf, off, len, seed);
+    if (bad != SIZE_MAX) {
+        fprintf(stderr, "rank %d: %s mb %u chunk %u (%zu bytes, mode %s, "
+                "t=%d): byte %zu is 0x%02x, expected the pattern of stage %d\n",
+                c->host.info.rank, s->backward ? "backward" : "forward", s->mb,
+                s->chunk, s->nbytes, sl_host_mode_name(c->mode), c->tp, bad,
+                s->buf[bad], s->src_stage);
+        ++c->failures;
+    }
+}
+
+static void slot_wait(check_t *c, xfer_slot_t *s)
+{
+    if (s->req == NULL) {
+        return;
+    }
+    if (sl_host_report(&c->host, c->host.plugin->wait(c->host.comm, s->req),
+                       "wait")) {
+        ++c->failures;
+    } else if (s->recv) {
+        slot_verify(c, s);
+    }
+    s->req = NULL;
+}
+
+/* Fills a slot for this stage: a send or receive in one direction. */
+static int slot_make(check_t *c, xfer_slot_t *s, unsigned char *buf,
+                     size_t nbytes, int recv, int backward, uint32_t mb,
+                     uint32_t chunk)
+{
+    int peer_stage = (recv != backward) ? c->stage - 1 : c->stage + 1;
+
+    if (peer_stage < 0 || peer_stage >= c->nstages) {
+        return 0;
+    }
+    memset(s, 0, sizeof(*s));
+    s->buf       = buf;
+    s->nbytes    = nbytes;
+    s->recv      = recv;
+    s->backward  = backward;
+    s->mb        = mb;
+    s->chunk     = chunk;
+    s->src_stage = recv ? peer_stage : c->stage;
+    return 1;
+}
+
+/* Forward then backward across every boundary, one transfer at a time. */
+static void run_sweep(check_t *c, size_t nbytes)
+{
+    unsigned char *sbuf = xmalloc(nbytes), *rbuf = xmalloc(nbytes);
+    xfer_slot_t    s, r;
+    int            backward, hs, hr;
+
+    for (backward = 0; backward < 2; ++backward) {
+        hs = slot_make(c, &s, sbuf, nbytes, 0, backward, 7, 1);
+        hr = slot_make(c, &r, rbuf, nbytes, 1, backward, 7, 1);
+        if (hr) slot_post(c, &r);
+        if (hs) slot_post(c, &s);
+        if (hs) slot_wait(c, &s);
+        if (hr) slot_wait(c, &r);
+    }
+    free(sbuf);
+    free(rbuf);
+}
+
+static int gcd(int a, int b)
+{
+    return (b == 0) ? a : gcd(b, a % b);
+}
+
+/*
+ * n microbatches in flight in both directions: receives posted in reverse
+ * order, directions interleaved, chunks varied, completion in yet another
+ * order.
+ */
+static void run_inflight(check_t *c, size_t nbytes, int n)
+{
+    xfer_slot_t   *slots = xmalloc(sizeof(*slots) * (size_t)n * 4);
+    unsigned char *mem   = xmalloc(nbytes * (size_t)n * 4);
+    int            count = 0, i, backward, recv, stride = 7;
+
+    for (recv = 1; recv >= 0; --recv) {
+        for (i = 0; i < n; ++i) {
+            for (backward = 0; backward < 2; ++backward) {
+                uint32_t mb = (uint32_t)(recv ? n - 1 - i : i);
+                if (slot_make(c, &slots[count], mem + nbytes * (size_t)count,
+                              nbytes, recv, backward, mb, mb % 3)) {
+                    slot_post(c, &slots[count++]);
+                }
+            }
+        }
+    }
+    /* Complete in a permuted order: a stride coprime with the count. */
+    while (count > 0 && gcd(stride, count) != 1) {
+        ++stride;
+    }
+    for (i = 0; i < count; ++i) {
+        slot_wait(c, &slots[(i * stride) % count]);
+    }
+    free(mem);
+    free(slots);
+}
+
+static void batch_run(check_t *c, xfer_slot_t *slots, int n)
+{
+    stagelink_op_t       ops[2] = {0};
+    stagelink_request_t *reqs[2];
+    int                  i;
+
+    if (n == 0) {
+        return;
+    }
+    for (i = 0; i < n; ++i) {
+        slot_prepare(c, &slots[i]);
+        ops[i].kind = slots[i].recv ? STAGELINK_OP_RECV : STAGELINK_OP_SEND;
+        ops[i].xfer = slot_xfer(&slots[i]);
+    }
+    if (sl_host_report(&c->host, c->host.plugin->post_batch(
+                                     c->host.comm, ops, (size_t)n, reqs),
+                       "post_batch")) {
+        ++c->failures;
+        return;
+    }
+    for (i = 0; i < n; ++i) {
+        slots[i].req = reqs[i];
+    }
+    for (i = n - 1; i >= 0; --i) {
+        slot_wait(c, &slots[i]);
+    }
+}
+
+/* Megatron's non-interleaved 1F1B schedule, with its batched pairs. */
+static void run_1f1b(check_t *c, size_t nbytes, int m)
+{
+    unsigned char *a = xmalloc(nbytes), *b = xmalloc(nbytes);
+    xfer_slot_t    slots[2];
+    int            warmup = c->nstages - c->stage - 1;
+    int            remaining, f = 0, bw = 0, i, n;
+
+    warmup    = (warmup < m) ? warmup : m;
+    remaining = m - warmup;
+    for (i = 0; i < warmup; ++i, ++f) {
+        n = slot_make(c, &slots[0], a, nbytes, 1, 0, (uint32_t)f, 0);
+        batch_run(c, slots, n);                       /* recv_forward */
+        n = slot_make(c, &slots[0], b, nbytes, 0, 0, (uint32_t)f, 0);
+        batch_run(c, slots, n);                       /* send_forward */
+    }
+    if (remaining > 0) {
+        n = slot_make(c, &slots[0], a, nbytes, 1, 0, (uint32_t)f, 0);
+        batch_run(c, slots, n);
+    }
+    for (i = 0; i < remaining; ++i) {
+        n  = slot_make(c, &slots[0], b, nbytes, 0, 0, (uint32_t)f, 0);
+        n += slot_make(c, &slots[n], a, nbytes, 1, 1, (uint32_t)bw, 0);
+        batch_run(c, slots, n);                       /* send_forward_recv_backward */
+        ++f;
+        if (i == remaining - 1) {
+            n = slot_make(c, &slots[0], b, nbytes, 0, 1, (uint32_t)bw, 0);
+            batch_run(c, slots, n);                   /* send_backward */
+        } else {
+            n  = slot_make(c, &slots[0], b, nbytes, 0, 1, (uint32_t)bw, 0);
+            n += slot_make(c, &slots[n], a, nbytes, 1, 0, (uint32_t)f, 0);
+            batch_run(c, slots, n);                   /* send_backward_recv_forward */
+        }
+        ++bw;
+    }
+    for (i = 0; i < warmup; ++i, ++bw) {
+        n = slot_make(c, &slots[0], a, nbytes, 1, 1, (uint32_t)bw, 0);
+        batch_run(c, slots, n);                       /* recv_backward */
+        n = slot_make(c, &slots[0], b, nbytes, 0, 1, (uint32_t)bw, 0);
+        batch_run(c, slots, n);                       /* send_backward */
+    }
+    free(a);
+    free(b);
+}
+
+static int parse_sizes(const char *list, size_t *sizes, int max)
+{
+    char  copy[512], *save = NULL, *item;
+    int   n = 0;
+
+    snprintf(copy, sizeof(copy), "%s", list);
+    for (item = strtok_r(copy, ",", &save); item && n < max;
+         item = strtok_r(NULL, ",", &save)) {
+        if (sl_host_parse_size(item, &sizes[n++]) != 0) {
+            return -1;
+        }
+    }
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    check_t     c;
+    size_t      sizes[32];
+    const char *size_list = "0,1,7,4099,65536,1048577";
+    int         nsizes, i, opt, tp = 1, pp = 0, microbatches = 32;
+    stagelink_mode_t mode = STAGELINK_MODE_DEFAULT;
+    const char *scenario;
+
+    while ((opt = getopt(argc, argv, "t:p:m:s:n:")) != -1) {
+        switch (opt) {
+        case 't': tp = atoi(optarg); break;
+        case 'p': pp = atoi(optarg); break;
+        case 'n': microbatches = atoi(optarg); break;
+        case 's': size_list = optarg; break;
+        case 'm':
+            if (sl_host_parse_mode(optarg, &mode) != 0) {
+                fprintf(stderr, "unknown mode %s\n", optarg);
+                return 2;
+            }
+            break;
+        default: return 2;
+        }
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, "usage: xfer_check -t TP [-p PP] [-m MODE] [-s SIZES] "
+                "[-n MICROBATCHES] sweep|inflight|1f1b\n");
+        return 2;
+    }
+    scenario = argv[optind];
+    nsizes   = parse_sizes(size_list, sizes, 32);
+    if (nsizes < 0) {
+        fprintf(stderr, "bad size list %s\n", size_list);
+        return 2;
+    }
+
+    memset(&c, 0, sizeof(c));
+    if (sl_host_open(&c.host, tp, pp, mode) != 0) {
+        return 1;
+    }
+    c.mode     = c.host.info.mode;
+    c.stage    = c.host.info.pp_index;
+    c.nstages  = c.host.info.pp_size;
+    c.tp       = c.host.info.tp_size;
+    c.tp_index = c.host.info.tp_index;
+
+    for (i = 0; i < nsizes; ++i) {
+        if (strcmp(scenario, "sweep") == 0) {
+            run_sweep(&c, sizes[i]);
+        } else if (strcmp(scenario, "inflight") == 0) {
+            run_inflight(&c, sizes[i], microbatches);
+        } else if (strcmp(scenario, "1f1b") == 0) {
+            run_1f1b(&c, sizes[i], microbatches);
+        } else {
+            fprintf(stderr, "unknown scenario %s\n", scenario);
+            return 2;
+        }
+    }
+    if (c.host.info.rank == 0) {
+        printf("%s t=%d p=%d mode=%s sizes=%s: %s\n", scenario, c.tp,
+               c.nstages, sl_host_mode_name(c.mode), size_list,
+               c.failures ? "FAILED" : "ok");
+    }
+    sl_host_close(&c.host);
+    return c.failures ? 1 : 0;
+}

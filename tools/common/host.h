@@ -1,0 +1,35 @@
+/*
+ * What every standalone program does first: load the plugin through the
+ * public loader and make a communicator.  SPDX-License-Identifier: MIT
+ */
+#ifndef SL_TOOLS_HOST_H
+#define SL_TOOLS_HOST_H
+
+#include <stagelink/loader.h>
+
+typedef struct sl_host {
+    stagelink_loader_t          *loader;
+    const stagelink_plugin_v1_t *plugin;
+    stagelink_comm_t            *comm;
+    stagelink_comm_info_t        info;
+} sl_host_t;
+
+/** Returns 0, or prints the loader's or plugin's sentence and returns -1. */
+int sl_host_open(sl_host_t *host, int tp_size, int pp_size,
+                 stagelink_mode_t mode);
+
+void sl_host_close(sl_host_t *host);
+
+/** Prints "what: STATUS: sentence" when status is not success; returns it. */
+stagelink_status_t sl_host_report(const sl_host_t *host,
+                                  stagelink_status_t status, const char *what);
+
+/** Parses "full", "scatter_gather" or "sharded"; -1 if none. */
+int sl_host_parse_mode(const char *name, stagelink_mode_t *mode);
+
+const char *sl_host_mode_name(stagelink_mode_t mode);
+
+/** Parses "4096", "64K", "1M", "2G"; returns -1 on junk. */
+int sl_host_parse_size(const char *text, size_t *size);
+
+#endif

@@ -1,0 +1,178 @@
+/*
+ * stagelink_run: starts the ranks of one node the way torchrun does (RANK,
+ * WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), waits
+ * for them with a deadline, and ends all of them when one fails, so a test
+ * never hangs.  Several invocations (one per simulated node) make one job
+ * with -o/-w.  SPDX-License-Identifier: MIT
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SL_RUN_SKIP 77
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: stagelink_run -n LOCAL_RANKS [-o FIRST_RANK] [-w WORLD] "
+            "[-T SECONDS] -- PROGRAM [ARGS...]\n"
+            "  Starts LOCAL_RANKS processes with ranks FIRST_RANK.. of WORLD\n"
+            "  (default: this node is the whole job). MASTER_ADDR defaults to\n"
+            "  127.0.0.1 and MASTER_PORT to a free port; -T (default 300)\n"
+            "  kills every rank when the job runs longer.\n");
+}
+
+/* A free port now; the small race until rank 0 binds it is acceptable. */
+static int sl_run_free_port(void)
+{
+    struct sockaddr_in addr;
+    socklen_t          len = sizeof(addr);
+    int                fd  = socket(AF_INET, SOCK_STREAM, 0);
+    int                port = -1;
+
+    if (fd < 0) {
+        return -1;
+    }
+    memset(&addr, 0, sizeof(addr));
+    addr.sin_family      = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&addr, &len) == 0) {
+        port = ntohs(addr.sin_port);
+    }
+    close(fd);
+    return port;
+}
+
+static void sl_run_setenv_int(const char *name, int value)
+{
+    char text[16];
+
+    snprintf(text, sizeof(text), "%d", value);
+    setenv(name, text, 1);
+}
+
+static void sl_run_kill_all(const pid_t *pids, int n)
+{
+    int i;
+
+    for (i = 0; i < n; ++i) {
+        if (pids[i] > 0) {
+            kill(pids[i], SIGKILL);
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int    nlocal = 0, first = 0, world = -1, opt, i, left, failed = 0;
+    int    skipped = 0;
+    double timeout = 300;
+    pid_t *pids;
+    time_t start;
+
+    while ((opt = getopt(argc, argv, "n:o:w:T:h")) != -1) {
+        switch (opt) {
+        case 'n': nlocal  = atoi(optarg); break;
+        case 'o': first   = atoi(optarg); break;
+        case 'w': world   = atoi(optarg); break;
+        case 'T': timeout = atof(optarg); break;
+        default: usage(); return (opt == 'h') ? 0 : 2;
+        }
+    }
+    if (world < 0) {
+        world = nlocal;
+    }
+    if (nlocal < 1 || optind >= argc || first < 0 || first + nlocal > world) {
+        usage();
+        return 2;
+    }
+    if (getenv("MASTER_ADDR") == NULL) {
+        setenv("MASTER_ADDR", "127.0.0.1", 1);
+    }
+    if (getenv("MASTER_PORT") == NULL) {
+        int port = sl_run_free_port();
+        if (port < 0) {
+            fprintf(stderr, "stagelink_run: no free port: %s\n",
+                    strerror(errno));
+            return 1;
+        }
+        sl_run_setenv_int("MASTER_PORT", port);
+    }
+    sl_run_setenv_int("WORLD_SIZE", world);
+    sl_run_setenv_int("LOCAL_WORLD_SIZE", nlocal);
+
+    pids = calloc((size_t)nlocal, sizeof(*pids));
+    if (pids == NULL) {
+        return 1;
+    }
+    for (i = 0; i < nlocal; ++i) {
+        pids[i] = fork();
+        if (pids[i] < 0) {
+            perror("stagelink_run: fork");
+            sl_run_kill_all(pids, i);
+            return 1;
+        }
+        if (pids[i] == 0) {
+            sl_run_setenv_int("RANK", first + i);
+            sl_run_setenv_int("LOCAL_RANK", i);
+            execvp(argv[optind], &argv[optind]);
+            fprintf(stderr, "stagelink_run: cannot run %s: %s\n",
+                    argv[optind], strerror(errno));
+            _exit(127);
+        }
+    }
+
+    start = time(NULL);
+    left  = nlocal;
+    while (left > 0) {
+        int   status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+
+        if (pid < 0) {
+            break;
+        }
+        if (pid == 0) {
+            if (difftime(time(NULL), start) > timeout) {
+                fprintf(stderr, "stagelink_run: ranks still running after "
+                        "%.0f s; killing them\n", timeout);
+                sl_run_kill_all(pids, nlocal);
+                failed = 1;
+            }
+            usleep(20000);
+            continue;
+        }
+        for (i = 0; i < nlocal; ++i) {
+            if (pids[i] == pid) {
+                pids[i] = 0;
+                --left;
+                if (WIFEXITED(status) && WEXITSTATUS(status) == SL_RUN_SKIP) {
+                    ++skipped;
+                } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                    if (!failed) {
+                        fprintf(stderr, "stagelink_run: rank %d %s %d; "
+                                "ending the others\n", first + i,
+                                WIFEXITED(status) ? "exited with" : "killed by signal",
+                                WIFEXITED(status) ? WEXITSTATUS(status)
+                                                  : WTERMSIG(status));
+                    }
+                    failed = 1;
+                    sl_run_kill_all(pids, nlocal);
+                }
+            }
+        }
+    }
+    free(pids);
+    if (failed) {
+        return 1;
+    }
+    return (skipped == nlocal) ? SL_RUN_SKIP : 0;
+}
