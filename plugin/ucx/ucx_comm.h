@@ -71,6 +71,7 @@ struct stagelink_request {
     int                       on_ready;     /**< queued for shard_ready */
     struct stagelink_request *ready_next;
     sl_status_t               status;       /**< first error */
+    int                       peer_failed;  /**< status only echoes a TP peer's */
     char                      error[SL_ERRBUF_LEN];
     sl_sub_t                 *subs;         /**< 2 * tp_size slots */
 };
@@ -116,6 +117,11 @@ sl_status_t sl_ucx_connect(sl_comm_t *comm, struct sl_bootstrap *bs);
 void        sl_ucx_worker_destroy(sl_comm_t *comm);
 /** Progresses UCX and starts the gathers whose shard arrived. */
 void        sl_ucx_progress(sl_comm_t *comm);
+/**
+ * After the finalize barrier nothing real is in flight: messages still
+ * unexpected belong to canceled or failed transfers.  Drops them.
+ */
+void        sl_ucx_discard_unexpected(sl_comm_t *comm);
 /** Blocks until `req` completes or the deadline passes. */
 sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req);
 

@@ -48,7 +48,7 @@ static int sl_live_remove(sl_comm_t *comm)
     return found;
 }
 
-static sl_status_t sl_live_check(const sl_comm_t *comm, const char *call)
+static int sl_live_find(const sl_comm_t *comm)
 {
     const sl_comm_t *c;
 
@@ -56,7 +56,12 @@ static sl_status_t sl_live_check(const sl_comm_t *comm, const char *call)
     for (c = sl_live_head; c != NULL && c != comm; c = c->live_next) {
     }
     pthread_mutex_unlock(&sl_live_lock);
-    if (comm == NULL || c == NULL) {
+    return comm != NULL && c != NULL;
+}
+
+static sl_status_t sl_live_check(const sl_comm_t *comm, const char *call)
+{
+    if (!sl_live_find(comm)) {
         return sl_error(&sl_thread_err, STAGELINK_ERR_INVALID_STATE,
                         "%s: communicator %p is not live (NULL, finalized "
                         "already, or never initialized)", call,
@@ -65,7 +70,7 @@ static sl_status_t sl_live_check(const sl_comm_t *comm, const char *call)
     return STAGELINK_SUCCESS;
 }
 
-#define SL_LIVE(_comm) SL_CHECK(sl_live_check((_comm), __func__))
+#define SL_LIVE(_comm, _call) SL_CHECK(sl_live_check((_comm), (_call)))
 
 static sl_status_t sl_config_mode(const stagelink_config_t *config,
                                   stagelink_mode_t *mode, sl_errbuf_t *eb)
@@ -236,7 +241,7 @@ static stagelink_status_t sl_ucx_comm_finalize(stagelink_comm_t *comm)
     sl_req_t   *req;
     int         inflight = 0;
 
-    SL_LIVE(comm);
+    SL_LIVE(comm, "comm_finalize");
     sl_live_remove(comm);
     comm->closing = 1;
     while ((req = comm->pool.active) != NULL) {
@@ -256,6 +261,7 @@ static stagelink_status_t sl_ucx_comm_finalize(stagelink_comm_t *comm)
         SL_WARN(SL_SUBSYS_INIT, "finalize barrier failed (%s); closing "
                 "anyway", drop.msg);
     }
+    sl_ucx_discard_unexpected(comm);
     sl_comm_destroy(comm);
     return STAGELINK_SUCCESS;
 }
@@ -263,7 +269,7 @@ static stagelink_status_t sl_ucx_comm_finalize(stagelink_comm_t *comm)
 static stagelink_status_t sl_ucx_comm_info(stagelink_comm_t *comm,
                                            stagelink_comm_info_t *info)
 {
-    SL_LIVE(comm);
+    SL_LIVE(comm, "comm_info");
     if (info == NULL) {
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                         "comm_info: info is NULL");
@@ -290,7 +296,8 @@ static stagelink_status_t sl_ucx_comm_info(stagelink_comm_t *comm,
 
 static const char *sl_ucx_last_error(stagelink_comm_t *comm)
 {
-    if (comm == NULL || sl_live_check(comm, "last_error") != STAGELINK_SUCCESS) {
+    /* Only looks: the sentence asked for must not be overwritten. */
+    if (!sl_live_find(comm)) {
         return sl_thread_err.msg;
     }
     return comm->err.msg;
@@ -301,14 +308,14 @@ static stagelink_status_t sl_ucx_mem_register(stagelink_comm_t *comm,
                                               stagelink_mem_type_t mem_type,
                                               stagelink_memh_t **memh)
 {
-    SL_LIVE(comm);
+    SL_LIVE(comm, "mem_register");
     return sl_mem_register(comm, buf, nbytes, mem_type, memh);
 }
 
 static stagelink_status_t sl_ucx_mem_deregister(stagelink_comm_t *comm,
                                                 stagelink_memh_t *memh)
 {
-    SL_LIVE(comm);
+    SL_LIVE(comm, "mem_deregister");
     return sl_mem_deregister(comm, memh);
 }
 
@@ -317,7 +324,7 @@ static stagelink_status_t sl_ucx_post(stagelink_comm_t *comm,
                                       const stagelink_xfer_t *xfer,
                                       stagelink_request_t **request)
 {
-    SL_LIVE(comm);
+    SL_LIVE(comm, (kind == STAGELINK_OP_SEND) ? "isend" : "irecv");
     if (request == NULL) {
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                         "the request output pointer is NULL");
@@ -345,7 +352,7 @@ static stagelink_status_t sl_ucx_post_batch(stagelink_comm_t *comm,
                                             size_t count,
                                             stagelink_request_t **requests)
 {
-    SL_LIVE(comm);
+    SL_LIVE(comm, "post_batch");
     if (count > 0 && (ops == NULL || requests == NULL)) {
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                         "post_batch of %zu operations needs ops (%p) and "
@@ -358,7 +365,7 @@ static stagelink_status_t sl_ucx_post_batch(stagelink_comm_t *comm,
 static stagelink_status_t sl_ucx_test(stagelink_comm_t *comm,
                                       stagelink_request_t *request, int *done)
 {
-    SL_LIVE(comm);
+    SL_LIVE(comm, "test");
     if (done == NULL) {
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                         "test: done is NULL");
@@ -376,7 +383,7 @@ static stagelink_status_t sl_ucx_test(stagelink_comm_t *comm,
 static stagelink_status_t sl_ucx_wait_req(stagelink_comm_t *comm,
                                           stagelink_request_t *request)
 {
-    SL_LIVE(comm);
+    SL_LIVE(comm, "wait");
     SL_CHECK(sl_req_check(comm, request));
     SL_CHECK(sl_ucx_wait(comm, request));
     return sl_req_finish(comm, request);
@@ -385,7 +392,7 @@ static stagelink_status_t sl_ucx_wait_req(stagelink_comm_t *comm,
 static stagelink_status_t sl_ucx_cancel(stagelink_comm_t *comm,
                                         stagelink_request_t *request)
 {
-    SL_LIVE(comm);
+    SL_LIVE(comm, "cancel");
     SL_CHECK(sl_req_check(comm, request));
     sl_req_cancel_subs(comm, request);
     return STAGELINK_SUCCESS;
@@ -394,7 +401,7 @@ static stagelink_status_t sl_ucx_cancel(stagelink_comm_t *comm,
 static stagelink_status_t sl_ucx_get_counters(stagelink_comm_t *comm,
                                               stagelink_counters_t *counters)
 {
-    SL_LIVE(comm);
+    SL_LIVE(comm, "get_counters");
     if (counters == NULL) {
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                         "get_counters: counters is NULL");

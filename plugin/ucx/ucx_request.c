@@ -90,6 +90,7 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->on_ready      = 0;
     req->ready_next    = NULL;
     req->status        = STAGELINK_SUCCESS;
+    req->peer_failed   = 0;
     req->error[0]      = '\0';
 
     req->prev = NULL;

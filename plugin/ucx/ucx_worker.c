@@ -330,6 +330,39 @@ void sl_ucx_progress(sl_comm_t *comm)
     }
 }
 
+void sl_ucx_discard_unexpected(sl_comm_t *comm)
+{
+    ucp_tag_recv_info_t info;
+    ucp_request_param_t param;
+    ucp_tag_message_h   msg;
+    ucs_status_ptr_t    req;
+    void               *scratch;
+    int                 dropped = 0;
+
+    sl_ucx_progress(comm);
+    memset(&param, 0, sizeof(param));
+    while ((msg = ucp_tag_probe_nb(comm->worker, 0, 0, 1, &info)) != NULL) {
+        scratch = malloc(info.length ? info.length : 1);
+        if (scratch == NULL) {
+            break;
+        }
+        req = ucp_tag_msg_recv_nbx(comm->worker, scratch, info.length, msg,
+                                   &param);
+        if (UCS_PTR_IS_PTR(req)) {
+            while (ucp_request_check_status(req) == UCS_INPROGRESS) {
+                ucp_worker_progress(comm->worker);
+            }
+            ucp_request_free(req);
+        }
+        free(scratch);
+        ++dropped;
+    }
+    if (dropped > 0) {
+        SL_INFO(SL_SUBSYS_NET, "dropped %d messages of canceled or failed "
+                "transfers", dropped);
+    }
+}
+
 sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
 {
     double        deadline   = sl_deadline(comm->timeout);

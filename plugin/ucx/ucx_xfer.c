@@ -49,6 +49,12 @@ static void sl_sub_complete(sl_sub_t *sub, ucs_status_t ucs, size_t length)
 
     sub->ucx_req = NULL;
     --req->pending;
+    if (req->peer_failed && sub->kind == SL_SUB_STAGE_RECV &&
+        (ucs != UCS_OK || length != sub->expected)) {
+        /* Our own failure is the root cause; a peer's notice only echoes it. */
+        req->status      = STAGELINK_SUCCESS;
+        req->peer_failed = 0;
+    }
     if (ucs == UCS_ERR_CANCELED) {
         sl_req_fail(req, STAGELINK_ERR_CANCELED,
                     "transfer of microbatch %u chunk %u was canceled",
@@ -67,6 +73,7 @@ static void sl_sub_complete(sl_sub_t *sub, ucs_status_t ucs, size_t length)
                     tag->chunk, sub->peer->rank, ucs_status_string(ucs));
     } else if (length != sub->expected) {
         if (sub->kind == SL_SUB_GATHER_RECV && length == 0) {
+            req->peer_failed = (req->status == STAGELINK_SUCCESS);
             sl_req_fail(req, STAGELINK_ERR_TRANSPORT,
                         "TP peer rank %d could not receive its shard of "
                         "microbatch %u chunk %u; its own error says why",

@@ -1,0 +1,260 @@
+/*
+ * Bad input through the public API: every case must give its specific
+ * status and a sentence, never a crash or hang.  Run on p = 2 stages with
+ * any t (stagelink_run -n 2t).  Prints one row per case.
+ * SPDX-License-Identifier: MIT
+ */
+#include "../unit/check.h"
+#include "host.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const stagelink_plugin_v1_t *P;
+static stagelink_comm_t            *C;
+
+static void expect(stagelink_status_t got, stagelink_status_t want,
+                   const char *what)
+{
+    const char *msg = (got == STAGELINK_SUCCESS) ? "" : P->last_error(C);
+
+    CHECK(got == want && (want == STAGELINK_SUCCESS || strlen(msg) > 10),
+          "%s: got %s, want %s (%s)", what, stagelink_status_string(got),
+          stagelink_status_string(want), msg);
+    if (getenv("RANK") != NULL && atoi(getenv("RANK")) == 0) {
+        printf("| %-44s | %-30s | %s\n", what, stagelink_status_string(got),
+               msg);
+    }
+}
+
+static stagelink_status_t init_with(stagelink_config_t *cfg)
+{
+    stagelink_comm_t  *comm = NULL;
+    stagelink_status_t st   = P->comm_init(cfg, &comm);
+
+    if (st == STAGELINK_SUCCESS) {
+        P->comm_finalize(comm);
+    }
+    return st;
+}
+
+static stagelink_status_t init_env(const char *name, const char *value,
+                                   int tp)
+{
+    stagelink_config_t cfg;
+    stagelink_status_t st;
+    const char        *old = getenv(name);
+    char               saved[256];
+
+    snprintf(saved, sizeof(saved), "%s", old ? old : "");
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.struct_size = sizeof(cfg);
+    cfg.tp_size     = tp;
+    setenv(name, value, 1);
+    st = init_with(&cfg);
+    if (old != NULL) {
+        setenv(name, saved, 1);
+    } else {
+        unsetenv(name);
+    }
+    return st;
+}
+
+static stagelink_xfer_t xfer_of(stagelink_peer_t peer, void *buf, size_t n,
+                                uint32_t mb)
+{
+    stagelink_xfer_t x;
+
+    memset(&x, 0, sizeof(x));
+    x.peer           = peer;
+    x.buf            = buf;
+    x.nbytes         = n;
+    x.elem_size      = 1;
+    x.tag.microbatch = mb;
+    return x;
+}
+
+/* Collective steps need both stages: a barrier-free sequence where each
+ * stage only waits on what the other stage posts in the same step. */
+static void cross_stage_cases(int stage, char *buf)
+{
+    stagelink_request_t *r1 = NULL, *r2 = NULL;
+    stagelink_xfer_t     x;
+    stagelink_status_t   st;
+
+
+    if (stage == 1) {
+        x = xfer_of(STAGELINK_PEER_PREV, buf, 64, 100);
+        expect(P->irecv(C, &x, &r1), STAGELINK_SUCCESS, "first receive of mb 100");
+        expect(P->irecv(C, &x, &r2), STAGELINK_ERR_TAG_IN_USE,
+               "same tag again while in flight");
+        expect(P->wait(C, r1), STAGELINK_SUCCESS, "the first one completes");
+
+        x = xfer_of(STAGELINK_PEER_PREV, buf, 64, 200);
+        expect(P->irecv(C, &x, &r1), STAGELINK_SUCCESS, "receive 64 B (mb 200)");
+        expect(P->wait(C, r1), STAGELINK_ERR_SIZE_MISMATCH,
+               "sender sent 128 B into 64 B");
+        x = xfer_of(STAGELINK_PEER_PREV, buf, 128, 201);
+        expect(P->irecv(C, &x, &r1), STAGELINK_SUCCESS, "receive 128 B (mb 201)");
+        expect(P->wait(C, r1), STAGELINK_ERR_SIZE_MISMATCH,
+               "sender sent 64 B into 128 B");
+
+        x = xfer_of(STAGELINK_PEER_PREV, buf, 64, 300);
+        expect(P->irecv(C, &x, &r1), STAGELINK_SUCCESS, "receive to cancel");
+        expect(P->cancel(C, r1), STAGELINK_SUCCESS, "cancel it");
+        st = P->wait(C, r1);
+        /* A TP peer's cancel may reach us first, as its missing shard. */
+        expect((st == STAGELINK_ERR_TRANSPORT) ? STAGELINK_ERR_CANCELED : st,
+               STAGELINK_ERR_CANCELED, "wait on the canceled receive");
+        expect(P->wait(C, r1), STAGELINK_ERR_INVALID_ARG,
+               "wait on a completed request");
+    } else {
+        x = xfer_of(STAGELINK_PEER_NEXT, buf, 64, 100);
+        expect(P->isend(C, &x, &r1), STAGELINK_SUCCESS, "send mb 100");
+        expect(P->wait(C, r1), STAGELINK_SUCCESS, "send mb 100 completes");
+        x = xfer_of(STAGELINK_PEER_NEXT, buf, 128, 200);
+        expect(P->isend(C, &x, &r1), STAGELINK_SUCCESS, "send 128 B (mb 200)");
+        P->wait(C, r1); /* truncation is the receiver's to report */
+        x = xfer_of(STAGELINK_PEER_NEXT, buf, 64, 201);
+        expect(P->isend(C, &x, &r1), STAGELINK_SUCCESS, "send 64 B (mb 201)");
+        P->wait(C, r1);
+    }
+}
+
+int main(void)
+{
+    stagelink_loader_t  *loader;
+    stagelink_config_t   cfg;
+    stagelink_request_t *req, *reqs[2];
+    stagelink_memh_t    *memh = NULL;
+    stagelink_xfer_t     x;
+    stagelink_op_t       ops[2];
+    stagelink_comm_info_t info;
+    char                 err[2048], longid[200];
+    static char          buf[4096];
+    int                  tp, done, stage;
+    stagelink_peer_t     peer;
+
+    setenv("STAGELINK_DEBUG", "NONE", 1);
+    tp = atoi(getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "2") / 2;
+    if (stagelink_loader_open(NULL, &loader, err, sizeof(err)) != 0) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    P = stagelink_loader_plugin(loader);
+
+    /* Init-time refusals: each rank fails before the rendezvous. */
+    memset(&cfg, 0, sizeof(cfg));
+    expect(init_with(&cfg), STAGELINK_ERR_INVALID_ARG, "config struct_size 0");
+    expect(P->comm_init(NULL, &C), STAGELINK_ERR_INVALID_ARG, "NULL config");
+    cfg.struct_size = sizeof(cfg);
+    cfg.tp_size     = tp;
+    cfg.mode        = (stagelink_mode_t)99;
+    expect(init_with(&cfg), STAGELINK_ERR_INVALID_ARG, "config mode 99");
+    cfg.mode    = STAGELINK_MODE_DEFAULT;
+    cfg.tp_size = 3 * tp;
+    expect(init_with(&cfg), STAGELINK_ERR_INVALID_ARG,
+           "tp_size not dividing the world");
+    expect(init_env("STAGELINK_MODE", "fastest", tp), STAGELINK_ERR_CONFIG,
+           "STAGELINK_MODE=fastest");
+    expect(init_env("STAGELINK_GATHER", "mpi", tp), STAGELINK_ERR_CONFIG,
+           "STAGELINK_GATHER=mpi");
+    expect(init_env("STAGELINK_GATHER", "nccl", tp), STAGELINK_ERR_UNSUPPORTED,
+           "STAGELINK_GATHER=nccl without NCCL");
+    expect(init_env("STAGELINK_TIMEOUT", "soon", tp), STAGELINK_ERR_CONFIG,
+           "STAGELINK_TIMEOUT=soon");
+    expect(init_env("STAGELINK_SPIN_US", "-1", tp), STAGELINK_ERR_CONFIG,
+           "STAGELINK_SPIN_US=-1");
+    expect(init_env("STAGELINK_MAX_REQUESTS", "0", tp), STAGELINK_ERR_CONFIG,
+           "STAGELINK_MAX_REQUESTS=0");
+    memset(longid, 'n', sizeof(longid) - 1);
+    longid[sizeof(longid) - 1] = '\0';
+    expect(init_env("STAGELINK_NODE_ID", longid, tp), STAGELINK_ERR_CONFIG,
+           "STAGELINK_NODE_ID of 199 characters");
+    expect(init_env("MASTER_PORT", "http", tp), STAGELINK_ERR_CONFIG,
+           "MASTER_PORT=http");
+    expect(init_env("WORLD_SIZE", "zero", tp), STAGELINK_ERR_CONFIG,
+           "WORLD_SIZE=zero");
+
+    /* A working communicator for the rest. */
+    cfg.tp_size = tp;
+    if (P->comm_init(&cfg, &C) != STAGELINK_SUCCESS) {
+        fprintf(stderr, "init: %s\n", P->last_error(NULL));
+        return 1;
+    }
+    P->comm_info(C, &info);
+    stage = info.pp_index;
+
+    /* A stage that has a neighbour, so that each case fails for its own
+     * reason, not for a missing peer. */
+    peer = (stage == 0) ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV;
+    expect(P->isend(C, NULL, &req), STAGELINK_ERR_INVALID_ARG, "NULL transfer");
+    x = xfer_of(peer, NULL, 8, 1);
+    expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG, "NULL buffer, 8 bytes");
+    x = xfer_of(peer, buf, 7, 1);
+    x.elem_size = 2;
+    expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG,
+           "7 bytes of 2-byte elements");
+    x = xfer_of((stagelink_peer_t)5, buf, 8, 1);
+    expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG, "peer 5");
+    x = xfer_of(peer, buf, 8, 1);
+    x.tag.chunk = STAGELINK_TAG_MAX_CHUNK + 1;
+    expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG, "chunk 2048");
+    x.tag.chunk    = 0;
+    x.tag.reserved = 1;
+    expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG, "reserved tag field");
+    x.tag.reserved  = 0;
+    x.tag.direction = (stage == 0) ? STAGELINK_DIR_BACKWARD
+                                   : STAGELINK_DIR_FORWARD;
+    expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG,
+           "direction contradicting the peer");
+    x.tag.direction = STAGELINK_DIR_AUTO;
+    x.mem_type      = STAGELINK_MEM_CUDA;
+    expect(P->isend(C, &x, &req), STAGELINK_ERR_UNSUPPORTED,
+           "CUDA memory in a host-only build");
+    x.mem_type = (stagelink_mem_type_t)42;
+    expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG, "memory type 42");
+    x.mem_type = STAGELINK_MEM_HOST;
+    expect(P->isend(C, &x, NULL), STAGELINK_ERR_INVALID_ARG, "NULL request pointer");
+    x = xfer_of(stage == 0 ? STAGELINK_PEER_PREV : STAGELINK_PEER_NEXT, buf, 8, 1);
+    expect(stage == 0 ? P->irecv(C, &x, &req) : P->isend(C, &x, &req),
+           STAGELINK_ERR_NO_PEER,
+           stage == 0 ? "receive from before the first stage"
+                      : "send forward from the last stage");
+    expect(P->test(C, (stagelink_request_t *)buf, &done),
+           STAGELINK_ERR_INVALID_ARG, "test on a foreign pointer");
+    expect(P->test(C, NULL, NULL), STAGELINK_ERR_INVALID_ARG, "test with NULL done");
+    expect(P->wait(C, NULL), STAGELINK_ERR_INVALID_ARG, "wait on NULL request");
+    expect(P->get_counters(C, NULL), STAGELINK_ERR_INVALID_ARG, "NULL counters");
+    expect(P->comm_info(C, NULL), STAGELINK_ERR_INVALID_ARG, "NULL info");
+    expect(P->mem_register(C, NULL, 8, STAGELINK_MEM_HOST, &memh),
+           STAGELINK_ERR_INVALID_ARG, "register a NULL buffer");
+    expect(P->mem_register(C, buf, 64, STAGELINK_MEM_HOST, &memh),
+           STAGELINK_SUCCESS, "register 64 bytes");
+    x = xfer_of(peer, buf, 128, 1);
+    x.memh = memh;
+    expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG,
+           "128 bytes under a 64-byte registration");
+    expect(P->mem_deregister(C, memh), STAGELINK_SUCCESS, "deregister");
+
+    memset(ops, 0, sizeof(ops));
+    ops[0].kind = ops[1].kind = STAGELINK_OP_SEND;
+    ops[0].xfer = ops[1].xfer = xfer_of(STAGELINK_PEER_PREV, buf, 8, 5);
+    if (stage == 1) {
+        expect(P->post_batch(C, ops, 2, reqs), STAGELINK_ERR_TAG_IN_USE,
+               "batch with one tag twice");
+    }
+    expect(P->post_batch(C, NULL, 2, reqs), STAGELINK_ERR_INVALID_ARG,
+           "batch of 2 with NULL ops");
+
+    cross_stage_cases(stage, buf);
+
+    expect(P->comm_finalize(C), STAGELINK_SUCCESS, "finalize");
+    x = xfer_of(STAGELINK_PEER_NEXT, buf, 8, 1);
+    expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_STATE, "send after finalize");
+    expect(P->comm_finalize(C), STAGELINK_ERR_INVALID_STATE, "finalize twice");
+    C = NULL;
+    expect(P->comm_finalize(NULL), STAGELINK_ERR_INVALID_STATE, "finalize NULL");
+    stagelink_loader_close(loader);
+    return check_summary();
+}

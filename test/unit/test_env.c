@@ -1,0 +1,169 @@
+/*
+ * Environment parsing, launcher detection (torchrun, mpirun, srun) and the
+ * Megatron rank layout.  SPDX-License-Identifier: MIT
+ */
+#include "check.h"
+#include "sl_env.h"
+#include "sl_launcher.h"
+#include "sl_layout.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void clear_launchers(void)
+{
+    int id;
+
+    for (id = 0; id < SL_ENV_COUNT; ++id) {
+        unsetenv(sl_env_table[id].name);
+    }
+}
+
+static void test_table(void)
+{
+    int id;
+
+    for (id = 0; id < SL_ENV_COUNT; ++id) {
+        CHECK(sl_env_table[id].name != NULL && sl_env_table[id].description &&
+              sl_env_table[id].default_value,
+              "env table entry %d is incomplete", id);
+    }
+}
+
+static void test_parsers(void)
+{
+    static const char *const modes[] = {"scatter_gather", "full", "sharded",
+                                        NULL};
+    sl_errbuf_t eb;
+    uint64_t    u;
+    double      secs;
+    int         choice = -1;
+
+    clear_launchers();
+    CHECK(sl_env_parse_choice(SL_ENV_MODE, modes, &choice, &eb) == 0 &&
+          choice == 0, "default mode is not scatter_gather");
+    setenv("STAGELINK_MODE", "FULL", 1);
+    CHECK(sl_env_parse_choice(SL_ENV_MODE, modes, &choice, &eb) == 0 &&
+          choice == 1, "FULL is not case-insensitively full");
+    setenv("STAGELINK_MODE", "fastest", 1);
+    CHECK(sl_env_parse_choice(SL_ENV_MODE, modes, &choice, &eb) ==
+              STAGELINK_ERR_CONFIG &&
+          strstr(eb.msg, "STAGELINK_MODE=\"fastest\"") &&
+          strstr(eb.msg, "sharded"), "bad mode message: %s", eb.msg);
+
+    setenv("STAGELINK_MAX_REQUESTS", "12x", 1);
+    CHECK(sl_env_parse_u64(SL_ENV_MAX_REQUESTS, 1, 100, &u, &eb) ==
+              STAGELINK_ERR_CONFIG, "12x accepted");
+    setenv("STAGELINK_MAX_REQUESTS", "-3", 1);
+    CHECK(sl_env_parse_u64(SL_ENV_MAX_REQUESTS, 1, 100, &u, &eb) ==
+              STAGELINK_ERR_CONFIG, "-3 accepted");
+    setenv("STAGELINK_MAX_REQUESTS", "64", 1);
+    CHECK(sl_env_parse_u64(SL_ENV_MAX_REQUESTS, 1, 100, &u, &eb) == 0 &&
+          u == 64, "64 not parsed");
+    setenv("STAGELINK_TIMEOUT", "2.5", 1);
+    CHECK(sl_env_parse_seconds(SL_ENV_TIMEOUT, &secs, &eb) == 0 && secs == 2.5,
+          "2.5 s not parsed");
+    setenv("STAGELINK_TIMEOUT", "soon", 1);
+    CHECK(sl_env_parse_seconds(SL_ENV_TIMEOUT, &secs, &eb) ==
+              STAGELINK_ERR_CONFIG, "'soon' accepted as seconds");
+    clear_launchers();
+}
+
+static void test_launchers(void)
+{
+    stagelink_config_t cfg;
+    sl_launcher_t      l;
+    sl_errbuf_t        eb;
+
+    memset(&cfg, 0, sizeof(cfg));
+    clear_launchers();
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == STAGELINK_ERR_CONFIG &&
+          strstr(eb.msg, "torchrun"), "no launcher: %s", eb.msg);
+
+    setenv("RANK", "3", 1);
+    setenv("WORLD_SIZE", "8", 1);
+    setenv("LOCAL_RANK", "1", 1);
+    setenv("LOCAL_WORLD_SIZE", "2", 1);
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == STAGELINK_ERR_BOOTSTRAP &&
+          strstr(eb.msg, "MASTER_ADDR"),
+          "multi-node without MASTER_ADDR: %s", eb.msg);
+    setenv("MASTER_ADDR", "198.18.0.1", 1);
+    setenv("MASTER_PORT", "29999", 1);
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 && l.rank == 3 &&
+          l.world_size == 8 && l.local_rank == 1 && l.local_size == 2 &&
+          strcmp(l.addr, "198.18.0.1") == 0 && l.port == 29999 &&
+          strcmp(l.source, "torchrun") == 0, "torchrun: %s", eb.msg);
+    setenv("MASTER_PORT", "70000", 1);
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == STAGELINK_ERR_CONFIG,
+          "port 70000 accepted");
+    setenv("RANK", "8", 1);
+    setenv("MASTER_PORT", "29999", 1);
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == STAGELINK_ERR_CONFIG &&
+          strstr(eb.msg, "rank 8"), "rank 8 of 8: %s", eb.msg);
+    clear_launchers();
+
+    setenv("OMPI_COMM_WORLD_RANK", "2", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "2", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 && l.rank == 2 &&
+          l.world_size == 4 && strcmp(l.source, "mpirun") == 0 &&
+          strcmp(l.addr, "127.0.0.1") == 0, "mpirun one node: %s", eb.msg);
+    clear_launchers();
+
+    setenv("SLURM_PROCID", "5", 1);
+    setenv("SLURM_NTASKS", "6", 1);
+    setenv("SLURM_LOCALID", "1", 1);
+    setenv("MASTER_ADDR", "node0", 1);
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 && l.rank == 5 &&
+          l.world_size == 6 && l.local_rank == 1 &&
+          strcmp(l.source, "slurm") == 0, "srun: %s", eb.msg);
+    setenv("SLURM_NTASKS", "six", 1);
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == STAGELINK_ERR_CONFIG &&
+          strstr(eb.msg, "SLURM_NTASKS"), "bad SLURM_NTASKS: %s", eb.msg);
+    clear_launchers();
+
+    cfg.flags      = STAGELINK_CONFIG_RANK_SET;
+    cfg.rank       = 0;
+    cfg.world_size = 2;
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 && l.rank == 0 &&
+          strcmp(l.source, "config") == 0, "config rank: %s", eb.msg);
+}
+
+static void test_layout(void)
+{
+    sl_layout_t          l;
+    sl_errbuf_t          eb;
+    int                  group[2] = {4, 6};
+    stagelink_topology_t topo     = {-1, 9, 1, group};
+
+    /* 16 ranks, t = 2, p = 4, so d = 2: rank 13 = pp 3, dp 0, tp 1. */
+    CHECK(sl_layout_from_order(13, 16, 2, 4, &l, &eb) == 0 && l.tp_index == 1 &&
+          l.dp_index == 0 && l.pp_index == 3 && l.dp_size == 2 &&
+          l.prev_rank == 9 && l.next_rank == -1 && l.tp_ranks[0] == 12 &&
+          l.tp_ranks[1] == 13, "Megatron order of rank 13");
+    sl_layout_cleanup(&l);
+    CHECK(sl_layout_from_order(2, 8, 4, 0, &l, &eb) == 0 && l.pp_size == 2 &&
+          l.prev_rank == -1 && l.next_rank == 6, "p derived from world / t");
+    sl_layout_cleanup(&l);
+    CHECK(sl_layout_from_order(0, 6, 4, 0, &l, &eb) == STAGELINK_ERR_INVALID_ARG,
+          "6 ranks with t = 4 accepted");
+    CHECK(sl_layout_from_order(0, 4, 0, 0, &l, &eb) == STAGELINK_ERR_INVALID_ARG,
+          "t = 0 accepted");
+    CHECK(sl_layout_from_topology(6, 10, 2, 2, &topo, &l, &eb) == 0 &&
+          l.next_rank == 9 && l.prev_rank == -1 && l.tp_ranks[0] == 4,
+          "explicit topology: %s", eb.msg);
+    sl_layout_cleanup(&l);
+    topo.tp_index = 0;
+    CHECK(sl_layout_from_topology(6, 10, 2, 2, &topo, &l, &eb) ==
+              STAGELINK_ERR_INVALID_ARG, "tp_ranks[tp_index] != rank accepted");
+}
+
+int main(void)
+{
+    test_table();
+    test_parsers();
+    test_launchers();
+    test_layout();
+    return check_summary();
+}
