@@ -91,6 +91,7 @@ struct stagelink_comm {
     stagelink_mode_t            mode;
     int                         local_rank, local_size;
     char                        node_id[SL_NODE_ID_LEN];
+    char                      (*node_ids)[SL_NODE_ID_LEN]; /**< of every rank */
     double                      timeout;  /**< seconds, 0 = none */
     double                      spin;     /**< seconds of polling before sleep */
     int                         closing;  /**< in finalize: peers leave too */

@@ -11,6 +11,7 @@
 #include "sl_env.h"
 #include "sl_launcher.h"
 #include "sl_log.h"
+#include "sl_topo.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -126,6 +127,27 @@ static sl_status_t sl_comm_layout(sl_comm_t *comm,
                                 config->pp_size, &comm->layout, &comm->err);
 }
 
+/* Who shares our node decides local ranks and network devices, so it is
+ * known before the UCX context exists. */
+static sl_status_t sl_comm_locality(sl_comm_t *comm)
+{
+    sl_locality_t loc;
+
+    comm->node_ids = calloc((size_t)comm->layout.world_size, SL_NODE_ID_LEN);
+    if (comm->node_ids == NULL) {
+        return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate %d node ids", comm->layout.world_size);
+    }
+    SL_CHECK(sl_bootstrap_allgather(comm->bootstrap, comm->node_id,
+                                    comm->node_ids, SL_NODE_ID_LEN,
+                                    &comm->err));
+    sl_topo_locality((const char (*)[SL_NODE_ID_LEN])comm->node_ids,
+                     comm->layout.world_size, comm->layout.rank, &loc);
+    comm->local_rank = loc.local_rank;
+    comm->local_size = loc.local_size;
+    return STAGELINK_SUCCESS;
+}
+
 static void sl_comm_destroy(sl_comm_t *comm)
 {
     if (comm->gather != NULL) {
@@ -137,6 +159,7 @@ static void sl_comm_destroy(sl_comm_t *comm)
         free(comm->bootstrap);
     }
     sl_req_pool_cleanup(&comm->pool);
+    free(comm->node_ids);
     free(comm->tp_peers);
     sl_layout_cleanup(&comm->layout);
     comm->magic = 0;
@@ -213,6 +236,7 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *config,
                   err_destroy);
     SL_CHECK_GOTO(sl_bootstrap_init(comm->bootstrap, config, &launcher,
                                     comm->timeout, &comm->err), err_destroy);
+    SL_CHECK_GOTO(sl_comm_locality(comm), err_destroy);
     SL_CHECK_GOTO(sl_ucx_worker_create(comm), err_destroy);
     SL_CHECK_GOTO(sl_ucx_connect(comm, comm->bootstrap), err_destroy);
     SL_CHECK_GOTO(comm->gather->init(comm, &comm->gather_state), err_destroy);

@@ -12,6 +12,7 @@
 #include "sl_env.h"
 #include "sl_log.h"
 #include "sl_time.h"
+#include "sl_topo.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -19,7 +20,6 @@
 #include <string.h>
 
 typedef struct sl_rank_card {
-    char     node_id[SL_NODE_ID_LEN];
     uint32_t full_len; /**< worker address with every transport */
     uint32_t net_len;  /**< network-only worker address */
 } sl_rank_card_t;
@@ -29,8 +29,12 @@ sl_status_t sl_ucx_worker_create(sl_comm_t *comm)
     ucp_params_t        params;
     ucp_worker_params_t wparams;
     ucp_config_t       *config;
-    const char         *devices = sl_env_raw(SL_ENV_NET_DEVICES);
+    char                devices[SL_TOPO_DEVICES_LEN];
+    const char         *why;
+    sl_locality_t       loc = {comm->local_rank, comm->local_size};
     ucs_status_t        ucs;
+
+    SL_CHECK(sl_topo_net_devices(&loc, devices, &why, &comm->err));
 
     ucs = ucp_config_read(NULL, NULL, &config);
     if (ucs != UCS_OK) {
@@ -38,19 +42,19 @@ sl_status_t sl_ucx_worker_create(sl_comm_t *comm)
                         "UCX cannot read its configuration: %s; check the "
                         "UCX_* variables", ucs_status_string(ucs));
     }
-    /* The user's UCX_NET_DEVICES always wins over ours. */
-    if (devices != NULL && sl_env_raw(SL_ENV_UCX_NET_DEVICES) == NULL) {
+    if (devices[0] != '\0') {
         ucs = ucp_config_modify(config, "NET_DEVICES", devices);
         if (ucs != UCS_OK) {
             ucp_config_release(config);
             return sl_error(&comm->err, STAGELINK_ERR_CONFIG,
-                            "STAGELINK_NET_DEVICES=\"%s\" is not a valid UCX "
-                            "device list: %s", devices,
+                            "network devices \"%s\" (%s) are not a valid UCX "
+                            "device list: %s", devices, why,
                             ucs_status_string(ucs));
         }
-        SL_INFO(SL_SUBSYS_NET, "UCX net devices %s (STAGELINK_NET_DEVICES)",
-                devices);
     }
+    SL_INFO(SL_SUBSYS_NET, "local rank %d/%d: network devices %s (%s)",
+            comm->local_rank, comm->local_size,
+            devices[0] ? devices : "chosen by UCX", why);
 
     memset(&params, 0, sizeof(params));
     params.field_mask        = UCP_PARAM_FIELD_FEATURES |
@@ -125,18 +129,19 @@ static sl_status_t sl_ucx_ep_create(sl_comm_t *comm, sl_ucx_peer_t *peer,
                                     const char *blobs, size_t blob_len)
 {
     const sl_rank_card_t *card  = &cards[rank];
+    const char           *node  = comm->node_ids[rank];
     const char           *blob  = blobs + (size_t)rank * blob_len;
     ucp_ep_params_t       params;
     ucs_status_t          ucs;
 
     peer->comm       = comm;
     peer->rank       = rank;
-    peer->inter_node = strcmp(card->node_id, comm->node_id) != 0;
+    peer->inter_node = strcmp(node, comm->node_id) != 0;
     if (peer->inter_node && card->net_len == 0) {
         return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
                         "rank %d is on another node (%s) but has no network "
                         "transport; check UCX_TLS and UCX_NET_DEVICES there",
-                        rank, card->node_id);
+                        rank, node);
     }
     memset(&params, 0, sizeof(params));
     params.field_mask      = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
@@ -153,27 +158,12 @@ static sl_status_t sl_ucx_ep_create(sl_comm_t *comm, sl_ucx_peer_t *peer,
         return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
                         "cannot create a UCX endpoint to rank %d (%s node "
                         "%s): %s", rank, peer->inter_node ? "other" : "same",
-                        card->node_id, ucs_status_string(ucs));
+                        node, ucs_status_string(ucs));
     }
     SL_INFO(SL_SUBSYS_NET, "endpoint to rank %d: %s", rank,
             peer->inter_node ? "inter-node, network transports only"
                              : "same node, all transports");
     return STAGELINK_SUCCESS;
-}
-
-static void sl_ucx_locality(sl_comm_t *comm, const sl_rank_card_t *cards)
-{
-    int r;
-
-    comm->local_rank = comm->local_size = 0;
-    for (r = 0; r < comm->layout.world_size; ++r) {
-        if (strcmp(cards[r].node_id, comm->node_id) == 0) {
-            if (r < comm->layout.rank) {
-                ++comm->local_rank;
-            }
-            ++comm->local_size;
-        }
-    }
 }
 
 sl_status_t sl_ucx_connect(sl_comm_t *comm, sl_bootstrap_t *bs)
@@ -201,7 +191,6 @@ sl_status_t sl_ucx_connect(sl_comm_t *comm, sl_bootstrap_t *bs)
         net_len = 0;
     }
     memset(&card, 0, sizeof(card));
-    memcpy(card.node_id, comm->node_id, sizeof(card.node_id));
     card.full_len = (uint32_t)full_len;
     card.net_len  = (uint32_t)net_len;
 
@@ -239,7 +228,6 @@ sl_status_t sl_ucx_connect(sl_comm_t *comm, sl_bootstrap_t *bs)
     SL_CHECK_GOTO(sl_bootstrap_allgather(bs, blob, blobs, blob_len,
                                          &comm->err), out);
 
-    sl_ucx_locality(comm, cards);
     if (comm->layout.prev_rank >= 0) {
         SL_CHECK_GOTO(sl_ucx_ep_create(comm, &comm->prev,
                                        comm->layout.prev_rank, cards, blobs,

@@ -1,0 +1,333 @@
+/*
+ * stagelink_perftest: boundary transfer timing in the manner of
+ * ucx_perftest and nccl-tests, on two pipeline stages of t TP ranks.  Like
+ * ucx_perftest's tag_lat it is a ping-pong: stage 0 sends the tensor
+ * forward, stage 1 sends it back as soon as it is whole (shard received and
+ * gathered), and half the round trip is the boundary time.  The returned
+ * tensor is checked byte by byte.  Launch under stagelink_run, torchrun or
+ * mpirun with 2t ranks.
+ *
+ *   stagelink_perftest -t TP [-m MODE] [-b MIN -e MAX -f FACTOR | -s LIST]
+ *                      [-n ITERS] [-w WARMUP] [-c 0|1] [--csv]
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "host.h"
+#include "pattern.h"
+
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct perf_opts {
+    int              tp, iters, warmup, check, csv;
+    stagelink_mode_t mode;
+    size_t           sizes[64];
+    int              nsizes;
+} perf_opts_t;
+
+/* Per-size figures of one rank. */
+typedef struct perf_result {
+    double   p50_us, avg_us, max_us; /* one-way boundary time: round trip / 2 */
+    double   stage_per_rank;         /* bytes this rank sent to the other stage */
+    double   inter_node_per_rank;    /* of which to another node */
+    double   gather_per_rank;        /* bytes it sent inside its TP group */
+    uint64_t wrong;
+} perf_result_t;
+
+static double now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: stagelink_perftest -t TP [-m scatter_gather|full|sharded]\n"
+            "         [-b MIN -e MAX -f FACTOR | -s SIZE,SIZE,...] [-n ITERS]\n"
+            "         [-w WARMUP] [-c 0|1] [--csv]\n"
+            "  Runs on 2 stages of TP ranks (2*TP ranks).  Sizes take K/M/G\n"
+            "  suffixes (powers of 2).  Exits 1 on a data mismatch.\n");
+}
+
+static int parse_opts(int argc, char **argv, perf_opts_t *o)
+{
+    static const struct option longopts[] = {{"csv", no_argument, NULL, 'C'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    size_t min = 1 << 20, max = 1 << 20, v;
+    int    factor = 2, opt, have_list = 0;
+    char  *save = NULL, *item;
+
+    memset(o, 0, sizeof(*o));
+    o->tp = 1, o->iters = 20, o->warmup = 5, o->check = 1;
+    while ((opt = getopt_long(argc, argv, "t:m:b:e:f:s:n:w:c:h", longopts,
+                              NULL)) != -1) {
+        switch (opt) {
+        case 't': o->tp = atoi(optarg); break;
+        case 'n': o->iters = atoi(optarg); break;
+        case 'w': o->warmup = atoi(optarg); break;
+        case 'c': o->check = atoi(optarg); break;
+        case 'f': factor = atoi(optarg); break;
+        case 'C': o->csv = 1; break;
+        case 'm':
+            if (sl_host_parse_mode(optarg, &o->mode) != 0) {
+                fprintf(stderr, "unknown mode %s\n", optarg);
+                return -1;
+            }
+            break;
+        case 'b':
+        case 'e':
+            if (sl_host_parse_size(optarg, &v) != 0) {
+                fprintf(stderr, "bad size %s\n", optarg);
+                return -1;
+            }
+            *(opt == 'b' ? &min : &max) = v;
+            break;
+        case 's':
+            have_list = 1;
+            for (item = strtok_r(optarg, ",", &save); item != NULL;
+                 item = strtok_r(NULL, ",", &save)) {
+                if (o->nsizes == 64 ||
+                    sl_host_parse_size(item, &o->sizes[o->nsizes++]) != 0) {
+                    fprintf(stderr, "bad size list entry %s\n", item);
+                    return -1;
+                }
+            }
+            break;
+        case 'h': usage(); exit(0);
+        default: return -1;
+        }
+    }
+    if (optind != argc || o->tp < 1 || o->iters < 1 || o->warmup < 0 ||
+        factor < 2 || min > max) {
+        return -1;
+    }
+    if (!have_list) {
+        for (v = min; v <= max && o->nsizes < 64; v *= (size_t)factor) {
+            o->sizes[o->nsizes++] = v;
+            if (v == 0) {
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
+static stagelink_xfer_t make_xfer(stagelink_peer_t peer, void *buf, size_t n,
+                                  uint32_t mb)
+{
+    stagelink_xfer_t x;
+
+    memset(&x, 0, sizeof(x));
+    x.peer           = peer;
+    x.buf            = buf;
+    x.nbytes         = n;
+    x.elem_size      = 1;
+    x.mem_type       = STAGELINK_MEM_HOST;
+    x.tag.microbatch = mb;
+    return x;
+}
+
+static int post_wait(sl_host_t *h, stagelink_op_kind_t kind,
+                     stagelink_peer_t peer, void *buf, size_t n, uint32_t mb)
+{
+    stagelink_xfer_t     x = make_xfer(peer, buf, n, mb);
+    stagelink_request_t *req;
+
+    if (sl_host_report(h, (kind == STAGELINK_OP_SEND)
+                              ? h->plugin->isend(h->comm, &x, &req)
+                              : h->plugin->irecv(h->comm, &x, &req),
+                       (kind == STAGELINK_OP_SEND) ? "isend" : "irecv") ||
+        sl_host_report(h, h->plugin->wait(h->comm, req), "wait")) {
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * One round trip.  Stage 0 posts the return receive with the send (one
+ * batch); stage 1 receives, then sends the same buffer back, so what stage
+ * 0 gets is what stage 1 rebuilt.
+ */
+static int round_trip(sl_host_t *h, unsigned char *send, unsigned char *recv,
+                      size_t n, uint32_t mb)
+{
+    stagelink_op_t       ops[2];
+    stagelink_request_t *reqs[2];
+    int                  i, rc = 0;
+
+    if (h->info.pp_index == 1) {
+        if (post_wait(h, STAGELINK_OP_RECV, STAGELINK_PEER_PREV, recv, n, mb) ||
+            post_wait(h, STAGELINK_OP_SEND, STAGELINK_PEER_PREV, recv, n, mb)) {
+            return -1;
+        }
+        return 0;
+    }
+    ops[0].kind = STAGELINK_OP_RECV;
+    ops[0].xfer = make_xfer(STAGELINK_PEER_NEXT, recv, n, mb);
+    ops[1].kind = STAGELINK_OP_SEND;
+    ops[1].xfer = make_xfer(STAGELINK_PEER_NEXT, send, n, mb);
+    if (sl_host_report(h, h->plugin->post_batch(h->comm, ops, 2, reqs),
+                       "post_batch")) {
+        return -1;
+    }
+    for (i = 1; i >= 0; --i) {
+        if (sl_host_report(h, h->plugin->wait(h->comm, reqs[i]), "wait")) {
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
+/* In sharded mode each TP rank only ever holds its own shard. */
+static void own_range(const sl_host_t *h, size_t n, size_t *off, size_t *len)
+{
+    size_t t = (size_t)h->info.tp_size, i = (size_t)h->info.tp_index;
+    size_t q = n / t, r = n % t;
+
+    *off = 0;
+    *len = n;
+    if (h->info.mode == STAGELINK_MODE_SHARDED) {
+        *off = i * q + (i < r ? i : r);
+        *len = q + (i < r ? 1 : 0);
+    }
+}
+
+static int run_size(sl_host_t *h, const perf_opts_t *o, size_t n,
+                    perf_result_t *res)
+{
+    unsigned char       *send  = malloc(n ? n : 1), *recv = malloc(n ? n : 1);
+    double              *times = calloc((size_t)o->iters, sizeof(double));
+    uint64_t             seed  = sl_pattern_seed(0, 0, 0, 0);
+    stagelink_counters_t c0, c1;
+    size_t               off, len, bad;
+    double               t0, sum = 0;
+    int                  it, rc = 0;
+
+    memset(res, 0, sizeof(*res));
+    if (send == NULL || recv == NULL || times == NULL) {
+        fprintf(stderr, "out of memory for %zu-byte buffers\n", n);
+        rc = -1;
+        goto out;
+    }
+    own_range(h, n, &off, &len);
+    sl_pattern_fill(send, 0, n, seed);
+    for (it = 0; it < o->warmup && rc == 0; ++it) {
+        rc = round_trip(h, send, recv, n, (uint32_t)it);
+    }
+    h->plugin->get_counters(h->comm, &c0);
+    for (it = 0; it < o->iters && rc == 0; ++it) {
+        if (o->check) {
+            memset(recv, 0, n);
+        }
+        t0 = now_us();
+        rc = round_trip(h, send, recv, n, (uint32_t)(o->warmup + it));
+        times[it] = (now_us() - t0) / 2;
+        sum      += times[it];
+        if (rc == 0 && o->check &&
+            (bad = sl_pattern_check(recv, off, len, seed)) != SIZE_MAX) {
+            fprintf(stderr, "rank %d: %zu-byte tensor differs at byte %zu\n",
+                    h->info.rank, n, bad);
+            ++res->wrong;
+        }
+    }
+    h->plugin->get_counters(h->comm, &c1);
+    if (rc == 0) {
+        qsort(times, (size_t)o->iters, sizeof(double), cmp_double);
+        res->p50_us = times[o->iters / 2];
+        res->avg_us = sum / o->iters;
+        res->max_us = times[o->iters - 1];
+        res->stage_per_rank =
+            (double)(c1.stage_bytes_sent - c0.stage_bytes_sent) / o->iters;
+        res->inter_node_per_rank =
+            (double)(c1.inter_node_bytes_sent - c0.inter_node_bytes_sent) /
+            o->iters;
+        res->gather_per_rank =
+            (double)(c1.gather_bytes_sent - c0.gather_bytes_sent) / o->iters;
+    }
+out:
+    free(send);
+    free(recv);
+    free(times);
+    return rc;
+}
+
+static void report(const sl_host_t *h, const perf_opts_t *o, size_t n,
+                   const perf_result_t *r)
+{
+    double algbw = (r->avg_us > 0) ? (double)n / (r->avg_us * 1e3) : 0;
+
+    if (o->csv) {
+        printf("%zu,%s,%d,%.2f,%.2f,%.2f,%.3f,%.0f,%.0f,%.0f,%llu\n", n,
+               sl_host_mode_name(h->info.mode), h->info.tp_size, r->p50_us,
+               r->avg_us, r->max_us, algbw, r->stage_per_rank,
+               r->inter_node_per_rank, r->gather_per_rank,
+               (unsigned long long)r->wrong);
+    } else {
+        printf("%12zu %15s %3d %10.1f %10.1f %10.1f %8.3f %12.0f %12.0f "
+               "%12.0f %6llu\n", n, sl_host_mode_name(h->info.mode),
+               h->info.tp_size, r->p50_us, r->avg_us, r->max_us, algbw,
+               r->stage_per_rank, r->inter_node_per_rank, r->gather_per_rank,
+               (unsigned long long)r->wrong);
+    }
+    fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+    perf_opts_t   o;
+    perf_result_t res;
+    sl_host_t     h;
+    int           i, rc = 0, wrong = 0;
+
+    if (parse_opts(argc, argv, &o) != 0) {
+        usage();
+        return 2;
+    }
+    if (sl_host_open(&h, o.tp, 2, o.mode) != 0) {
+        return 1;
+    }
+    if (h.info.rank == 0) {
+        if (o.csv) {
+            printf("size,mode,t,p50_us,avg_us,max_us,algbw_GBps,"
+                   "stage_B_per_rank,xnode_B_per_rank,gather_B_per_rank,"
+                   "wrong\n");
+        } else {
+            printf("# stagelink_perftest boundary: 2 stages x %d TP ranks, "
+                   "%d iterations (+%d warm-up), data check %s\n"
+                   "# time: one-way boundary time = round trip / 2 (tensor "
+                   "forward, rebuilt, and back); algbw = size / avg time, "
+                   "GB/s = 1e9 B/s\n"
+                   "# per rank and crossing: stage = bytes sent to the other "
+                   "stage, xnode = of which to another node, gather = bytes "
+                   "sent inside the TP group\n",
+                   h.info.tp_size, o.iters, o.warmup, o.check ? "on" : "off");
+            printf("%12s %15s %3s %10s %10s %10s %8s %12s %12s %12s %6s\n",
+                   "size(B)", "mode", "t", "p50(us)", "avg(us)", "max(us)",
+                   "algbw", "stage B", "xnode B", "gather B", "wrong");
+        }
+    }
+    for (i = 0; i < o.nsizes && rc == 0; ++i) {
+        rc = run_size(&h, &o, o.sizes[i], &res);
+        wrong |= (res.wrong != 0);
+        if (rc == 0 && h.info.rank == 0) {
+            report(&h, &o, o.sizes[i], &res);
+        }
+    }
+    sl_host_close(&h);
+    return (rc != 0 || wrong) ? 1 : 0;
+}

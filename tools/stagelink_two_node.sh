@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# Simulated nodes for stagelink: one network namespace per node, joined by a
+# veth pair (two nodes) or through a bridge (more), addresses in
+# 198.18.0.0/15, the link optionally rate-limited with tc tbf.  Each node's
+# ranks are started by their own command (stagelink_run -o/-w), as on a
+# cluster; the veth byte counters measure what really crossed between nodes.
+#
+#   stagelink_two_node.sh [options] compare   full vs scatter_gather bytes
+#   stagelink_two_node.sh [options] run -- PROGRAM ARGS...  (one stage per node)
+#
+# Options:
+#   -b DIR     build directory (default: the one holding this script's tools)
+#   -t "2 4"   TP sizes for compare (ranks per node)
+#   -N NODES   nodes for run (default 2)
+#   -s SIZE    tensor size for compare (default 16M)
+#   -n ITERS   iterations for compare (default 4)
+#   -r RATE    tc tbf rate of each node's link, e.g. 8gbit (default: none)
+#   -c         check: fail unless scatter_gather/full = 1/t within 3%
+# Needs root (ip netns); exits 77 with the reason where it cannot make
+# namespaces.  Removes everything it made, also on failure or interrupt.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+build=""
+tps="2 4"
+nodes=2
+size=16M
+iters=4
+rate=""
+check=0
+while getopts "b:t:N:s:n:r:c" opt; do
+    case $opt in
+    b) build=$OPTARG ;;
+    t) tps=$OPTARG ;;
+    N) nodes=$OPTARG ;;
+    s) size=$OPTARG ;;
+    n) iters=$OPTARG ;;
+    r) rate=$OPTARG ;;
+    c) check=1 ;;
+    *) sed -n '2,22p' "$0"; exit 2 ;;
+    esac
+done
+shift $((OPTIND - 1))
+action=${1:-compare}
+[ $# -gt 0 ] && shift
+[ "${1:-}" = "--" ] && shift
+
+# Installed: tools sit beside this script; in a build tree: build/tools.
+if [ -z "$build" ]; then
+    if [ -x "$here/stagelink_run" ]; then tools=$here; else tools=$here/../build/tools; fi
+else
+    tools=$build/tools
+    export STAGELINK_PLUGIN_PATH=${STAGELINK_PLUGIN_PATH:-$build/plugin}
+fi
+run=$tools/stagelink_run
+perftest=$tools/stagelink_perftest
+
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root to create network namespaces (ip netns)"
+command -v ip >/dev/null || skip "iproute2 (ip) is not installed"
+
+tag=sl$$
+ns=()
+cleanup() {
+    local n
+    for n in "${ns[@]}"; do ip netns del "$n" 2>/dev/null || true; done
+    ip netns del "${tag}hub" 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Node i gets namespace ${tag}n$i, link ${tag}e$i and address 198.18.0.(i+1).
+setup_nodes() {
+    local count=$1 i n w
+    if ! err=$(ip netns add "${tag}n0" 2>&1); then
+        skip "cannot create a network namespace: $err"
+    fi
+    ns+=("${tag}n0")
+    for ((i = 1; i < count; i++)); do
+        ip netns add "${tag}n$i"
+        ns+=("${tag}n$i")
+    done
+    if [ "$count" = 2 ]; then
+        ip link add "${tag}e0" netns "${tag}n0" type veth \
+            peer name "${tag}e1" netns "${tag}n1"
+    else
+        ip netns add "${tag}hub"
+        ip -n "${tag}hub" link add br0 type bridge
+        ip -n "${tag}hub" link set br0 up
+        for ((i = 0; i < count; i++)); do
+            ip link add "${tag}e$i" netns "${tag}n$i" type veth \
+                peer name "${tag}h$i" netns "${tag}hub"
+            ip -n "${tag}hub" link set "${tag}h$i" master br0 up
+        done
+    fi
+    for ((i = 0; i < count; i++)); do
+        n=${tag}n$i
+        ip -n "$n" link set lo up
+        ip -n "$n" addr add "198.18.0.$((i + 1))/24" dev "${tag}e$i"
+        ip -n "$n" link set "${tag}e$i" up
+        if [ -n "$rate" ]; then
+            ip netns exec "$n" tc qdisc add dev "${tag}e$i" root tbf \
+                rate "$rate" burst 1mbit latency 50ms
+        fi
+    done
+    # UCX lists only running interfaces: wait for the carrier (at most 10 s).
+    for ((i = 0; i < count; i++)); do
+        for ((w = 0; w < 100; w++)); do
+            [ "$(ip netns exec "${tag}n$i" cat "/sys/class/net/${tag}e$i/operstate")" = up ] && break
+            sleep 0.1
+        done
+    done
+}
+
+# Bytes that crossed between nodes: each node's link, transmit side.
+crossed() {
+    local total=0 i v
+    for ((i = 0; i < ${#ns[@]}; i++)); do
+        v=$(ip netns exec "${ns[$i]}" cat "/sys/class/net/${tag}e$i/statistics/tx_bytes")
+        total=$((total + v))
+    done
+    echo "$total"
+}
+
+# Starts ranks_per_node ranks on every node, each node by its own command.
+run_job() {
+    local per=$1 i pids=() rc=0
+    shift
+    export MASTER_ADDR=198.18.0.1 MASTER_PORT=$((20000 + $$ % 20000))
+    for ((i = 0; i < ${#ns[@]}; i++)); do
+        ip netns exec "${ns[$i]}" "$run" -n "$per" -o $((i * per)) \
+            -w $((per * ${#ns[@]})) -T 240 -- "$@" &
+        pids+=($!)
+    done
+    for i in "${pids[@]}"; do wait "$i" || rc=1; done
+    return $rc
+}
+
+case $action in
+compare)
+    setup_nodes 2
+    echo "# two simulated nodes (${ns[*]}), link ${tag}e0<->${tag}e1 198.18.0.1-2${rate:+, tbf $rate}"
+    echo "# stagelink_perftest ping-pong of a $size tensor, $iters iterations + 1 warm-up, forward and back"
+    printf "%3s %16s %16s %10s %10s\n" t "full B" "scatter_gather B" ratio ideal
+    status=0
+    for t in $tps; do
+        declare -A bytes=()
+        for mode in full scatter_gather; do
+            before=$(crossed)
+            STAGELINK_MODE=$mode run_job "$t" "$perftest" -t "$t" -s "$size" \
+                -n "$iters" -w 1 >"/tmp/${tag}.$mode.$t" 2>&1 || {
+                cat "/tmp/${tag}.$mode.$t"; rm -f "/tmp/${tag}".*; exit 1; }
+            bytes[$mode]=$(( $(crossed) - before ))
+        done
+        ratio=$(awk -v a="${bytes[scatter_gather]}" -v b="${bytes[full]}" 'BEGIN{printf "%.4f", a/b}')
+        ideal=$(awk -v t="$t" 'BEGIN{printf "%.4f", 1/t}')
+        printf "%3d %16d %16d %10s %10s\n" "$t" "${bytes[full]}" "${bytes[scatter_gather]}" "$ratio" "$ideal"
+        sed -n 's/^ *[0-9]/&/p' "/tmp/${tag}.full.$t" "/tmp/${tag}.scatter_gather.$t" | sed 's/^/#   /'
+        if [ $check = 1 ] && ! awk -v r="$ratio" -v t="$t" 'BEGIN{d=r*t-1; exit !(d<=0.03 && d>=-0.03)}'; then
+            echo "FAIL: t=$t scatter_gather/full = $ratio, not 1/$t within 3%"
+            status=1
+        fi
+        unset bytes
+    done
+    rm -f "/tmp/${tag}".*
+    exit $status
+    ;;
+run)
+    [ $# -gt 0 ] || { echo "run needs -- PROGRAM ARGS" >&2; exit 2; }
+    per=${STAGELINK_RANKS_PER_NODE:-1}
+    setup_nodes "$nodes"
+    before=$(crossed)
+    run_job "$per" "$@"
+    echo "# $nodes nodes x $per ranks: $(( $(crossed) - before )) bytes crossed between nodes"
+    ;;
+*)
+    echo "unknown action $action" >&2
+    exit 2
+    ;;
+esac
