@@ -15,7 +15,7 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
     [SL_ENV_PLUGIN_PATH] = {"STAGELINK_PLUGIN_PATH", "",
         "Colon-separated directories searched for plugins before the installed plugin directory."},
     [SL_ENV_MODE] = {"STAGELINK_MODE", "scatter_gather",
-        "Boundary mode when the host leaves it unset: scatter_gather, full or sharded."},
+        "Boundary mode: scatter_gather, full or sharded; overrides the host's config, so the same job can be A/B-tested."},
     [SL_ENV_GATHER] = {"STAGELINK_GATHER", "auto",
         "Intra-node gather backend: ucx, nccl or auto (nccl for GPU buffers when built with it, else ucx)."},
     [SL_ENV_DEBUG] = {"STAGELINK_DEBUG", "WARN",
@@ -52,7 +52,6 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
     [SL_ENV_SLURM_NTASKS] = {"SLURM_NTASKS", "", "Slurm srun: number of ranks."},
     [SL_ENV_SLURM_LOCALID] = {"SLURM_LOCALID", "", "Slurm srun: rank on this node."},
     [SL_ENV_SLURM_NTASKS_PER_NODE] = {"SLURM_NTASKS_PER_NODE", "", "Slurm srun: ranks per node."},
-    [SL_ENV_SLURM_JOB_ID] = {"SLURM_JOB_ID", "", "Slurm: job id, part of the default port choice."},
 };
 
 const char *sl_env_raw(sl_env_id_t id)

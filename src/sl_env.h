@@ -42,7 +42,6 @@ typedef enum sl_env_id {
     SL_ENV_SLURM_NTASKS,
     SL_ENV_SLURM_LOCALID,
     SL_ENV_SLURM_NTASKS_PER_NODE,
-    SL_ENV_SLURM_JOB_ID,
     SL_ENV_COUNT
 } sl_env_id_t;
 

@@ -1,0 +1,14 @@
+#!/bin/sh
+# README's test command: every suite with warnings as errors, then the unit
+# and multi-process suites again under AddressSanitizer and UBSan.
+set -eu
+cd "$(dirname "$0")/.."
+rm -rf build-test build-sanitize
+meson setup build-test -Dwarning_level=3 -Dwerror=true
+meson test -C build-test --print-errorlogs --num-processes 2
+
+meson setup build-sanitize -Db_sanitize=address,undefined -Db_lundef=false \
+    -Dwarning_level=3 -Dwerror=true
+UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    meson test -C build-sanitize --print-errorlogs --num-processes 2 \
+        --suite unit --suite multiproc
