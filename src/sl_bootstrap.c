@@ -26,18 +26,30 @@ typedef struct sl_boot_hdr {
     uint64_t size; /**< bytes following; 0 in the hello */
 } sl_boot_hdr_t;
 
-static sl_status_t sl_sock_io(int fd, void *buf, size_t len, int writing,
-                              double deadline, sl_errbuf_t *eb)
+/* How long one poll sleeps between progress calls. */
+#define SL_BOOT_PROGRESS_MS 1
+
+static sl_status_t sl_sock_io(const sl_bootstrap_t *bs, int fd, void *buf,
+                              size_t len, int writing, double deadline,
+                              sl_errbuf_t *eb)
 {
     char         *p = buf;
     struct pollfd pfd;
     ssize_t       n;
-    int           rc;
+    int           rc, ms;
 
     while (len > 0) {
         pfd.fd     = fd;
         pfd.events = writing ? POLLOUT : POLLIN;
-        rc         = poll(&pfd, 1, sl_deadline_ms(deadline));
+        ms         = sl_deadline_ms(deadline);
+        if (bs != NULL && bs->progress != NULL) {
+            bs->progress(bs->progress_arg);
+            ms = (ms < 0 || ms > SL_BOOT_PROGRESS_MS) ? SL_BOOT_PROGRESS_MS : ms;
+        }
+        rc = poll(&pfd, 1, ms);
+        if (rc == 0 && !sl_deadline_passed(deadline)) {
+            continue;
+        }
         if (rc == 0) {
             return sl_error(eb, STAGELINK_ERR_TIMEOUT,
                             "bootstrap %s of %zu bytes timed out; raise "
@@ -218,7 +230,7 @@ static sl_status_t sl_boot_accept_all(sl_bootstrap_t *bs, int lfd,
         }
         sl_sock_tune(fd);
         /* A stray client is dropped; the job goes on. */
-        if (sl_sock_io(fd, &hdr, sizeof(hdr), 0, deadline, &drop) !=
+        if (sl_sock_io(NULL, fd, &hdr, sizeof(hdr), 0, deadline, &drop) !=
                 STAGELINK_SUCCESS ||
             sl_boot_check_hdr(&hdr, bs, &drop) != STAGELINK_SUCCESS ||
             hdr.rank == 0 || hdr.rank >= (uint32_t)bs->world_size ||
@@ -263,7 +275,7 @@ sl_status_t sl_bootstrap_init(sl_bootstrap_t *bs,
         hello = (sl_boot_hdr_t){SL_BOOT_MAGIC, SL_BOOT_VERSION,
                                 (uint32_t)bs->rank,
                                 (uint32_t)bs->world_size, 0};
-        SL_CHECK_GOTO(sl_sock_io(bs->root_fd, &hello, sizeof(hello), 1,
+        SL_CHECK_GOTO(sl_sock_io(bs, bs->root_fd, &hello, sizeof(hello), 1,
                                  deadline, eb), err_close);
         SL_INFO(SL_SUBSYS_BOOT, "connected to rendezvous %s:%d",
                 launcher->addr, launcher->port);
@@ -304,8 +316,8 @@ static sl_status_t sl_boot_root_allgather(sl_bootstrap_t *bs, void *recvbuf,
     int           r;
 
     for (r = 1; r < bs->world_size; ++r) {
-        SL_CHECK(sl_sock_io(bs->peer_fds[r], &hdr, sizeof(hdr), 0, deadline,
-                            eb));
+        SL_CHECK(sl_sock_io(bs, bs->peer_fds[r], &hdr, sizeof(hdr), 0,
+                            deadline, eb));
         SL_CHECK(sl_boot_check_hdr(&hdr, bs, eb));
         if (hdr.rank != (uint32_t)r || hdr.size != size) {
             return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
@@ -314,12 +326,12 @@ static sl_status_t sl_boot_root_allgather(sl_bootstrap_t *bs, void *recvbuf,
                             "exchange", r, (unsigned long long)hdr.size,
                             hdr.rank, size);
         }
-        SL_CHECK(sl_sock_io(bs->peer_fds[r], (char *)recvbuf + r * size,
+        SL_CHECK(sl_sock_io(bs, bs->peer_fds[r], (char *)recvbuf + r * size,
                             size, 0, deadline, eb));
     }
     for (r = 1; r < bs->world_size; ++r) {
-        SL_CHECK(sl_sock_io(bs->peer_fds[r], recvbuf, total, 1, deadline,
-                            eb));
+        SL_CHECK(sl_sock_io(bs, bs->peer_fds[r], recvbuf, total, 1,
+                            deadline, eb));
     }
     return STAGELINK_SUCCESS;
 }
@@ -355,10 +367,11 @@ sl_status_t sl_bootstrap_allgather(sl_bootstrap_t *bs, const void *sendbuf,
     }
     hdr = (sl_boot_hdr_t){SL_BOOT_MAGIC, SL_BOOT_VERSION, (uint32_t)bs->rank,
                           (uint32_t)bs->world_size, size};
-    SL_CHECK(sl_sock_io(bs->root_fd, &hdr, sizeof(hdr), 1, deadline, eb));
-    SL_CHECK(sl_sock_io(bs->root_fd, (void *)sendbuf, size, 1, deadline, eb));
-    return sl_sock_io(bs->root_fd, recvbuf, (size_t)bs->world_size * size, 0,
-                      deadline, eb);
+    SL_CHECK(sl_sock_io(bs, bs->root_fd, &hdr, sizeof(hdr), 1, deadline, eb));
+    SL_CHECK(sl_sock_io(bs, bs->root_fd, (void *)sendbuf, size, 1, deadline,
+                        eb));
+    return sl_sock_io(bs, bs->root_fd, recvbuf,
+                      (size_t)bs->world_size * size, 0, deadline, eb);
 }
 
 sl_status_t sl_bootstrap_barrier(sl_bootstrap_t *bs, sl_errbuf_t *eb)

@@ -23,6 +23,13 @@ typedef struct sl_bootstrap {
     double                   timeout;  /**< seconds per exchange, 0 = none */
     int                      root_fd;  /**< non-root: socket to rank 0 */
     int                     *peer_fds; /**< rank 0: socket of each rank */
+    /**
+     * Called while a TCP exchange waits, once the transport exists: a peer
+     * may need our progress (a rendezvous acknowledgement, say) to reach
+     * the same exchange.
+     */
+    void                   (*progress)(void *arg);
+    void                    *progress_arg;
 } sl_bootstrap_t;
 
 sl_status_t sl_bootstrap_init(sl_bootstrap_t *bs,

@@ -118,6 +118,10 @@ sl_status_t sl_ucx_connect(sl_comm_t *comm, struct sl_bootstrap *bs);
 void        sl_ucx_worker_destroy(sl_comm_t *comm);
 /** Progresses UCX and starts the gathers whose shard arrived. */
 void        sl_ucx_progress(sl_comm_t *comm);
+/** sl_ucx_progress for callers that hold a void pointer (the bootstrap). */
+void        sl_ucx_progress_cb(void *comm);
+/** Completes every operation the worker has outstanding (bounded by the deadline). */
+void        sl_ucx_flush(sl_comm_t *comm);
 /**
  * After the finalize barrier nothing real is in flight: messages still
  * unexpected belong to canceled or failed transfers.  Drops them.
@@ -155,6 +159,8 @@ sl_status_t sl_xfer_post(sl_comm_t *comm, stagelink_op_kind_t kind,
                          const stagelink_xfer_t *xfer, sl_req_t **req_out);
 sl_status_t sl_xfer_post_batch(sl_comm_t *comm, const stagelink_op_t *ops,
                                size_t count, sl_req_t **reqs);
+/** Lists the sub-operations of `req` still in flight, for error sentences. */
+void        sl_req_describe_pending(const sl_req_t *req, char *out, size_t len);
 /** Own shard of a receive is in place (ok) or failed: hand it to the gather. */
 void        sl_xfer_shard_arrived(sl_req_t *req, int ok);
 

@@ -239,6 +239,8 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *config,
     SL_CHECK_GOTO(sl_comm_locality(comm), err_destroy);
     SL_CHECK_GOTO(sl_ucx_worker_create(comm), err_destroy);
     SL_CHECK_GOTO(sl_ucx_connect(comm, comm->bootstrap), err_destroy);
+    comm->bootstrap->progress     = sl_ucx_progress_cb;
+    comm->bootstrap->progress_arg = comm;
     SL_CHECK_GOTO(comm->gather->init(comm, &comm->gather_state), err_destroy);
 
     SL_INFO(SL_SUBSYS_INIT, "rank %d/%d: tp %d/%d pp %d/%d dp %d, prev %d "
@@ -280,7 +282,9 @@ static stagelink_status_t sl_ucx_comm_finalize(stagelink_comm_t *comm)
         SL_WARN(SL_SUBSYS_INIT, "finalize canceled %d transfers still in "
                 "flight", inflight);
     }
-    /* Peers may still be draining our last sends: leave together. */
+    /* A peer's rendezvous send completes only when our acknowledgement
+     * leaves: flush, and keep progressing while the others arrive. */
+    sl_ucx_flush(comm);
     if (sl_bootstrap_barrier(comm->bootstrap, &drop) != STAGELINK_SUCCESS) {
         SL_WARN(SL_SUBSYS_INIT, "finalize barrier failed (%s); closing "
                 "anyway", drop.msg);

@@ -322,6 +322,34 @@ void sl_ucx_progress(sl_comm_t *comm)
     }
 }
 
+void sl_ucx_progress_cb(void *comm)
+{
+    sl_ucx_progress(comm);
+}
+
+void sl_ucx_flush(sl_comm_t *comm)
+{
+    ucp_request_param_t param;
+    ucs_status_ptr_t    req;
+    double              deadline = sl_deadline(comm->timeout);
+
+    memset(&param, 0, sizeof(param));
+    req = ucp_worker_flush_nbx(comm->worker, &param);
+    if (!UCS_PTR_IS_PTR(req)) {
+        return;
+    }
+    while (ucp_request_check_status(req) == UCS_INPROGRESS &&
+           !sl_deadline_passed(deadline)) {
+        sl_ucx_progress(comm);
+    }
+    if (ucp_request_check_status(req) == UCS_INPROGRESS) {
+        SL_WARN(SL_SUBSYS_NET, "flushing the UCX worker timed out after "
+                "%.1f s", comm->timeout);
+        ucp_request_cancel(comm->worker, req);
+    }
+    ucp_request_free(req);
+}
+
 void sl_ucx_discard_unexpected(sl_comm_t *comm)
 {
     ucp_tag_recv_info_t info;
@@ -368,13 +396,17 @@ sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
             return STAGELINK_SUCCESS;
         }
         if (sl_deadline_passed(deadline)) {
+            char pending[256];
+
+            sl_req_describe_pending(req, pending, sizeof(pending));
             return sl_error(&comm->err, STAGELINK_ERR_TIMEOUT,
-                            "transfer of microbatch %u chunk %u with rank %d "
-                            "did not complete in %.1f s (%d operations "
-                            "pending); the request stays in flight: wait "
-                            "again or cancel it", req->xfer.tag.microbatch,
-                            req->xfer.tag.chunk, req->peer->rank,
-                            comm->timeout, req->pending);
+                            "%s %s of microbatch %u chunk %u did not complete "
+                            "in %.1f s, waiting for: %s; the request stays in "
+                            "flight: wait again or cancel it",
+                            req->backward ? "backward" : "forward",
+                            (req->kind == STAGELINK_OP_SEND) ? "send" : "receive",
+                            req->xfer.tag.microbatch, req->xfer.tag.chunk,
+                            comm->timeout, pending);
         }
         if (sl_time_now() < spin_until) {
             continue;

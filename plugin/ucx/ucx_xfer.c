@@ -10,6 +10,7 @@
 #include "sl_log.h"
 #include "sl_tag.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const char *sl_sub_name(sl_sub_kind_t kind)
@@ -21,6 +22,28 @@ static const char *sl_sub_name(sl_sub_kind_t kind)
     case SL_SUB_GATHER_RECV: return "gather receive";
     }
     return "operation";
+}
+
+void sl_req_describe_pending(const sl_req_t *req, char *out, size_t len)
+{
+    size_t used = 0;
+    int    i;
+
+    out[0] = '\0';
+    for (i = 0; i < req->nsubs && used < len; ++i) {
+        if (req->subs[i].ucx_req != NULL) {
+            used += (size_t)snprintf(out + used, len - used, "%s%s %s rank %d",
+                                     used ? ", " : "",
+                                     sl_sub_name(req->subs[i].kind),
+                                     (req->subs[i].kind == SL_SUB_STAGE_SEND ||
+                                      req->subs[i].kind == SL_SUB_GATHER_SEND)
+                                         ? "to" : "from",
+                                     req->subs[i].peer->rank);
+        }
+    }
+    if (out[0] == '\0') {
+        snprintf(out, len, "the own shard to be passed to the TP group");
+    }
 }
 
 static void sl_sub_count(sl_comm_t *comm, const sl_sub_t *sub, size_t bytes)
