@@ -39,8 +39,9 @@ static sl_status_t sl_launcher_int(sl_env_id_t id, long min, int *value,
 
 static sl_status_t sl_launcher_rendezvous(sl_launcher_t *out, sl_errbuf_t *eb)
 {
-    const char *addr = sl_env_raw(SL_ENV_BOOTSTRAP_ADDR);
-    const char *port = sl_env_raw(SL_ENV_BOOTSTRAP_PORT);
+    const char *addr     = sl_env_raw(SL_ENV_BOOTSTRAP_ADDR);
+    const char *port     = sl_env_raw(SL_ENV_BOOTSTRAP_PORT);
+    sl_env_id_t port_var = SL_ENV_BOOTSTRAP_PORT;
     long        v;
 
     if (addr == NULL) {
@@ -65,11 +66,13 @@ static sl_status_t sl_launcher_rendezvous(sl_launcher_t *out, sl_errbuf_t *eb)
     snprintf(out->addr, sizeof(out->addr), "%s", addr);
 
     if (port == NULL) {
-        port = sl_env_raw(SL_ENV_MASTER_PORT);
+        port     = sl_env_raw(SL_ENV_MASTER_PORT);
+        port_var = SL_ENV_MASTER_PORT;
     }
     out->port = SL_BOOTSTRAP_DEFAULT_PORT;
     if (port != NULL) {
-        SL_CHECK(sl_parse_long(port, 1, 65535, &v, "rendezvous port", eb));
+        SL_CHECK(sl_parse_long(port, 1, 65535, &v, sl_env_table[port_var].name,
+                               eb));
         out->port = (int)v;
     }
     return STAGELINK_SUCCESS;

@@ -15,46 +15,60 @@ static unsigned       sl_log_subsys_mask;
 static int            sl_log_rank = -1;
 static char           sl_log_host[64];
 
-static void sl_log_init(void)
+static const char *const sl_log_levels[] = {"NONE", "WARN", "INFO", "TRACE",
+                                            NULL};
+static const struct {
+    const char *name;
+    unsigned    bit;
+} sl_log_subsys_names[] = {
+    {"INIT", SL_SUBSYS_INIT},     {"BOOT", SL_SUBSYS_BOOT},
+    {"NET", SL_SUBSYS_NET},       {"GATHER", SL_SUBSYS_GATHER},
+    {"ENV", SL_SUBSYS_ENV},       {"ALL", SL_SUBSYS_ALL},
+};
+
+sl_status_t sl_log_parse_env(sl_log_level_t *level, unsigned *mask,
+                             sl_errbuf_t *eb)
 {
-    static const char *const levels[] = {"NONE", "WARN", "INFO", "TRACE", NULL};
-    static const struct {
-        const char *name;
-        unsigned    bit;
-    } subsys[] = {
-        {"INIT", SL_SUBSYS_INIT},     {"BOOT", SL_SUBSYS_BOOT},
-        {"NET", SL_SUBSYS_NET},       {"GATHER", SL_SUBSYS_GATHER},
-        {"ENV", SL_SUBSYS_ENV},       {"ALL", SL_SUBSYS_ALL},
-    };
-    char        list[256];
-    char       *save = NULL;
-    char       *item;
-    const char *value = sl_env_get(SL_ENV_DEBUG);
-    size_t      i;
-    int         level;
+    char   list[256];
+    char  *save = NULL, *item;
+    size_t i;
+    int    choice;
 
-    sl_log_current_level = SL_LOG_WARN;
-    for (level = 0; levels[level] != NULL; ++level) {
-        if (strcasecmp(value, levels[level]) == 0) {
-            sl_log_current_level = (sl_log_level_t)level;
-        }
-    }
-
-    /* Bad subsystem names are ignored: a typo must not silence errors. */
-    sl_log_subsys_mask = 0;
+    SL_CHECK(sl_env_parse_choice(SL_ENV_DEBUG, sl_log_levels, &choice, eb));
+    *level = (sl_log_level_t)choice;
+    *mask  = 0;
     snprintf(list, sizeof(list), "%s", sl_env_get(SL_ENV_DEBUG_SUBSYS));
     for (item = strtok_r(list, ",", &save); item != NULL;
          item = strtok_r(NULL, ",", &save)) {
-        for (i = 0; i < SL_ARRAY_SIZE(subsys); ++i) {
-            if (strcasecmp(item, subsys[i].name) == 0) {
-                sl_log_subsys_mask |= subsys[i].bit;
+        for (i = 0; i < SL_ARRAY_SIZE(sl_log_subsys_names); ++i) {
+            if (strcasecmp(item, sl_log_subsys_names[i].name) == 0) {
+                break;
             }
         }
+        if (i == SL_ARRAY_SIZE(sl_log_subsys_names)) {
+            return sl_error(eb, STAGELINK_ERR_CONFIG,
+                            "STAGELINK_DEBUG_SUBSYS names \"%s\"; use a comma "
+                            "list of INIT, BOOT, NET, GATHER, ENV or ALL", item);
+        }
+        *mask |= sl_log_subsys_names[i].bit;
     }
-    if (sl_log_subsys_mask == 0) {
-        sl_log_subsys_mask = SL_SUBSYS_ALL;
+    if (*mask == 0) {
+        *mask = SL_SUBSYS_ALL;
     }
+    return STAGELINK_SUCCESS;
+}
 
+static void sl_log_init(void)
+{
+    sl_errbuf_t ignored;
+
+    /* Bad values fall back to the defaults here (errors must still show);
+     * comm_init refuses them with sl_log_parse_env. */
+    if (sl_log_parse_env(&sl_log_current_level, &sl_log_subsys_mask,
+                         &ignored) != STAGELINK_SUCCESS) {
+        sl_log_current_level = SL_LOG_WARN;
+        sl_log_subsys_mask   = SL_SUBSYS_ALL;
+    }
     if (gethostname(sl_log_host, sizeof(sl_log_host)) != 0) {
         snprintf(sl_log_host, sizeof(sl_log_host), "unknown");
     }

@@ -22,6 +22,12 @@ typedef enum sl_subsys {
     SL_SUBSYS_ALL    = 0xffffu
 } sl_subsys_t;
 
+#include "sl_error.h"
+
+/** Parses STAGELINK_DEBUG and STAGELINK_DEBUG_SUBSYS; unknown values fail. */
+sl_status_t sl_log_parse_env(sl_log_level_t *level, unsigned *mask,
+                             sl_errbuf_t *eb);
+
 /** Level in force (reads the environment on first use). */
 sl_log_level_t sl_log_level(void);
 

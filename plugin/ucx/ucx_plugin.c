@@ -99,8 +99,11 @@ static sl_status_t sl_config_mode(const stagelink_config_t *config,
 static sl_status_t sl_comm_settings(sl_comm_t *comm,
                                     const stagelink_config_t *config)
 {
-    uint64_t spin_us, max_requests;
+    uint64_t       spin_us, max_requests;
+    sl_log_level_t level;
+    unsigned       subsys;
 
+    SL_CHECK(sl_log_parse_env(&level, &subsys, &comm->err));
     SL_CHECK(sl_config_mode(config, &comm->mode, &comm->err));
     SL_CHECK(sl_env_parse_seconds(SL_ENV_TIMEOUT, &comm->timeout, &comm->err));
     SL_CHECK(sl_env_parse_u64(SL_ENV_SPIN_US, 0, 10000000, &spin_us,

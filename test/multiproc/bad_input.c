@@ -175,6 +175,16 @@ int main(void)
            "MASTER_PORT=http");
     expect(init_env("WORLD_SIZE", "zero", tp), STAGELINK_ERR_CONFIG,
            "WORLD_SIZE=zero");
+    expect(init_env("LOCAL_RANK", "-1", tp), STAGELINK_ERR_CONFIG,
+           "LOCAL_RANK=-1");
+    expect(init_env("STAGELINK_DEBUG", "LOUD", tp), STAGELINK_ERR_CONFIG,
+           "STAGELINK_DEBUG=LOUD");
+    expect(init_env("STAGELINK_DEBUG_SUBSYS", "INIT,DISK", tp),
+           STAGELINK_ERR_CONFIG, "STAGELINK_DEBUG_SUBSYS=INIT,DISK");
+    expect(init_env("STAGELINK_BOOTSTRAP_PORT", "0", tp), STAGELINK_ERR_CONFIG,
+           "STAGELINK_BOOTSTRAP_PORT=0");
+    expect(init_env("STAGELINK_BOOTSTRAP_ADDR", "no-such-host.invalid", tp),
+           STAGELINK_ERR_BOOTSTRAP, "STAGELINK_BOOTSTRAP_ADDR unresolvable");
 
     /* A working communicator for the rest. */
     cfg.tp_size = tp;

@@ -4,8 +4,10 @@
  * a list of sizes; every received byte is checked against the pattern of
  * the sending stage, microbatch, chunk, direction and offset.
  *
- *   xfer_check -t TP [-p PP] [-m MODE] [-s SIZES] [-n MICROBATCHES] SCENARIO
- *   scenarios: sweep, inflight, 1f1b
+ *   xfer_check -t TP [-p PP] [-m MODE] [-s SIZES] [-n MICROBATCHES] [-r]
+ *              SCENARIO
+ *   scenarios: sweep (also checks the byte counters), inflight, 1f1b
+ *   -r: register every buffer with mem_register first
  *
  * SPDX-License-Identifier: MIT
  */
@@ -20,11 +22,20 @@
 
 #define SENTINEL 0xee
 
+#define MAX_REGS 4
+
 typedef struct check {
-    sl_host_t        host;
-    stagelink_mode_t mode;
-    int              stage, nstages, tp, tp_index;
-    int              failures;
+    sl_host_t         host;
+    stagelink_mode_t  mode;
+    int               stage, nstages, tp, tp_index;
+    int               failures;
+    int               register_buffers;
+    int               nregs;
+    struct {
+        unsigned char    *base;
+        size_t            len;
+        stagelink_memh_t *memh;
+    } regs[MAX_REGS];
 } check_t;
 
 typedef struct xfer_slot {
@@ -44,6 +55,55 @@ static void *xmalloc(size_t n)
         exit(1);
     }
     return p;
+}
+
+/* Allocates a buffer, registered with the plugin when -r was given. */
+static unsigned char *buf_alloc(check_t *c, size_t n)
+{
+    unsigned char *p = xmalloc(n);
+
+    if (c->register_buffers && n > 0 && c->nregs < MAX_REGS) {
+        if (sl_host_report(&c->host, c->host.plugin->mem_register(
+                                         c->host.comm, p, n, STAGELINK_MEM_HOST,
+                                         &c->regs[c->nregs].memh),
+                           "mem_register")) {
+            ++c->failures;
+        } else {
+            c->regs[c->nregs].base  = p;
+            c->regs[c->nregs++].len = n;
+        }
+    }
+    return p;
+}
+
+static void buf_free(check_t *c, unsigned char *p)
+{
+    int i;
+
+    for (i = 0; i < c->nregs; ++i) {
+        if (c->regs[i].base == p) {
+            if (sl_host_report(&c->host, c->host.plugin->mem_deregister(
+                                             c->host.comm, c->regs[i].memh),
+                               "mem_deregister")) {
+                ++c->failures;
+            }
+            c->regs[i] = c->regs[--c->nregs];
+            break;
+        }
+    }
+    free(p);
+}
+
+static stagelink_memh_t *memh_of(const check_t *c, const unsigned char *p)
+{
+    int i;
+
+    for (i = 0; i < c->nregs; ++i) {
+        if (p >= c->regs[i].base && p < c->regs[i].base + c->regs[i].len) {
+            return c->regs[i].memh;
+        }
+    }
+    return NULL;
 }
 
 /* An independent statement of the shard rule, not the library's code. */
@@ -67,7 +127,7 @@ static void slot_prepare(check_t *c, xfer_slot_t *s)
     }
 }
 
-static stagelink_xfer_t slot_xfer(const xfer_slot_t *s)
+static stagelink_xfer_t slot_xfer(const check_t *c, const xfer_slot_t *s)
 {
     stagelink_xfer_t x;
     int              to_next = s->recv ? s->backward : !s->backward;
@@ -80,12 +140,13 @@ static stagelink_xfer_t slot_xfer(const xfer_slot_t *s)
     x.mem_type       = STAGELINK_MEM_HOST;
     x.tag.microbatch = s->mb;
     x.tag.chunk      = (uint16_t)s->chunk;
+    x.memh           = memh_of(c, s->buf);
     return x;
 }
 
 static void slot_post(check_t *c, xfer_slot_t *s)
 {
-    stagelink_xfer_t   x = slot_xfer(s);
+    stagelink_xfer_t   x = slot_xfer(c, s);
     stagelink_status_t st;
 
     slot_prepare(c, s);
@@ -162,23 +223,69 @@ static int slot_make(check_t *c, xfer_slot_t *s, unsigned char *buf,
     return 1;
 }
 
-/* Forward then backward across every boundary, one transfer at a time. */
+static void check_counter(check_t *c, const char *name, uint64_t got,
+                          uint64_t want, size_t nbytes)
+{
+    if (got != want) {
+        fprintf(stderr, "rank %d: counter %s grew by %llu, expected %llu "
+                "(%zu bytes, mode %s, t=%d)\n", c->host.info.rank, name,
+                (unsigned long long)got, (unsigned long long)want, nbytes,
+                sl_host_mode_name(c->mode), c->tp);
+        ++c->failures;
+    }
+}
+
+/*
+ * Forward then backward across every boundary, one transfer at a time;
+ * the counters must have grown by exactly the bytes each mode moves.
+ */
 static void run_sweep(check_t *c, size_t nbytes)
 {
-    unsigned char *sbuf = xmalloc(nbytes), *rbuf = xmalloc(nbytes);
-    xfer_slot_t    s, r;
-    int            backward, hs, hr;
+    unsigned char       *sbuf = buf_alloc(c, nbytes), *rbuf = buf_alloc(c, nbytes);
+    size_t               off, own, stage_bytes;
+    uint64_t             sends = 0, recvs = 0;
+    stagelink_counters_t before, after;
+    xfer_slot_t          s, r;
+    int                  backward, hs, hr, gathers;
 
+    expected_shard(c, nbytes, (nbytes % 2 == 0) ? 2 : 1, &off, &own);
+    stage_bytes = (c->mode == STAGELINK_MODE_FULL) ? nbytes : own;
+    gathers     = (c->mode == STAGELINK_MODE_SCATTER_GATHER && c->tp > 1);
+    c->host.plugin->get_counters(c->host.comm, &before);
     for (backward = 0; backward < 2; ++backward) {
         hs = slot_make(c, &s, sbuf, nbytes, 0, backward, 7, 1);
         hr = slot_make(c, &r, rbuf, nbytes, 1, backward, 7, 1);
+        sends += (uint64_t)hs;
+        recvs += (uint64_t)hr;
         if (hr) slot_post(c, &r);
         if (hs) slot_post(c, &s);
         if (hs) slot_wait(c, &s);
         if (hr) slot_wait(c, &r);
     }
-    free(sbuf);
-    free(rbuf);
+    c->host.plugin->get_counters(c->host.comm, &after);
+    check_counter(c, "stage_bytes_sent",
+                  after.stage_bytes_sent - before.stage_bytes_sent,
+                  sends * stage_bytes, nbytes);
+    check_counter(c, "stage_bytes_recv",
+                  after.stage_bytes_recv - before.stage_bytes_recv,
+                  recvs * stage_bytes, nbytes);
+    check_counter(c, "gather_bytes_sent",
+                  after.gather_bytes_sent - before.gather_bytes_sent,
+                  gathers ? recvs * own * (uint64_t)(c->tp - 1) : 0, nbytes);
+    check_counter(c, "gather_bytes_recv",
+                  after.gather_bytes_recv - before.gather_bytes_recv,
+                  gathers ? recvs * (nbytes - own) : 0, nbytes);
+    check_counter(c, "transfers_completed",
+                  after.transfers_completed - before.transfers_completed,
+                  sends + recvs, nbytes);
+    check_counter(c, "inter+intra = stage+gather (sent)",
+                  (after.inter_node_bytes_sent + after.intra_node_bytes_sent) -
+                      (before.inter_node_bytes_sent + before.intra_node_bytes_sent),
+                  (after.stage_bytes_sent + after.gather_bytes_sent) -
+                      (before.stage_bytes_sent + before.gather_bytes_sent),
+                  nbytes);
+    buf_free(c, sbuf);
+    buf_free(c, rbuf);
 }
 
 static int gcd(int a, int b)
@@ -194,7 +301,7 @@ static int gcd(int a, int b)
 static void run_inflight(check_t *c, size_t nbytes, int n)
 {
     xfer_slot_t   *slots = xmalloc(sizeof(*slots) * (size_t)n * 4);
-    unsigned char *mem   = xmalloc(nbytes * (size_t)n * 4);
+    unsigned char *mem   = buf_alloc(c, nbytes * (size_t)n * 4);
     int            count = 0, i, backward, recv, stride = 7;
 
     for (recv = 1; recv >= 0; --recv) {
@@ -215,7 +322,7 @@ static void run_inflight(check_t *c, size_t nbytes, int n)
     for (i = 0; i < count; ++i) {
         slot_wait(c, &slots[(i * stride) % count]);
     }
-    free(mem);
+    buf_free(c, mem);
     free(slots);
 }
 
@@ -231,7 +338,7 @@ static void batch_run(check_t *c, xfer_slot_t *slots, int n)
     for (i = 0; i < n; ++i) {
         slot_prepare(c, &slots[i]);
         ops[i].kind = slots[i].recv ? STAGELINK_OP_RECV : STAGELINK_OP_SEND;
-        ops[i].xfer = slot_xfer(&slots[i]);
+        ops[i].xfer = slot_xfer(c, &slots[i]);
     }
     if (sl_host_report(&c->host, c->host.plugin->post_batch(
                                      c->host.comm, ops, (size_t)n, reqs),
@@ -250,7 +357,7 @@ static void batch_run(check_t *c, xfer_slot_t *slots, int n)
 /* Megatron's non-interleaved 1F1B schedule, with its batched pairs. */
 static void run_1f1b(check_t *c, size_t nbytes, int m)
 {
-    unsigned char *a = xmalloc(nbytes), *b = xmalloc(nbytes);
+    unsigned char *a = buf_alloc(c, nbytes), *b = buf_alloc(c, nbytes);
     xfer_slot_t    slots[2];
     int            warmup = c->nstages - c->stage - 1;
     int            remaining, f = 0, bw = 0, i, n;
@@ -288,8 +395,8 @@ static void run_1f1b(check_t *c, size_t nbytes, int m)
         n = slot_make(c, &slots[0], b, nbytes, 0, 1, (uint32_t)bw, 0);
         batch_run(c, slots, n);                       /* send_backward */
     }
-    free(a);
-    free(b);
+    buf_free(c, a);
+    buf_free(c, b);
 }
 
 static int parse_sizes(const char *list, size_t *sizes, int max)
@@ -312,12 +419,13 @@ int main(int argc, char **argv)
     check_t     c;
     size_t      sizes[32];
     const char *size_list = "0,1,7,4099,65536,1048577";
-    int         nsizes, i, opt, tp = 1, pp = 0, microbatches = 32;
+    int         nsizes, i, opt, tp = 1, pp = 0, microbatches = 32, reg = 0;
     stagelink_mode_t mode = STAGELINK_MODE_DEFAULT;
     const char *scenario;
 
-    while ((opt = getopt(argc, argv, "t:p:m:s:n:")) != -1) {
+    while ((opt = getopt(argc, argv, "t:p:m:s:n:r")) != -1) {
         switch (opt) {
+        case 'r': reg = 1; break;
         case 't': tp = atoi(optarg); break;
         case 'p': pp = atoi(optarg); break;
         case 'n': microbatches = atoi(optarg); break;
@@ -352,6 +460,7 @@ int main(int argc, char **argv)
     c.nstages  = c.host.info.pp_size;
     c.tp       = c.host.info.tp_size;
     c.tp_index = c.host.info.tp_index;
+    c.register_buffers = reg;
 
     for (i = 0; i < nsizes; ++i) {
         if (strcmp(scenario, "sweep") == 0) {
@@ -366,9 +475,9 @@ int main(int argc, char **argv)
         }
     }
     if (c.host.info.rank == 0) {
-        printf("%s t=%d p=%d mode=%s sizes=%s: %s\n", scenario, c.tp,
+        printf("%s t=%d p=%d mode=%s sizes=%s%s: %s\n", scenario, c.tp,
                c.nstages, sl_host_mode_name(c.mode), size_list,
-               c.failures ? "FAILED" : "ok");
+               reg ? " registered" : "", c.failures ? "FAILED" : "ok");
     }
     sl_host_close(&c.host);
     return c.failures ? 1 : 0;
