@@ -127,25 +127,10 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
     return 0;
 }
 
-static stagelink_xfer_t make_xfer(stagelink_peer_t peer, void *buf, size_t n,
-                                  uint32_t mb)
-{
-    stagelink_xfer_t x;
-
-    memset(&x, 0, sizeof(x));
-    x.peer           = peer;
-    x.buf            = buf;
-    x.nbytes         = n;
-    x.elem_size      = 1;
-    x.mem_type       = STAGELINK_MEM_HOST;
-    x.tag.microbatch = mb;
-    return x;
-}
-
 static int post_wait(sl_host_t *h, stagelink_op_kind_t kind,
                      stagelink_peer_t peer, void *buf, size_t n, uint32_t mb)
 {
-    stagelink_xfer_t     x = make_xfer(peer, buf, n, mb);
+    stagelink_xfer_t     x = sl_host_xfer(peer, buf, n, 1, mb, 0);
     stagelink_request_t *req;
 
     if (sl_host_report(h, (kind == STAGELINK_OP_SEND)
@@ -178,9 +163,9 @@ static int round_trip(sl_host_t *h, unsigned char *send, unsigned char *recv,
         return 0;
     }
     ops[0].kind = STAGELINK_OP_RECV;
-    ops[0].xfer = make_xfer(STAGELINK_PEER_NEXT, recv, n, mb);
+    ops[0].xfer = sl_host_xfer(STAGELINK_PEER_NEXT, recv, n, 1, mb, 0);
     ops[1].kind = STAGELINK_OP_SEND;
-    ops[1].xfer = make_xfer(STAGELINK_PEER_NEXT, send, n, mb);
+    ops[1].xfer = sl_host_xfer(STAGELINK_PEER_NEXT, send, n, 1, mb, 0);
     if (sl_host_report(h, h->plugin->post_batch(h->comm, ops, 2, reqs),
                        "post_batch")) {
         return -1;

@@ -60,20 +60,6 @@ static stagelink_status_t init_env(const char *name, const char *value,
     return st;
 }
 
-static stagelink_xfer_t xfer_of(stagelink_peer_t peer, void *buf, size_t n,
-                                uint32_t mb)
-{
-    stagelink_xfer_t x;
-
-    memset(&x, 0, sizeof(x));
-    x.peer           = peer;
-    x.buf            = buf;
-    x.nbytes         = n;
-    x.elem_size      = 1;
-    x.tag.microbatch = mb;
-    return x;
-}
-
 /* Collective steps need both stages: a barrier-free sequence where each
  * stage only waits on what the other stage posts in the same step. */
 static void cross_stage_cases(int stage, char *buf)
@@ -84,22 +70,22 @@ static void cross_stage_cases(int stage, char *buf)
 
 
     if (stage == 1) {
-        x = xfer_of(STAGELINK_PEER_PREV, buf, 64, 100);
+        x = sl_host_xfer(STAGELINK_PEER_PREV, buf, 64, 1, 100, 0);
         expect(P->irecv(C, &x, &r1), STAGELINK_SUCCESS, "first receive of mb 100");
         expect(P->irecv(C, &x, &r2), STAGELINK_ERR_TAG_IN_USE,
                "same tag again while in flight");
         expect(P->wait(C, r1), STAGELINK_SUCCESS, "the first one completes");
 
-        x = xfer_of(STAGELINK_PEER_PREV, buf, 64, 200);
+        x = sl_host_xfer(STAGELINK_PEER_PREV, buf, 64, 1, 200, 0);
         expect(P->irecv(C, &x, &r1), STAGELINK_SUCCESS, "receive 64 B (mb 200)");
         expect(P->wait(C, r1), STAGELINK_ERR_SIZE_MISMATCH,
                "sender sent 128 B into 64 B");
-        x = xfer_of(STAGELINK_PEER_PREV, buf, 128, 201);
+        x = sl_host_xfer(STAGELINK_PEER_PREV, buf, 128, 1, 201, 0);
         expect(P->irecv(C, &x, &r1), STAGELINK_SUCCESS, "receive 128 B (mb 201)");
         expect(P->wait(C, r1), STAGELINK_ERR_SIZE_MISMATCH,
                "sender sent 64 B into 128 B");
 
-        x = xfer_of(STAGELINK_PEER_PREV, buf, 64, 300);
+        x = sl_host_xfer(STAGELINK_PEER_PREV, buf, 64, 1, 300, 0);
         expect(P->irecv(C, &x, &r1), STAGELINK_SUCCESS, "receive to cancel");
         expect(P->cancel(C, r1), STAGELINK_SUCCESS, "cancel it");
         st = P->wait(C, r1);
@@ -109,13 +95,13 @@ static void cross_stage_cases(int stage, char *buf)
         expect(P->wait(C, r1), STAGELINK_ERR_INVALID_ARG,
                "wait on a completed request");
     } else {
-        x = xfer_of(STAGELINK_PEER_NEXT, buf, 64, 100);
+        x = sl_host_xfer(STAGELINK_PEER_NEXT, buf, 64, 1, 100, 0);
         expect(P->isend(C, &x, &r1), STAGELINK_SUCCESS, "send mb 100");
         expect(P->wait(C, r1), STAGELINK_SUCCESS, "send mb 100 completes");
-        x = xfer_of(STAGELINK_PEER_NEXT, buf, 128, 200);
+        x = sl_host_xfer(STAGELINK_PEER_NEXT, buf, 128, 1, 200, 0);
         expect(P->isend(C, &x, &r1), STAGELINK_SUCCESS, "send 128 B (mb 200)");
         P->wait(C, r1); /* truncation is the receiver's to report */
-        x = xfer_of(STAGELINK_PEER_NEXT, buf, 64, 201);
+        x = sl_host_xfer(STAGELINK_PEER_NEXT, buf, 64, 1, 201, 0);
         expect(P->isend(C, &x, &r1), STAGELINK_SUCCESS, "send 64 B (mb 201)");
         P->wait(C, r1);
     }
@@ -199,15 +185,15 @@ int main(void)
      * reason, not for a missing peer. */
     peer = (stage == 0) ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV;
     expect(P->isend(C, NULL, &req), STAGELINK_ERR_INVALID_ARG, "NULL transfer");
-    x = xfer_of(peer, NULL, 8, 1);
+    x = sl_host_xfer(peer, NULL, 8, 1, 1, 0);
     expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG, "NULL buffer, 8 bytes");
-    x = xfer_of(peer, buf, 7, 1);
+    x = sl_host_xfer(peer, buf, 7, 1, 1, 0);
     x.elem_size = 2;
     expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG,
            "7 bytes of 2-byte elements");
-    x = xfer_of((stagelink_peer_t)5, buf, 8, 1);
+    x = sl_host_xfer((stagelink_peer_t)5, buf, 8, 1, 1, 0);
     expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG, "peer 5");
-    x = xfer_of(peer, buf, 8, 1);
+    x = sl_host_xfer(peer, buf, 8, 1, 1, 0);
     x.tag.chunk = STAGELINK_TAG_MAX_CHUNK + 1;
     expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG, "chunk 2048");
     x.tag.chunk    = 0;
@@ -226,7 +212,7 @@ int main(void)
     expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG, "memory type 42");
     x.mem_type = STAGELINK_MEM_HOST;
     expect(P->isend(C, &x, NULL), STAGELINK_ERR_INVALID_ARG, "NULL request pointer");
-    x = xfer_of(stage == 0 ? STAGELINK_PEER_PREV : STAGELINK_PEER_NEXT, buf, 8, 1);
+    x = sl_host_xfer(stage == 0 ? STAGELINK_PEER_PREV : STAGELINK_PEER_NEXT, buf, 8, 1, 1, 0);
     expect(stage == 0 ? P->irecv(C, &x, &req) : P->isend(C, &x, &req),
            STAGELINK_ERR_NO_PEER,
            stage == 0 ? "receive from before the first stage"
@@ -241,7 +227,7 @@ int main(void)
            STAGELINK_ERR_INVALID_ARG, "register a NULL buffer");
     expect(P->mem_register(C, buf, 64, STAGELINK_MEM_HOST, &memh),
            STAGELINK_SUCCESS, "register 64 bytes");
-    x = xfer_of(peer, buf, 128, 1);
+    x = sl_host_xfer(peer, buf, 128, 1, 1, 0);
     x.memh = memh;
     expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG,
            "128 bytes under a 64-byte registration");
@@ -249,7 +235,7 @@ int main(void)
 
     memset(ops, 0, sizeof(ops));
     ops[0].kind = ops[1].kind = STAGELINK_OP_SEND;
-    ops[0].xfer = ops[1].xfer = xfer_of(STAGELINK_PEER_PREV, buf, 8, 5);
+    ops[0].xfer = ops[1].xfer = sl_host_xfer(STAGELINK_PEER_PREV, buf, 8, 1, 5, 0);
     if (stage == 1) {
         expect(P->post_batch(C, ops, 2, reqs), STAGELINK_ERR_TAG_IN_USE,
                "batch with one tag twice");
@@ -260,7 +246,7 @@ int main(void)
     cross_stage_cases(stage, buf);
 
     expect(P->comm_finalize(C), STAGELINK_SUCCESS, "finalize");
-    x = xfer_of(STAGELINK_PEER_NEXT, buf, 8, 1);
+    x = sl_host_xfer(STAGELINK_PEER_NEXT, buf, 8, 1, 1, 0);
     expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_STATE, "send after finalize");
     expect(P->comm_finalize(C), STAGELINK_ERR_INVALID_STATE, "finalize twice");
     C = NULL;

@@ -71,12 +71,8 @@ int main(int argc, char **argv)
     }
     for (s = 0; s < sizeof(sizes) / sizeof(sizes[0]); ++s) {
         buf = malloc(sizes[s] + 1);
-        memset(&x, 0, sizeof(x));
-        x.buf            = buf;
-        x.nbytes         = sizes[s];
-        x.elem_size      = 1;
-        x.tag.microbatch = (uint32_t)s;
-        x.peer           = (stage == 0) ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV;
+        x = sl_host_xfer((stage == 0) ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV,
+                         buf, sizes[s], 1, (uint32_t)s, 0);
         if (stage == 0) {
             sl_pattern_fill(buf, 0, sizes[s], sl_pattern_seed(0, (uint32_t)s, 0, 0));
         }

@@ -129,18 +129,14 @@ static void slot_prepare(check_t *c, xfer_slot_t *s)
 
 static stagelink_xfer_t slot_xfer(const check_t *c, const xfer_slot_t *s)
 {
-    stagelink_xfer_t x;
     int              to_next = s->recv ? s->backward : !s->backward;
+    stagelink_xfer_t x = sl_host_xfer(to_next ? STAGELINK_PEER_NEXT
+                                              : STAGELINK_PEER_PREV,
+                                      s->buf, s->nbytes,
+                                      (s->nbytes % 2 == 0) ? 2 : 1, s->mb,
+                                      (uint16_t)s->chunk);
 
-    memset(&x, 0, sizeof(x));
-    x.peer           = to_next ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV;
-    x.buf            = s->buf;
-    x.nbytes         = s->nbytes;
-    x.elem_size      = (s->nbytes % 2 == 0) ? 2 : 1;
-    x.mem_type       = STAGELINK_MEM_HOST;
-    x.tag.microbatch = s->mb;
-    x.tag.chunk      = (uint16_t)s->chunk;
-    x.memh           = memh_of(c, s->buf);
+    x.memh = memh_of(c, s->buf);
     return x;
 }
 

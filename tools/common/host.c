@@ -56,6 +56,23 @@ stagelink_status_t sl_host_report(const sl_host_t *host,
     return status;
 }
 
+stagelink_xfer_t sl_host_xfer(stagelink_peer_t peer, void *buf, size_t nbytes,
+                              size_t elem_size, uint32_t microbatch,
+                              uint16_t chunk)
+{
+    stagelink_xfer_t x;
+
+    memset(&x, 0, sizeof(x));
+    x.peer           = peer;
+    x.buf            = buf;
+    x.nbytes         = nbytes;
+    x.elem_size      = elem_size;
+    x.mem_type       = STAGELINK_MEM_HOST;
+    x.tag.microbatch = microbatch;
+    x.tag.chunk      = chunk;
+    return x;
+}
+
 static const char *const sl_mode_names[] = {"default", "scatter_gather",
                                             "full", "sharded"};
 

@@ -24,6 +24,11 @@ void sl_host_close(sl_host_t *host);
 stagelink_status_t sl_host_report(const sl_host_t *host,
                                   stagelink_status_t status, const char *what);
 
+/** A host-memory transfer descriptor with the given tag (direction AUTO). */
+stagelink_xfer_t sl_host_xfer(stagelink_peer_t peer, void *buf, size_t nbytes,
+                              size_t elem_size, uint32_t microbatch,
+                              uint16_t chunk);
+
 /** Parses "full", "scatter_gather" or "sharded"; -1 if none. */
 int sl_host_parse_mode(const char *name, stagelink_mode_t *mode);
 
