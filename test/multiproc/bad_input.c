@@ -107,6 +107,28 @@ static void cross_stage_cases(int stage, char *buf)
     }
 }
 
+/* Each variable with a value comm_init must refuse, and the status. */
+static const struct {
+    const char        *name, *value;
+    stagelink_status_t want;
+} env_cases[] = {
+    {"STAGELINK_MODE", "fastest", STAGELINK_ERR_CONFIG},
+    {"STAGELINK_GATHER", "mpi", STAGELINK_ERR_CONFIG},
+    {"STAGELINK_GATHER", "nccl", STAGELINK_ERR_UNSUPPORTED},
+    {"STAGELINK_TIMEOUT", "soon", STAGELINK_ERR_CONFIG},
+    {"STAGELINK_SPIN_US", "-1", STAGELINK_ERR_CONFIG},
+    {"STAGELINK_MAX_REQUESTS", "0", STAGELINK_ERR_CONFIG},
+    {"STAGELINK_NODE_ID", "a-node-name-longer-than-sixty-three-characters-is-"
+                          "refused-by-stagelink", STAGELINK_ERR_CONFIG},
+    {"STAGELINK_DEBUG", "LOUD", STAGELINK_ERR_CONFIG},
+    {"STAGELINK_DEBUG_SUBSYS", "INIT,DISK", STAGELINK_ERR_CONFIG},
+    {"STAGELINK_BOOTSTRAP_PORT", "0", STAGELINK_ERR_CONFIG},
+    {"STAGELINK_BOOTSTRAP_ADDR", "no-such-host.invalid", STAGELINK_ERR_BOOTSTRAP},
+    {"MASTER_PORT", "http", STAGELINK_ERR_CONFIG},
+    {"WORLD_SIZE", "zero", STAGELINK_ERR_CONFIG},
+    {"LOCAL_RANK", "-1", STAGELINK_ERR_CONFIG},
+};
+
 int main(void)
 {
     stagelink_loader_t  *loader;
@@ -116,7 +138,8 @@ int main(void)
     stagelink_xfer_t     x;
     stagelink_op_t       ops[2];
     stagelink_comm_info_t info;
-    char                 err[2048], longid[200];
+    char                 err[2048];
+    size_t               i;
     static char          buf[4096];
     int                  tp, done, stage;
     stagelink_peer_t     peer;
@@ -141,36 +164,14 @@ int main(void)
     cfg.tp_size = 3 * tp;
     expect(init_with(&cfg), STAGELINK_ERR_INVALID_ARG,
            "tp_size not dividing the world");
-    expect(init_env("STAGELINK_MODE", "fastest", tp), STAGELINK_ERR_CONFIG,
-           "STAGELINK_MODE=fastest");
-    expect(init_env("STAGELINK_GATHER", "mpi", tp), STAGELINK_ERR_CONFIG,
-           "STAGELINK_GATHER=mpi");
-    expect(init_env("STAGELINK_GATHER", "nccl", tp), STAGELINK_ERR_UNSUPPORTED,
-           "STAGELINK_GATHER=nccl without NCCL");
-    expect(init_env("STAGELINK_TIMEOUT", "soon", tp), STAGELINK_ERR_CONFIG,
-           "STAGELINK_TIMEOUT=soon");
-    expect(init_env("STAGELINK_SPIN_US", "-1", tp), STAGELINK_ERR_CONFIG,
-           "STAGELINK_SPIN_US=-1");
-    expect(init_env("STAGELINK_MAX_REQUESTS", "0", tp), STAGELINK_ERR_CONFIG,
-           "STAGELINK_MAX_REQUESTS=0");
-    memset(longid, 'n', sizeof(longid) - 1);
-    longid[sizeof(longid) - 1] = '\0';
-    expect(init_env("STAGELINK_NODE_ID", longid, tp), STAGELINK_ERR_CONFIG,
-           "STAGELINK_NODE_ID of 199 characters");
-    expect(init_env("MASTER_PORT", "http", tp), STAGELINK_ERR_CONFIG,
-           "MASTER_PORT=http");
-    expect(init_env("WORLD_SIZE", "zero", tp), STAGELINK_ERR_CONFIG,
-           "WORLD_SIZE=zero");
-    expect(init_env("LOCAL_RANK", "-1", tp), STAGELINK_ERR_CONFIG,
-           "LOCAL_RANK=-1");
-    expect(init_env("STAGELINK_DEBUG", "LOUD", tp), STAGELINK_ERR_CONFIG,
-           "STAGELINK_DEBUG=LOUD");
-    expect(init_env("STAGELINK_DEBUG_SUBSYS", "INIT,DISK", tp),
-           STAGELINK_ERR_CONFIG, "STAGELINK_DEBUG_SUBSYS=INIT,DISK");
-    expect(init_env("STAGELINK_BOOTSTRAP_PORT", "0", tp), STAGELINK_ERR_CONFIG,
-           "STAGELINK_BOOTSTRAP_PORT=0");
-    expect(init_env("STAGELINK_BOOTSTRAP_ADDR", "no-such-host.invalid", tp),
-           STAGELINK_ERR_BOOTSTRAP, "STAGELINK_BOOTSTRAP_ADDR unresolvable");
+    for (i = 0; i < sizeof(env_cases) / sizeof(env_cases[0]); ++i) {
+        char what[96];
+
+        snprintf(what, sizeof(what), "%s=%.40s", env_cases[i].name,
+                 env_cases[i].value);
+        expect(init_env(env_cases[i].name, env_cases[i].value, tp),
+               env_cases[i].want, what);
+    }
 
     /* A working communicator for the rest. */
     cfg.tp_size = tp;
