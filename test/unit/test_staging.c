@@ -1,0 +1,259 @@
+/*
+ * The staging pipeline with host memory standing in for device memory:
+ * copies are memcpy that finish a few polls later, the wire is an in-process
+ * queue with rendezvous semantics (a send completes only when received).
+ * Covers chunk boundaries, odd sizes, a pool of one buffer, several
+ * transfers sharing a pool in opposite posting orders, overlap of copy and
+ * wire, and a failing copy.  SPDX-License-Identifier: MIT
+ */
+#include "check.h"
+#include "staging.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_MSGS 4096
+
+typedef struct fake_copy {
+    void       *dst;
+    const void *src;
+    size_t      len;
+    int         polls_left;
+    int         fail;
+} fake_copy_t;
+
+/* One message on the fake wire: chunk `index` of transfer `stream`. */
+typedef struct msg {
+    int                stream;
+    size_t             index;
+    const void        *data;
+    size_t             len;
+    sl_staging_slot_t *sender;
+    int                matched;
+} msg_t;
+
+typedef struct world {
+    msg_t  msgs[MAX_MSGS];
+    int    nmsgs;
+    int    copies_running, wire_running, overlap_seen;
+    int    fail_copy_at; /* fail the n-th copy (0: never) */
+    int    copies_started;
+    /* posted receives waiting for their message */
+    struct { sl_staging_slot_t *slot; size_t index; void *host; size_t len; int stream; } posted[MAX_MSGS];
+    int    nposted;
+} world_t;
+
+static world_t W;
+
+static int stream_of(const sl_staging_xfer_t *x)
+{
+    return (int)(intptr_t)x->user;
+}
+
+static sl_status_t f_copy_start(void *ctx, sl_staging_xfer_t *x, void *dst,
+                                const void *src, size_t len, int to_device,
+                                void **token)
+{
+    fake_copy_t *c = malloc(sizeof(*c));
+
+    (void)ctx, (void)x, (void)to_device;
+    c->dst = dst, c->src = src, c->len = len;
+    c->polls_left = 2;
+    c->fail = (++W.copies_started == W.fail_copy_at);
+    *token = c;
+    ++W.copies_running;
+    W.overlap_seen |= (W.wire_running > 0);
+    return STAGELINK_SUCCESS;
+}
+
+static int f_copy_test(void *ctx, void *token, sl_status_t *status)
+{
+    fake_copy_t *c = token;
+
+    (void)ctx;
+    if (--c->polls_left > 0) {
+        return 0;
+    }
+    memcpy(c->dst, c->src, c->len);
+    *status = c->fail ? STAGELINK_ERR_INTERNAL : STAGELINK_SUCCESS;
+    free(c);
+    --W.copies_running;
+    return 1;
+}
+
+static void match(void)
+{
+    int i, j;
+
+    for (i = 0; i < W.nposted; ++i) {
+        for (j = 0; j < W.nmsgs; ++j) {
+            msg_t *m = &W.msgs[j];
+
+            if (!m->matched && m->stream == W.posted[i].stream &&
+                m->index == W.posted[i].index) {
+                /* A short chunk is what a failed sender sends. */
+                int short_chunk = (m->len != W.posted[i].len);
+
+                if (!short_chunk) {
+                    memcpy(W.posted[i].host, m->data, m->len);
+                }
+                m->matched = 1;
+                W.wire_running -= 2;
+                sl_staging_net_done(m->sender, STAGELINK_SUCCESS);
+                sl_staging_net_done(W.posted[i].slot,
+                                    short_chunk ? STAGELINK_ERR_SIZE_MISMATCH
+                                                : STAGELINK_SUCCESS);
+                W.posted[i] = W.posted[--W.nposted];
+                --i;
+                break;
+            }
+        }
+    }
+}
+
+static sl_status_t f_net_post(void *ctx, sl_staging_slot_t *slot, void *host,
+                              size_t len)
+{
+    sl_staging_xfer_t *x     = slot->x;
+    size_t             index = slot->index;
+
+    (void)ctx;
+    ++W.wire_running;
+    W.overlap_seen |= (W.copies_running > 0);
+    if (x->recv) {
+        W.posted[W.nposted].slot   = slot;
+        W.posted[W.nposted].index  = index;
+        W.posted[W.nposted].host   = host;
+        W.posted[W.nposted].len    = len;
+        W.posted[W.nposted].stream = stream_of(x);
+        ++W.nposted;
+    } else {
+        CHECK(W.nmsgs < MAX_MSGS, "fake wire full");
+        W.msgs[W.nmsgs++] = (msg_t){stream_of(x), index, host, len, slot, 0};
+    }
+    return STAGELINK_SUCCESS;
+}
+
+static int f_net_ready(void *ctx, sl_staging_xfer_t *x)
+{
+    int j;
+
+    (void)ctx;
+    for (j = 0; j < W.nmsgs; ++j) {
+        if (!W.msgs[j].matched && W.msgs[j].stream == stream_of(x) &&
+            W.msgs[j].index == x->next_post) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static const sl_staging_ops_t ops = {f_copy_start, f_copy_test, f_net_post,
+                                     f_net_ready};
+
+static void *a_alloc(size_t n, void *ctx)
+{
+    (void)ctx;
+    return malloc(n);
+}
+
+static void a_free(void *p, void *ctx)
+{
+    (void)ctx;
+    free(p);
+}
+
+/*
+ * n transfers of `len` bytes from a sender pool to a receiver pool, the
+ * receiver's in reverse order; returns the first status.
+ */
+static sl_status_t run(size_t len, size_t chunk, int nbufs, int n,
+                       int fail_copy_at)
+{
+    sl_staging_pool_t  sp, rp;
+    sl_staging_xfer_t  sx[4], rx[4];
+    sl_staging_slot_t  sslots[4][8], rslots[4][8];
+    unsigned char     *src[4], *dst[4];
+    sl_errbuf_t        eb;
+    sl_status_t        status = STAGELINK_SUCCESS;
+    int                i, rounds = 0, done;
+    size_t             b;
+
+    memset(&W, 0, sizeof(W));
+    W.fail_copy_at = fail_copy_at;
+    CHECK(sl_staging_pool_init(&sp, chunk, nbufs, a_alloc, NULL, &eb) == 0, "%s", eb.msg);
+    CHECK(sl_staging_pool_init(&rp, chunk, nbufs, a_alloc, NULL, &eb) == 0, "%s", eb.msg);
+    for (i = 0; i < n; ++i) {
+        src[i] = malloc(len);
+        dst[i] = calloc(1, len);
+        for (b = 0; b < len; ++b) {
+            src[i][b] = (unsigned char)(b * 31 + (size_t)i * 7 + 1);
+        }
+        sl_staging_xfer_init(&sx[i], &ops, NULL, &sp, 0, src[i], len, sslots[i]);
+        sl_staging_xfer_init(&rx[n - 1 - i], &ops, NULL, &rp, 1, dst[i], len,
+                             rslots[n - 1 - i]);
+        sx[i].user         = (void *)(intptr_t)i;
+        rx[n - 1 - i].user = (void *)(intptr_t)i;
+    }
+    do {
+        done = 1;
+        for (i = 0; i < n; ++i) {
+            done &= sl_staging_progress(&rx[i]);
+            done &= sl_staging_progress(&sx[i]);
+        }
+        match();
+    } while (!done && ++rounds < 100000);
+    CHECK(done, "len %zu chunk %zu bufs %d n %d: not done after %d rounds "
+          "(deadlock)", len, chunk, nbufs, n, rounds);
+    for (i = 0; i < n; ++i) {
+        if (sx[i].status != STAGELINK_SUCCESS) status = sx[i].status;
+        if (rx[n - 1 - i].status != STAGELINK_SUCCESS) status = rx[n - 1 - i].status;
+        if (fail_copy_at == 0) {
+            CHECK(memcmp(src[i], dst[i], len) == 0, "len %zu chunk %zu bufs %d: "
+                  "transfer %d arrived wrong", len, chunk, nbufs, i);
+        }
+        free(src[i]);
+        free(dst[i]);
+    }
+    CHECK(sp.nfree[0] == nbufs && rp.nfree[1] == nbufs,
+          "buffers leaked: %d/%d send, %d/%d receive free", sp.nfree[0], nbufs,
+          rp.nfree[1], nbufs);
+    sl_staging_pool_cleanup(&sp, a_free, NULL);
+    sl_staging_pool_cleanup(&rp, a_free, NULL);
+    return status;
+}
+
+int main(void)
+{
+    static const size_t chunks[] = {1, 7, 4096};
+    static const int    pools[]  = {1, 2, 4};
+    size_t              ci, k, lens[6];
+    int                 pi;
+
+    for (ci = 0; ci < 3; ++ci) {
+        size_t c = chunks[ci];
+
+        lens[0] = 1, lens[1] = c > 1 ? c - 1 : 2, lens[2] = c, lens[3] = c + 1;
+        lens[4] = 3 * c + 5, lens[5] = 10 * c;
+        for (pi = 0; pi < 3; ++pi) {
+            for (k = 0; k < 6; ++k) {
+                CHECK(run(lens[k], c, pools[pi], 1, 0) == 0, "one transfer");
+                CHECK(run(lens[k], c, pools[pi], 3, 0) == 0,
+                      "three transfers sharing a pool");
+            }
+        }
+    }
+    /* With two buffers, copy of chunk k+1 overlaps chunk k on the wire. */
+    run(64 * 1024, 4096, 2, 1, 0);
+    CHECK(W.overlap_seen, "copy and wire never overlapped with two buffers");
+    run(64 * 1024, 4096, 1, 1, 0);
+    /* A failed copy ends both sides with an error, never a hang: the 3rd
+     * copy is the sender's; with two transfers the 14th is a receiver's. */
+    CHECK(run(10 * 4096, 4096, 4, 1, 3) != STAGELINK_SUCCESS,
+          "a failed sender copy is not reported");
+    CHECK(run(10 * 4096, 4096, 4, 2, 14) != STAGELINK_SUCCESS,
+          "a failed receiver copy is not reported");
+    CHECK(run(10 * 4096 + 3, 4096, 1, 3, 2) != STAGELINK_SUCCESS,
+          "a failed copy with one buffer is not reported");
+    return check_summary();
+}
