@@ -54,7 +54,8 @@ void sl_staging_pool_cleanup(sl_staging_pool_t *pool,
 
 void sl_staging_xfer_init(sl_staging_xfer_t *x, const sl_staging_ops_t *ops,
                           void *ctx, sl_staging_pool_t *pool, int recv,
-                          void *device, size_t len, sl_staging_slot_t *slots)
+                          int direct, void *device, size_t len,
+                          sl_staging_slot_t *slots)
 {
     int i;
 
@@ -63,6 +64,7 @@ void sl_staging_xfer_init(sl_staging_xfer_t *x, const sl_staging_ops_t *ops,
     x->ctx     = ctx;
     x->pool    = pool;
     x->recv    = recv;
+    x->direct  = direct;
     x->device  = device;
     x->len     = len;
     x->nchunks = (len + pool->chunk - 1) / pool->chunk;
@@ -74,15 +76,19 @@ void sl_staging_xfer_init(sl_staging_xfer_t *x, const sl_staging_ops_t *ops,
     }
 }
 
-static size_t sl_chunk_len(const sl_staging_xfer_t *x, size_t index)
+size_t sl_staging_chunk_len(const sl_staging_xfer_t *x, size_t index)
 {
     size_t off = index * x->pool->chunk;
 
     return (x->len - off < x->pool->chunk) ? x->len - off : x->pool->chunk;
 }
 
+/* Where the slot's chunk is on the wire side: in place when direct. */
 static void *sl_slot_host(const sl_staging_slot_t *s)
 {
+    if (s->x->direct) {
+        return s->x->device + s->index * s->x->pool->chunk;
+    }
     return (s->buf < 0) ? NULL : s->x->pool->bufs[s->x->recv][s->buf];
 }
 
@@ -113,6 +119,7 @@ static sl_staging_slot_t *sl_slot_take(sl_staging_xfer_t *x, size_t index,
     x->slots[i].buf    = empty ? -1 : pool->free_idx[x->recv][--pool->nfree[x->recv]];
     x->slots[i].state  = state;
     x->slots[i].copy   = NULL;
+    x->slots[i].net    = NULL;
     return &x->slots[i];
 }
 
@@ -169,17 +176,21 @@ static void sl_staging_start(sl_staging_xfer_t *x)
     sl_staging_slot_t *s;
 
     if (x->recv) {
-        /* In chunk order, for chunks on their way (see net_ready). */
-        while (x->next_post < x->nchunks && x->ops->net_ready(x->ctx, x) &&
-               (s = sl_slot_take(x, x->next_post, 0, SL_CHUNK_ON_WIRE)) != NULL) {
+        /* In chunk order, for chunks on their way (see net_ready); direct
+         * receives hold no buffer and are posted ahead. */
+        while (x->next_post < x->nchunks &&
+               (x->direct || x->ops->net_ready(x->ctx, x)) &&
+               (s = sl_slot_take(x, x->next_post, x->direct,
+                                 SL_CHUNK_ON_WIRE)) != NULL) {
             ++x->next_post;
-            sl_slot_post(s, sl_chunk_len(x, s->index));
+            sl_slot_post(s, sl_staging_chunk_len(x, s->index));
         }
         return;
     }
     while (x->next_copy < x->nchunks) {
-        if (x->status != STAGELINK_SUCCESS) {
-            /* Failed: the rest go out empty, so the receiver is not left waiting. */
+        if (x->status != STAGELINK_SUCCESS || x->direct) {
+            /* Direct chunks need no copy; after a failure the rest go out
+             * empty, so the receiver is not left waiting. */
             if ((s = sl_slot_take(x, x->next_copy, 1, SL_CHUNK_COPIED)) == NULL) {
                 return;
             }
@@ -189,7 +200,7 @@ static void sl_staging_start(sl_staging_xfer_t *x)
             }
             sl_slot_copy(s, sl_slot_host(s),
                          x->device + s->index * x->pool->chunk,
-                         sl_chunk_len(x, s->index));
+                         sl_staging_chunk_len(x, s->index));
         }
         ++x->next_copy;
     }
@@ -226,8 +237,9 @@ static void sl_staging_post_copied(sl_staging_xfer_t *x)
            s->state == SL_CHUNK_COPIED) {
         ++x->next_post;
         /* Once failed, chunks go out empty, also ones copied before. */
-        sl_slot_post(s, (x->status == STAGELINK_SUCCESS && s->buf >= 0)
-                            ? sl_chunk_len(x, s->index) : 0);
+        sl_slot_post(s, (x->status == STAGELINK_SUCCESS &&
+                         (s->buf >= 0 || x->direct))
+                            ? sl_staging_chunk_len(x, s->index) : 0);
     }
 }
 
@@ -238,12 +250,12 @@ void sl_staging_net_done(sl_staging_slot_t *s, sl_status_t status)
     if (status != STAGELINK_SUCCESS) {
         sl_staging_fail(x, status);
     }
-    if (!x->recv || x->status != STAGELINK_SUCCESS) {
+    if (!x->recv || x->direct || x->status != STAGELINK_SUCCESS) {
         s->state = SL_CHUNK_DONE;
         return;
     }
     sl_slot_copy(s, x->device + s->index * x->pool->chunk, sl_slot_host(s),
-                 sl_chunk_len(x, s->index));
+                 sl_staging_chunk_len(x, s->index));
 }
 
 int sl_staging_progress(sl_staging_xfer_t *x)

@@ -11,6 +11,10 @@
  * Chunks go on the wire in order on one tag: tag matching is ordered
  * between two endpoints, so chunk k of the sender lands in receive k.
  *
+ * A transport that can read device memory uses the same chunks "direct"
+ * (no bounce buffers, no copies): the wire format depends only on the
+ * chunk size, so each side picks its own path.
+ *
  * SPDX-License-Identifier: MIT
  */
 #ifndef SL_STAGING_H
@@ -48,6 +52,7 @@ typedef struct sl_staging_slot {
     int              buf;    /**< bounce buffer index; -1 for an empty chunk */
     sl_chunk_state_t state;
     void            *copy;   /**< the copy's token while COPYING */
+    void            *net;    /**< the transport's handle while ON_WIRE */
 } sl_staging_slot_t;
 
 struct sl_staging_xfer;
@@ -78,6 +83,7 @@ typedef struct sl_staging_xfer {
     void                   *ctx;
     sl_staging_pool_t      *pool;
     int                     recv;       /**< 0: device -> wire, 1: wire -> device */
+    int                     direct;     /**< the wire reads/writes `device` itself */
     char                   *device;     /**< the device bytes */
     size_t                  len;
     size_t                  nchunks;
@@ -95,10 +101,12 @@ sl_status_t sl_staging_pool_init(sl_staging_pool_t *pool, size_t chunk,
 void sl_staging_pool_cleanup(sl_staging_pool_t *pool,
                              void (*release)(void *, void *), void *ctx);
 
-/** Prepares a transfer of len (> 0) bytes; slots must hold pool->nbufs entries. */
+/** Prepares a transfer of len (> 0) bytes; slots must hold pool->nbufs
+ *  entries (also the number of chunks in flight when direct). */
 void sl_staging_xfer_init(sl_staging_xfer_t *x, const sl_staging_ops_t *ops,
                           void *ctx, sl_staging_pool_t *pool, int recv,
-                          void *device, size_t len, sl_staging_slot_t *slots);
+                          int direct, void *device, size_t len,
+                          sl_staging_slot_t *slots);
 
 /**
  * Does every step that can be done now: start copies into free buffers,
@@ -111,6 +119,9 @@ void sl_staging_xfer_init(sl_staging_xfer_t *x, const sl_staging_ops_t *ops,
  * every chunk off the wire but copies nothing.
  */
 int sl_staging_progress(sl_staging_xfer_t *x);
+
+/** Bytes in chunk `index`. */
+size_t sl_staging_chunk_len(const sl_staging_xfer_t *x, size_t index);
 
 /** The wire finished the slot's chunk (status from the transport). */
 void sl_staging_net_done(sl_staging_slot_t *slot, sl_status_t status);

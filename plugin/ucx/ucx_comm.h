@@ -6,10 +6,12 @@
 #ifndef SL_UCX_COMM_H
 #define SL_UCX_COMM_H
 
+#include "gpu.h"
 #include "sl_error.h"
 #include "sl_layout.h"
 #include "sl_node.h"
 #include "sl_shard.h"
+#include "staging.h"
 
 #include <stagelink/stagelink.h>
 #include <ucp/api/ucp.h>
@@ -36,14 +38,26 @@ typedef enum sl_sub_kind {
     SL_SUB_GATHER_RECV
 } sl_sub_kind_t;
 
-/** One UCX operation of a request. */
+struct sl_staged;
+
+/** One UCX operation of a request, or one chunked device transfer. */
 typedef struct sl_sub {
     struct stagelink_request *req;
     void                     *ucx_req;  /**< in flight, NULL once complete */
+    struct sl_staged         *staged;   /**< chunked device transfer in flight */
     const sl_ucx_peer_t      *peer;
     sl_sub_kind_t             kind;
+    uint64_t                  tag;
     size_t                    expected; /**< bytes it must carry */
 } sl_sub_t;
+
+/** A chunked device-memory transfer (staged, or direct with GPU-direct). */
+typedef struct sl_staged {
+    sl_staging_xfer_t  x;
+    sl_staging_slot_t *slots;
+    sl_sub_t          *sub;
+    struct sl_staged  *next; /**< active list or free list */
+} sl_staged_t;
 
 struct stagelink_memh {
     uint32_t  magic;
@@ -72,6 +86,10 @@ struct stagelink_request {
     struct stagelink_request *ready_next;
     sl_status_t               status;       /**< first error */
     int                       peer_failed;  /**< status only echoes a TP peer's */
+    int                       device;       /**< buffer in device memory */
+    int                       deferred;     /**< waits for the host's stream */
+    void                     *stream_event; /**< recorded on xfer.stream at post */
+    struct stagelink_request *deferred_next;
     char                      error[SL_ERRBUF_LEN];
     sl_sub_t                 *subs;         /**< 2 * tp_size slots */
 };
@@ -105,11 +123,30 @@ struct stagelink_comm {
     sl_req_pool_t               pool;
     struct stagelink_request   *ready;    /**< own shard arrived, not yet passed on */
     stagelink_counters_t        counters;
+    /* Device memory (plugin/ucx/ucx_device.c). */
+    const sl_gpu_ops_t         *gpu;
+    int                         gpu_usable;   /**< a device answered the probe */
+    char                        gpu_why[160];
+    int                         ucx_cuda;     /**< UCX moves CUDA memory itself */
+    size_t                      chunk;        /**< STAGELINK_STAGING_CHUNK */
+    int                         nbufs;        /**< STAGELINK_STAGING_BUFFERS */
+    sl_staging_pool_t           staging;      /**< made at the first staged transfer */
+    void                       *copy_stream;
+    void                      **events;       /**< free copy events */
+    int                         nevents, events_cap;
+    sl_staged_t                *staged_active, *staged_free;
+    struct stagelink_request   *deferred;
+    int                         path_logged;
+    uint64_t                    staged_chunks; /**< chunks moved through bounce buffers */
     struct sl_bootstrap        *bootstrap;
     struct stagelink_comm      *live_next; /**< registry of live communicators */
 };
 
 typedef struct stagelink_comm    sl_comm_t;
+
+/** The plugin's vtable (exported from the shared module, reachable here by
+ *  tests that link the plugin's internals). */
+extern const stagelink_plugin_v1_t stagelink_plugin_v1;
 typedef struct stagelink_request sl_req_t;
 
 /* ucx_worker.c: context, worker, endpoints, progress */
@@ -164,11 +201,31 @@ void        sl_req_describe_pending(const sl_req_t *req, char *out, size_t len);
 /** Own shard of a receive is in place (ok) or failed: hand it to the gather. */
 void        sl_xfer_shard_arrived(sl_req_t *req, int ok);
 
+/* ucx_device.c: device-memory transfers */
+sl_status_t sl_device_init(sl_comm_t *comm);
+void        sl_device_cleanup(sl_comm_t *comm);
+/** Post-time work of a device request: stream event, and deferral until
+ *  the work queued on the host's stream before it is done. */
+sl_status_t sl_device_prepare(sl_req_t *req);
+/** Chunked transfer of one sub (len > 0, device memory). */
+sl_status_t sl_device_sub_start(sl_sub_t *sub, void *buf, size_t len,
+                                int recv);
+void        sl_device_cancel(sl_comm_t *comm, sl_sub_t *sub);
+/** Advances chunked transfers and deferred requests; 1 while any is active. */
+int         sl_device_progress(sl_comm_t *comm);
+/** Completes a sub (its request's accounting); shared with ucx_xfer.c. */
+void        sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
+                          const char *why);
+/** Posts the subs of a request whose stream work is done. */
+sl_status_t sl_xfer_start(sl_req_t *req);
+
 /* ucx_mem.c: registration and memory types */
 sl_status_t sl_mem_register(sl_comm_t *comm, void *buf, size_t nbytes,
                             stagelink_mem_type_t mem_type,
                             stagelink_memh_t **memh);
 sl_status_t sl_mem_deregister(sl_comm_t *comm, stagelink_memh_t *memh);
+/** Checks the memory type and registration; *mem_type is what the buffer
+ *  really is (classified when the host said AUTO). */
 sl_status_t sl_mem_resolve(sl_comm_t *comm, const stagelink_xfer_t *xfer,
                            stagelink_mem_type_t *mem_type);
 

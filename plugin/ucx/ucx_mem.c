@@ -1,7 +1,7 @@
 /*
  * Memory: registration of buffers reused across iterations, and the memory
- * type of each transfer.  This build moves host memory only; a device
- * pointer must never reach UCX as if it were host memory.
+ * type of each transfer (given by the host, or classified by the GPU
+ * runtime).
  * SPDX-License-Identifier: MIT
  */
 #include "ucx_comm.h"
@@ -20,20 +20,29 @@ static const char *sl_mem_name(stagelink_mem_type_t t)
     return "unknown";
 }
 
-static sl_status_t sl_mem_check_type(sl_comm_t *comm,
+/* What the buffer is; device memory needs a usable device. */
+static sl_status_t sl_mem_check_type(sl_comm_t *comm, const void *buf,
+                                     size_t nbytes,
                                      stagelink_mem_type_t requested,
                                      stagelink_mem_type_t *resolved)
 {
     switch (requested) {
     case STAGELINK_MEM_AUTO:
+        *resolved = (nbytes > 0) ? comm->gpu->classify(buf) : STAGELINK_MEM_HOST;
+        return STAGELINK_SUCCESS;
     case STAGELINK_MEM_HOST:
-        *resolved = STAGELINK_MEM_HOST;
+    case STAGELINK_MEM_CUDA_MANAGED:
+        /* Managed memory is reachable from the host: UCX may read it. */
+        *resolved = requested;
         return STAGELINK_SUCCESS;
     case STAGELINK_MEM_CUDA:
-    case STAGELINK_MEM_CUDA_MANAGED:
-        return sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
-                        "memory type %s: this plugin was built without CUDA "
-                        "support; pass host buffers", sl_mem_name(requested));
+        if (!comm->gpu_usable) {
+            return sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
+                            "memory type %s given, but %s",
+                            sl_mem_name(requested), comm->gpu_why);
+        }
+        *resolved = requested;
+        return STAGELINK_SUCCESS;
     }
     return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                     "memory type %d is not a stagelink_mem_type_t",
@@ -45,7 +54,8 @@ sl_status_t sl_mem_resolve(sl_comm_t *comm, const stagelink_xfer_t *xfer,
 {
     const stagelink_memh_t *memh = xfer->memh;
 
-    SL_CHECK(sl_mem_check_type(comm, xfer->mem_type, mem_type));
+    SL_CHECK(sl_mem_check_type(comm, xfer->buf, xfer->nbytes, xfer->mem_type,
+                               mem_type));
     if (memh == NULL) {
         return STAGELINK_SUCCESS;
     }
@@ -71,7 +81,7 @@ sl_status_t sl_mem_register(sl_comm_t *comm, void *buf, size_t nbytes,
 {
     ucp_mem_map_params_t params;
     stagelink_memh_t    *memh;
-    stagelink_mem_type_t resolved;
+    stagelink_mem_type_t resolved = STAGELINK_MEM_HOST;
     ucs_status_t         ucs;
 
     if (buf == NULL || nbytes == 0 || memh_out == NULL) {
@@ -80,20 +90,31 @@ sl_status_t sl_mem_register(sl_comm_t *comm, void *buf, size_t nbytes,
                         "a handle pointer (%p)", buf, nbytes,
                         (void *)memh_out);
     }
-    SL_CHECK(sl_mem_check_type(comm, mem_type, &resolved));
+    SL_CHECK(sl_mem_check_type(comm, buf, nbytes, mem_type, &resolved));
     memh = calloc(1, sizeof(*memh));
     if (memh == NULL) {
         return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
                         "cannot allocate a memory handle");
     }
+    memh->magic    = SL_MEMH_MAGIC;
+    memh->addr     = buf;
+    memh->length   = nbytes;
     memh->mem_type = resolved;
+    if (resolved == STAGELINK_MEM_CUDA && !comm->ucx_cuda) {
+        /* Staged transfers use the plugin's own pinned buffers: nothing for
+         * this UCX to register, and it must never see the device pointer. */
+        *memh_out = memh;
+        return STAGELINK_SUCCESS;
+    }
     memset(&params, 0, sizeof(params));
     params.field_mask  = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
                          UCP_MEM_MAP_PARAM_FIELD_LENGTH |
                          UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
     params.address     = buf;
     params.length      = nbytes;
-    params.memory_type = UCS_MEMORY_TYPE_HOST;
+    params.memory_type = (resolved == STAGELINK_MEM_CUDA) ? UCS_MEMORY_TYPE_CUDA
+                       : (resolved == STAGELINK_MEM_CUDA_MANAGED)
+                           ? UCS_MEMORY_TYPE_CUDA_MANAGED : UCS_MEMORY_TYPE_HOST;
     ucs = ucp_mem_map(comm->ucp_ctx, &params, &memh->ucp_memh);
     if (ucs != UCS_OK) {
         free(memh);
@@ -101,10 +122,7 @@ sl_status_t sl_mem_register(sl_comm_t *comm, void *buf, size_t nbytes,
                         "UCX cannot register %zu bytes at %p: %s", nbytes,
                         buf, ucs_status_string(ucs));
     }
-    memh->magic  = SL_MEMH_MAGIC;
-    memh->addr   = buf;
-    memh->length = nbytes;
-    *memh_out    = memh;
+    *memh_out = memh;
     return STAGELINK_SUCCESS;
 }
 
@@ -117,7 +135,8 @@ sl_status_t sl_mem_deregister(sl_comm_t *comm, stagelink_memh_t *memh)
                         "memory handle %p is not registered",
                         (void *)memh);
     }
-    ucs = ucp_mem_unmap(comm->ucp_ctx, memh->ucp_memh);
+    ucs = (memh->ucp_memh != NULL) ? ucp_mem_unmap(comm->ucp_ctx, memh->ucp_memh)
+                                   : UCS_OK;
     memh->magic = 0;
     free(memh);
     if (ucs != UCS_OK) {

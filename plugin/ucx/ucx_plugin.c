@@ -99,7 +99,7 @@ static sl_status_t sl_config_mode(const stagelink_config_t *config,
 static sl_status_t sl_comm_settings(sl_comm_t *comm,
                                     const stagelink_config_t *config)
 {
-    uint64_t       spin_us, max_requests;
+    uint64_t       spin_us, max_requests, chunk, nbufs;
     sl_log_level_t level;
     unsigned       subsys;
 
@@ -110,8 +110,14 @@ static sl_status_t sl_comm_settings(sl_comm_t *comm,
                               &comm->err));
     SL_CHECK(sl_env_parse_u64(SL_ENV_MAX_REQUESTS, 1, 1 << 20, &max_requests,
                               &comm->err));
+    SL_CHECK(sl_env_parse_u64(SL_ENV_STAGING_CHUNK, 4096, 1ull << 30, &chunk,
+                              &comm->err));
+    SL_CHECK(sl_env_parse_u64(SL_ENV_STAGING_BUFFERS, 1, 64, &nbufs,
+                              &comm->err));
     comm->spin           = (double)spin_us * 1e-6;
     comm->pool.capacity  = (int)max_requests;
+    comm->chunk          = (size_t)chunk;
+    comm->nbufs          = (int)nbufs;
     return STAGELINK_SUCCESS;
 }
 
@@ -130,31 +136,62 @@ static sl_status_t sl_comm_layout(sl_comm_t *comm,
                                 config->pp_size, &comm->layout, &comm->err);
 }
 
+/* What every rank must know of every other before the UCX context exists. */
+typedef struct sl_rank_facts {
+    char     node_id[SL_NODE_ID_LEN];
+    uint64_t chunk; /**< the device transfers' wire format */
+} sl_rank_facts_t;
+
 /* Who shares our node decides local ranks and network devices, so it is
  * known before the UCX context exists. */
 static sl_status_t sl_comm_locality(sl_comm_t *comm)
 {
-    sl_locality_t loc;
+    int              world = comm->layout.world_size, r;
+    sl_rank_facts_t  mine, *all;
+    sl_locality_t    loc;
+    sl_status_t      status;
 
-    comm->node_ids = calloc((size_t)comm->layout.world_size, SL_NODE_ID_LEN);
-    if (comm->node_ids == NULL) {
+    comm->node_ids = calloc((size_t)world, SL_NODE_ID_LEN);
+    all            = calloc((size_t)world, sizeof(*all));
+    if (comm->node_ids == NULL || all == NULL) {
+        free(all);
         return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
-                        "cannot allocate %d node ids", comm->layout.world_size);
+                        "cannot allocate the facts of %d ranks", world);
     }
-    SL_CHECK(sl_bootstrap_allgather(comm->bootstrap, comm->node_id,
-                                    comm->node_ids, SL_NODE_ID_LEN,
-                                    &comm->err));
-    sl_topo_locality((const char (*)[SL_NODE_ID_LEN])comm->node_ids,
-                     comm->layout.world_size, comm->layout.rank, &loc);
+    memset(&mine, 0, sizeof(mine));
+    memcpy(mine.node_id, comm->node_id, SL_NODE_ID_LEN);
+    mine.chunk = comm->chunk;
+    SL_CHECK_GOTO(sl_bootstrap_allgather(comm->bootstrap, &mine, all,
+                                         sizeof(mine), &comm->err), out);
+    for (r = 0; r < world; ++r) {
+        memcpy(comm->node_ids[r], all[r].node_id, SL_NODE_ID_LEN);
+        if (all[r].chunk != mine.chunk) {
+            status = sl_error(&comm->err, STAGELINK_ERR_CONFIG,
+                              "STAGELINK_STAGING_CHUNK is %llu on rank %d but "
+                              "%llu here: device transfers are cut in these "
+                              "chunks, so set it alike on every rank",
+                              (unsigned long long)all[r].chunk, r,
+                              (unsigned long long)mine.chunk);
+            goto out;
+        }
+    }
+    sl_topo_locality((const char (*)[SL_NODE_ID_LEN])comm->node_ids, world,
+                     comm->layout.rank, &loc);
     comm->local_rank = loc.local_rank;
     comm->local_size = loc.local_size;
-    return STAGELINK_SUCCESS;
+    status           = STAGELINK_SUCCESS;
+out:
+    free(all);
+    return status;
 }
 
 static void sl_comm_destroy(sl_comm_t *comm)
 {
     if (comm->gather != NULL) {
         comm->gather->cleanup(comm->gather_state);
+    }
+    if (comm->gpu != NULL) {
+        sl_device_cleanup(comm);
     }
     sl_ucx_worker_destroy(comm);
     if (comm->bootstrap != NULL) {
@@ -241,6 +278,7 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *config,
                                     comm->timeout, &comm->err), err_destroy);
     SL_CHECK_GOTO(sl_comm_locality(comm), err_destroy);
     SL_CHECK_GOTO(sl_ucx_worker_create(comm), err_destroy);
+    SL_CHECK_GOTO(sl_device_init(comm), err_destroy);
     SL_CHECK_GOTO(sl_ucx_connect(comm, comm->bootstrap), err_destroy);
     comm->bootstrap->progress     = sl_ucx_progress_cb;
     comm->bootstrap->progress_arg = comm;

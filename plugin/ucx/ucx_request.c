@@ -91,6 +91,9 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->ready_next    = NULL;
     req->status        = STAGELINK_SUCCESS;
     req->peer_failed   = 0;
+    req->device        = 0;
+    req->deferred      = 0;
+    req->stream_event  = NULL;
     req->error[0]      = '\0';
 
     req->prev = NULL;
@@ -154,7 +157,7 @@ void sl_req_fail(sl_req_t *req, sl_status_t status, const char *fmt, ...)
 
 int sl_req_done(const sl_req_t *req)
 {
-    if (req->pending > 0 || req->on_ready) {
+    if (req->pending > 0 || req->on_ready || req->deferred) {
         return 0;
     }
     /* A gather that has not passed the own shard on is not finished. */
@@ -179,9 +182,16 @@ void sl_req_cancel_subs(sl_comm_t *comm, sl_req_t *req)
 {
     int i;
 
+    if (req->deferred) {
+        sl_req_fail(req, STAGELINK_ERR_CANCELED, "transfer of microbatch %u "
+                    "chunk %u was canceled before it started",
+                    req->xfer.tag.microbatch, req->xfer.tag.chunk);
+    }
     for (i = 0; i < req->nsubs; ++i) {
         if (req->subs[i].ucx_req != NULL) {
             ucp_request_cancel(comm->worker, req->subs[i].ucx_req);
+        } else if (req->subs[i].staged != NULL) {
+            sl_device_cancel(comm, &req->subs[i]);
         }
     }
 }

@@ -18,6 +18,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct sl_rank_card {
     uint32_t full_len; /**< worker address with every transport */
@@ -316,6 +317,7 @@ void sl_ucx_progress(sl_comm_t *comm)
 
     while (ucp_worker_progress(comm->worker) != 0) {
     }
+    sl_device_progress(comm);
     while ((req = comm->ready) != NULL) {
         comm->ready = req->ready_next;
         sl_xfer_shard_arrived(req, req->status == STAGELINK_SUCCESS);
@@ -409,6 +411,13 @@ sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
                             comm->timeout, pending);
         }
         if (sl_time_now() < spin_until) {
+            continue;
+        }
+        if (comm->staged_active != NULL || comm->deferred != NULL) {
+            /* GPU copies and events do not wake the UCX event fd. */
+            struct timespec ts = {0, 50000};
+
+            nanosleep(&ts, NULL);
             continue;
         }
         /* Eight ranks may share two cores: sleep until UCX has events. */

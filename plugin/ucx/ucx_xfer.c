@@ -64,38 +64,40 @@ static void sl_sub_count(sl_comm_t *comm, const sl_sub_t *sub, size_t bytes)
     }
 }
 
-static void sl_sub_complete(sl_sub_t *sub, ucs_status_t ucs, size_t length)
+void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
+                   const char *why)
 {
     sl_req_t  *req  = sub->req;
     sl_comm_t *comm = req->comm;
     const stagelink_tag_t *tag = &req->xfer.tag;
 
     sub->ucx_req = NULL;
+    sub->staged  = NULL;
     --req->pending;
     if (req->peer_failed && sub->kind == SL_SUB_STAGE_RECV &&
-        (ucs != UCS_OK || length != sub->expected)) {
+        (status != STAGELINK_SUCCESS || length != sub->expected)) {
         /* Our own failure is the root cause; a peer's notice only echoes it. */
         req->status      = STAGELINK_SUCCESS;
         req->peer_failed = 0;
     }
-    if (ucs == UCS_ERR_CANCELED) {
+    if (status == STAGELINK_ERR_CANCELED) {
         sl_req_fail(req, STAGELINK_ERR_CANCELED,
                     "transfer of microbatch %u chunk %u was canceled",
                     tag->microbatch, tag->chunk);
-    } else if (ucs == UCS_ERR_MESSAGE_TRUNCATED) {
-        sl_req_fail(req, STAGELINK_ERR_SIZE_MISMATCH,
-                    "%s of microbatch %u chunk %u from rank %d: the sender "
-                    "sent more than the %zu bytes expected (receiver nbytes "
-                    "%zu); both sides must pass the same nbytes",
-                    sl_sub_name(sub->kind), tag->microbatch, tag->chunk,
-                    sub->peer->rank, sub->expected, req->xfer.nbytes);
-    } else if (ucs != UCS_OK) {
-        sl_req_fail(req, STAGELINK_ERR_TRANSPORT,
-                    "%s of microbatch %u chunk %u with rank %d failed in "
-                    "UCX: %s", sl_sub_name(sub->kind), tag->microbatch,
-                    tag->chunk, sub->peer->rank, ucs_status_string(ucs));
+    } else if (status != STAGELINK_SUCCESS) {
+        sl_req_fail(req, status, "%s of microbatch %u chunk %u with rank %d "
+                    "(receiver nbytes %zu): %s", sl_sub_name(sub->kind),
+                    tag->microbatch, tag->chunk, sub->peer->rank,
+                    req->xfer.nbytes, why);
     } else if (length != sub->expected) {
-        if (sub->kind == SL_SUB_GATHER_RECV && length == 0) {
+        if (!req->device && length == comm->chunk && sub->expected > length) {
+            sl_req_fail(req, STAGELINK_ERR_SIZE_MISMATCH,
+                        "%s of microbatch %u chunk %u from rank %d got one "
+                        "%zu-byte chunk of a device transfer into host memory; "
+                        "both sides of a boundary must use the same memory "
+                        "type", sl_sub_name(sub->kind), tag->microbatch,
+                        tag->chunk, sub->peer->rank, length);
+        } else if (sub->kind == SL_SUB_GATHER_RECV && length == 0) {
             req->peer_failed = (req->status == STAGELINK_SUCCESS);
             sl_req_fail(req, STAGELINK_ERR_TRANSPORT,
                         "TP peer rank %d could not receive its shard of "
@@ -117,12 +119,37 @@ static void sl_sub_complete(sl_sub_t *sub, ucs_status_t ucs, size_t length)
     if (sub->kind == SL_SUB_STAGE_RECV) {
         req->stage_done = 1;
         if (req->needs_gather && !req->on_ready) {
-            /* UCX forbids nothing here, but posting from inside progress
-             * would recurse; the gather starts right after progress. */
+            /* Posting from inside UCX progress would recurse; the gather
+             * starts right after progress. */
             req->on_ready   = 1;
             req->ready_next = comm->ready;
             comm->ready     = req;
         }
+    }
+}
+
+/* UCX's outcome of one operation, in stagelink's terms. */
+static void sl_sub_complete(sl_sub_t *sub, ucs_status_t ucs, size_t length)
+{
+    char why[160];
+
+    switch (ucs) {
+    case UCS_OK:
+        sl_sub_finish(sub, STAGELINK_SUCCESS, length, "");
+        return;
+    case UCS_ERR_CANCELED:
+        sl_sub_finish(sub, STAGELINK_ERR_CANCELED, 0, "");
+        return;
+    case UCS_ERR_MESSAGE_TRUNCATED:
+        snprintf(why, sizeof(why), "the sender sent more than the %zu bytes "
+                 "expected; both sides must pass the same nbytes",
+                 sub->expected);
+        sl_sub_finish(sub, STAGELINK_ERR_SIZE_MISMATCH, 0, why);
+        return;
+    default:
+        snprintf(why, sizeof(why), "UCX: %s", ucs_status_string(ucs));
+        sl_sub_finish(sub, STAGELINK_ERR_TRANSPORT, 0, why);
+        return;
     }
 }
 
@@ -144,15 +171,17 @@ static void sl_sub_recv_cb(void *request, ucs_status_t status,
 }
 
 static sl_sub_t *sl_sub_new(sl_req_t *req, const sl_ucx_peer_t *peer,
-                            sl_sub_kind_t kind, size_t len,
+                            sl_sub_kind_t kind, uint64_t tag, size_t len,
                             ucp_request_param_t *param)
 {
     sl_sub_t *sub = &req->subs[req->nsubs++];
 
     sub->req      = req;
     sub->ucx_req  = NULL;
+    sub->staged   = NULL;
     sub->peer     = peer;
     sub->kind     = kind;
+    sub->tag      = tag;
     sub->expected = len;
     ++req->pending;
 
@@ -162,7 +191,7 @@ static sl_sub_t *sl_sub_new(sl_req_t *req, const sl_ucx_peer_t *peer,
                           UCP_OP_ATTR_FIELD_MEMORY_TYPE;
     param->user_data    = sub;
     param->memory_type  = UCS_MEMORY_TYPE_HOST;
-    if (req->xfer.memh != NULL && len > 0) {
+    if (req->xfer.memh != NULL && req->xfer.memh->ucp_memh != NULL && len > 0) {
         param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         param->memh          = req->xfer.memh->ucp_memh;
     }
@@ -186,13 +215,29 @@ static sl_status_t sl_sub_started(sl_sub_t *sub, ucs_status_ptr_t ptr)
     return STAGELINK_SUCCESS;
 }
 
+/* Device buffers go through ucx_device.c: this is the one place where a
+ * buffer is handed to UCX, so no device pointer reaches a UCX without CUDA. */
+static sl_status_t sl_sub_device(sl_sub_t *sub, void *buf, size_t len,
+                                 int recv)
+{
+    sl_status_t status = sl_device_sub_start(sub, buf, len, recv);
+
+    if (status != STAGELINK_SUCCESS) {
+        sl_sub_finish(sub, status, 0, sub->req->comm->err.msg);
+    }
+    return status;
+}
+
 sl_status_t sl_sub_post_send(sl_req_t *req, const sl_ucx_peer_t *peer,
                              sl_sub_kind_t kind, uint64_t tag,
                              const void *buf, size_t len)
 {
     ucp_request_param_t param;
-    sl_sub_t           *sub = sl_sub_new(req, peer, kind, len, &param);
+    sl_sub_t           *sub = sl_sub_new(req, peer, kind, tag, len, &param);
 
+    if (req->device && len > 0) {
+        return sl_sub_device(sub, (void *)buf, len, 0);
+    }
     param.cb.send = sl_sub_send_cb;
     return sl_sub_started(sub, ucp_tag_send_nbx(peer->ep, buf, len, tag,
                                                 &param));
@@ -203,8 +248,11 @@ sl_status_t sl_sub_post_recv(sl_req_t *req, const sl_ucx_peer_t *peer,
                              size_t len)
 {
     ucp_request_param_t param;
-    sl_sub_t           *sub = sl_sub_new(req, peer, kind, len, &param);
+    sl_sub_t           *sub = sl_sub_new(req, peer, kind, tag, len, &param);
 
+    if (req->device && len > 0) {
+        return sl_sub_device(sub, buf, len, 1);
+    }
     /* Seen with UCX 1.13: a receive completed inside ucp_tag_recv_nbx
      * (message already unexpected) sometimes reported length 0 through
      * recv_info, which would pass for a short message.  The callback
@@ -235,10 +283,10 @@ void sl_xfer_shard_arrived(sl_req_t *req, int ok)
 /** Checks one transfer before anything is posted. */
 static sl_status_t sl_xfer_validate(sl_comm_t *comm, stagelink_op_kind_t kind,
                                     const stagelink_xfer_t *xfer,
-                                    int *backward)
+                                    int *backward,
+                                    stagelink_mem_type_t *mem_type)
 {
     const char          *op = (kind == STAGELINK_OP_SEND) ? "send" : "receive";
-    stagelink_mem_type_t mem_type;
     int                  to_next;
 
     if (xfer == NULL) {
@@ -285,7 +333,7 @@ static sl_status_t sl_xfer_validate(sl_comm_t *comm, stagelink_op_kind_t kind,
                         to_next ? "next" : "previous", xfer->tag.direction,
                         *backward ? "backward" : "forward");
     }
-    return sl_mem_resolve(comm, xfer, &mem_type);
+    return sl_mem_resolve(comm, xfer, mem_type);
 }
 
 /* Undoes a request whose posting failed part-way; its error stays. */
@@ -297,21 +345,42 @@ static void sl_xfer_abort(sl_comm_t *comm, sl_req_t *req)
     }
 }
 
+sl_status_t sl_xfer_start(sl_req_t *req)
+{
+    sl_comm_t      *comm = req->comm;
+    sl_tag_fields_t f    = {.cls        = SL_TAG_CLASS_STAGE,
+                            .backward   = req->backward,
+                            .chunk      = req->xfer.tag.chunk,
+                            .source     = 0,
+                            .microbatch = req->xfer.tag.microbatch};
+    char           *buf  = (char *)req->xfer.buf + req->shard.offset;
+
+    if (req->kind == STAGELINK_OP_SEND) {
+        return sl_sub_post_send(req, req->peer, SL_SUB_STAGE_SEND,
+                                sl_tag_encode(&f), buf, req->shard.length);
+    }
+    if (req->needs_gather) {
+        SL_CHECK(comm->gather->post(comm->gather_state, req));
+    }
+    return sl_sub_post_recv(req, req->peer, SL_SUB_STAGE_RECV,
+                            sl_tag_encode(&f), buf, req->shard.length);
+}
+
 sl_status_t sl_xfer_post(sl_comm_t *comm, stagelink_op_kind_t kind,
                          const stagelink_xfer_t *xfer, sl_req_t **req_out)
 {
-    sl_tag_fields_t f;
-    sl_req_t       *req;
-    sl_status_t     status;
-    sl_errbuf_t     saved;
-    int             backward;
-    char           *buf;
+    stagelink_mem_type_t mem_type;
+    sl_req_t            *req;
+    sl_status_t          status;
+    sl_errbuf_t          saved;
+    int                  backward;
 
-    SL_CHECK(sl_xfer_validate(comm, kind, xfer, &backward));
+    SL_CHECK(sl_xfer_validate(comm, kind, xfer, &backward, &mem_type));
     SL_CHECK(sl_req_get(comm, kind, xfer, backward, &req));
 
-    req->mode = comm->mode;
-    req->peer = (xfer->peer == STAGELINK_PEER_NEXT) ? &comm->next : &comm->prev;
+    req->mode   = comm->mode;
+    req->device = (mem_type == STAGELINK_MEM_CUDA);
+    req->peer   = (xfer->peer == STAGELINK_PEER_NEXT) ? &comm->next : &comm->prev;
     if (comm->mode == STAGELINK_MODE_FULL) {
         req->shard = (sl_shard_t){0, xfer->nbytes};
     } else {
@@ -321,31 +390,13 @@ sl_status_t sl_xfer_post(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->needs_gather = (kind == STAGELINK_OP_RECV &&
                          comm->mode == STAGELINK_MODE_SCATTER_GATHER &&
                          comm->layout.tp_size > 1);
-
-    f = (sl_tag_fields_t){.cls        = SL_TAG_CLASS_STAGE,
-                          .backward   = backward,
-                          .chunk      = xfer->tag.chunk,
-                          .source     = 0,
-                          .microbatch = xfer->tag.microbatch};
-    buf = (char *)xfer->buf + req->shard.offset;
-    if (kind == STAGELINK_OP_SEND) {
-        SL_CHECK_GOTO(sl_sub_post_send(req, req->peer, SL_SUB_STAGE_SEND,
-                                       sl_tag_encode(&f), buf,
-                                       req->shard.length), err_abort);
-    } else {
-        if (req->needs_gather) {
-            SL_CHECK_GOTO(comm->gather->post(comm->gather_state, req),
-                          err_abort);
-        }
-        SL_CHECK_GOTO(sl_sub_post_recv(req, req->peer, SL_SUB_STAGE_RECV,
-                                       sl_tag_encode(&f), buf,
-                                       req->shard.length), err_abort);
-    }
-    SL_TRACE(SL_SUBSYS_NET, "%s %s mb %u chunk %u: %zu of %zu bytes at %zu "
+    SL_TRACE(SL_SUBSYS_NET, "%s %s mb %u chunk %u: %zu of %zu %s bytes at %zu "
              "with rank %d", (kind == STAGELINK_OP_SEND) ? "send" : "recv",
              backward ? "bwd" : "fwd", xfer->tag.microbatch, xfer->tag.chunk,
-             req->shard.length, xfer->nbytes, req->shard.offset,
-             req->peer->rank);
+             req->shard.length, xfer->nbytes, req->device ? "device" : "host",
+             req->shard.offset, req->peer->rank);
+    SL_CHECK_GOTO(req->device ? sl_device_prepare(req) : sl_xfer_start(req),
+                  err_abort);
     *req_out = req;
     return STAGELINK_SUCCESS;
 
@@ -367,8 +418,9 @@ static int sl_op_same_tag(const stagelink_op_t *a, int a_bwd,
 sl_status_t sl_xfer_post_batch(sl_comm_t *comm, const stagelink_op_t *ops,
                                size_t count, sl_req_t **reqs)
 {
-    int         bwd_i, bwd_j;
-    sl_errbuf_t saved;
+    int                  bwd_i, bwd_j;
+    stagelink_mem_type_t mem_type;
+    sl_errbuf_t          saved;
     sl_status_t status = STAGELINK_SUCCESS;
     size_t      i, j, posted = 0;
     int         pass;
@@ -376,9 +428,11 @@ sl_status_t sl_xfer_post_batch(sl_comm_t *comm, const stagelink_op_t *ops,
     /* Everything is checked before anything is posted, so a bad element
      * never leaves half a batch on the wire. */
     for (i = 0; i < count; ++i) {
-        SL_CHECK(sl_xfer_validate(comm, ops[i].kind, &ops[i].xfer, &bwd_i));
+        SL_CHECK(sl_xfer_validate(comm, ops[i].kind, &ops[i].xfer, &bwd_i,
+                                  &mem_type));
         for (j = 0; j < i; ++j) {
-            sl_xfer_validate(comm, ops[j].kind, &ops[j].xfer, &bwd_j);
+            sl_xfer_validate(comm, ops[j].kind, &ops[j].xfer, &bwd_j,
+                             &mem_type);
             if (sl_op_same_tag(&ops[i], bwd_i, &ops[j], bwd_j)) {
                 return sl_error(&comm->err, STAGELINK_ERR_TAG_IN_USE,
                                 "batch elements %zu and %zu have the same "

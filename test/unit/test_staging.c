@@ -167,8 +167,8 @@ static void a_free(void *p, void *ctx)
  * n transfers of `len` bytes from a sender pool to a receiver pool, the
  * receiver's in reverse order; returns the first status.
  */
-static sl_status_t run(size_t len, size_t chunk, int nbufs, int n,
-                       int fail_copy_at)
+static sl_status_t run_modes(size_t len, size_t chunk, int nbufs, int n,
+                             int fail_copy_at, int send_direct, int recv_direct)
 {
     sl_staging_pool_t  sp, rp;
     sl_staging_xfer_t  sx[4], rx[4];
@@ -189,9 +189,10 @@ static sl_status_t run(size_t len, size_t chunk, int nbufs, int n,
         for (b = 0; b < len; ++b) {
             src[i][b] = (unsigned char)(b * 31 + (size_t)i * 7 + 1);
         }
-        sl_staging_xfer_init(&sx[i], &ops, NULL, &sp, 0, src[i], len, sslots[i]);
-        sl_staging_xfer_init(&rx[n - 1 - i], &ops, NULL, &rp, 1, dst[i], len,
-                             rslots[n - 1 - i]);
+        sl_staging_xfer_init(&sx[i], &ops, NULL, &sp, 0, send_direct, src[i],
+                             len, sslots[i]);
+        sl_staging_xfer_init(&rx[n - 1 - i], &ops, NULL, &rp, 1, recv_direct,
+                             dst[i], len, rslots[n - 1 - i]);
         sx[i].user         = (void *)(intptr_t)i;
         rx[n - 1 - i].user = (void *)(intptr_t)i;
     }
@@ -223,6 +224,12 @@ static sl_status_t run(size_t len, size_t chunk, int nbufs, int n,
     return status;
 }
 
+static sl_status_t run(size_t len, size_t chunk, int nbufs, int n,
+                       int fail_copy_at)
+{
+    return run_modes(len, chunk, nbufs, n, fail_copy_at, 0, 0);
+}
+
 int main(void)
 {
     static const size_t chunks[] = {1, 7, 4096};
@@ -240,6 +247,13 @@ int main(void)
                 CHECK(run(lens[k], c, pools[pi], 1, 0) == 0, "one transfer");
                 CHECK(run(lens[k], c, pools[pi], 3, 0) == 0,
                       "three transfers sharing a pool");
+                /* Same chunks on the wire whichever side is direct. */
+                CHECK(run_modes(lens[k], c, pools[pi], 2, 0, 1, 0) == 0,
+                      "direct sender, staged receiver");
+                CHECK(run_modes(lens[k], c, pools[pi], 2, 0, 0, 1) == 0,
+                      "staged sender, direct receiver");
+                CHECK(run_modes(lens[k], c, pools[pi], 2, 0, 1, 1) == 0,
+                      "both direct");
             }
         }
     }

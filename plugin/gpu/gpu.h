@@ -1,0 +1,42 @@
+/*
+ * What the plugin needs from a GPU runtime, as one ops table: pointer
+ * classification, pinned host memory, streams, events, asynchronous
+ * copies.  The CUDA implementation is built where CUDA is found; the host
+ * one says "no device"; tests substitute their own (a fake device whose
+ * memory the network must never touch).  SPDX-License-Identifier: MIT
+ */
+#ifndef SL_GPU_H
+#define SL_GPU_H
+
+#include "sl_error.h"
+
+#include <stddef.h>
+
+typedef struct sl_gpu_ops {
+    const char *name;
+    /** 1 when a device is usable, else 0 with the runtime's reason in `why`. */
+    int         (*probe)(char *why, size_t len);
+    /** Memory type of `ptr`; host for memory the runtime does not know. */
+    stagelink_mem_type_t (*classify)(const void *ptr);
+    void       *(*host_alloc)(size_t len, void *ctx);  /**< pinned */
+    void        (*host_free)(void *ptr, void *ctx);
+    sl_status_t (*stream_create)(void **stream, sl_errbuf_t *eb);
+    void        (*stream_destroy)(void *stream);
+    sl_status_t (*event_create)(void **event, sl_errbuf_t *eb);
+    void        (*event_destroy)(void *event);
+    sl_status_t (*event_record)(void *event, void *stream, sl_errbuf_t *eb);
+    /** 1 when the event completed, 0 while pending; errors in *status. */
+    int         (*event_query)(void *event, sl_status_t *status,
+                               sl_errbuf_t *eb);
+    /** Work queued later on `stream` waits for `event`. */
+    sl_status_t (*stream_wait_event)(void *stream, void *event,
+                                     sl_errbuf_t *eb);
+    /** Copies in any direction, ordered on `stream`. */
+    sl_status_t (*copy_async)(void *dst, const void *src, size_t len,
+                              void *stream, sl_errbuf_t *eb);
+} sl_gpu_ops_t;
+
+/** CUDA where the build has it, else the host-only table. */
+extern const sl_gpu_ops_t sl_gpu_default_ops;
+
+#endif

@@ -1,0 +1,143 @@
+/*
+ * The CUDA runtime behind sl_gpu_ops_t.  Errors become stagelink statuses
+ * with CUDA's own name and sentence.  SPDX-License-Identifier: MIT
+ */
+#include "gpu.h"
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+static sl_status_t sl_cuda_check(cudaError_t err, const char *what,
+                                 sl_errbuf_t *eb)
+{
+    if (err == cudaSuccess) {
+        return STAGELINK_SUCCESS;
+    }
+    return sl_error(eb, STAGELINK_ERR_TRANSPORT, "%s failed: %s (%s)", what,
+                    cudaGetErrorString(err), cudaGetErrorName(err));
+}
+
+static int sl_cuda_probe(char *why, size_t len)
+{
+    int         count = 0;
+    cudaError_t err   = cudaGetDeviceCount(&count);
+
+    if (err != cudaSuccess) {
+        snprintf(why, len, "no CUDA device: %s (%s)", cudaGetErrorString(err),
+                 cudaGetErrorName(err));
+        cudaGetLastError();
+        return 0;
+    }
+    if (count == 0) {
+        snprintf(why, len, "no CUDA device: the runtime sees 0 devices");
+        return 0;
+    }
+    snprintf(why, len, "%d CUDA device%s", count, (count == 1) ? "" : "s");
+    return 1;
+}
+
+static stagelink_mem_type_t sl_cuda_classify(const void *ptr)
+{
+    struct cudaPointerAttributes attr;
+
+    if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+        cudaGetLastError(); /* not a pointer CUDA knows: host memory */
+        return STAGELINK_MEM_HOST;
+    }
+    switch (attr.type) {
+    case cudaMemoryTypeDevice:  return STAGELINK_MEM_CUDA;
+    case cudaMemoryTypeManaged: return STAGELINK_MEM_CUDA_MANAGED;
+    default:                    return STAGELINK_MEM_HOST;
+    }
+}
+
+static void *sl_cuda_host_alloc(size_t len, void *ctx)
+{
+    void *ptr = NULL;
+
+    (void)ctx;
+    return (cudaHostAlloc(&ptr, len, cudaHostAllocDefault) == cudaSuccess)
+               ? ptr : NULL;
+}
+
+static void sl_cuda_host_free(void *ptr, void *ctx)
+{
+    (void)ctx;
+    cudaFreeHost(ptr);
+}
+
+static sl_status_t sl_cuda_stream_create(void **stream, sl_errbuf_t *eb)
+{
+    return sl_cuda_check(cudaStreamCreateWithFlags((cudaStream_t *)stream,
+                                                   cudaStreamNonBlocking),
+                         "cudaStreamCreateWithFlags", eb);
+}
+
+static void sl_cuda_stream_destroy(void *stream)
+{
+    cudaStreamDestroy((cudaStream_t)stream);
+}
+
+static sl_status_t sl_cuda_event_create(void **event, sl_errbuf_t *eb)
+{
+    return sl_cuda_check(cudaEventCreateWithFlags((cudaEvent_t *)event,
+                                                  cudaEventDisableTiming),
+                         "cudaEventCreateWithFlags", eb);
+}
+
+static void sl_cuda_event_destroy(void *event)
+{
+    cudaEventDestroy((cudaEvent_t)event);
+}
+
+static sl_status_t sl_cuda_event_record(void *event, void *stream,
+                                        sl_errbuf_t *eb)
+{
+    return sl_cuda_check(cudaEventRecord((cudaEvent_t)event,
+                                         (cudaStream_t)stream),
+                         "cudaEventRecord", eb);
+}
+
+static int sl_cuda_event_query(void *event, sl_status_t *status,
+                               sl_errbuf_t *eb)
+{
+    cudaError_t err = cudaEventQuery((cudaEvent_t)event);
+
+    if (err == cudaErrorNotReady) {
+        return 0;
+    }
+    *status = sl_cuda_check(err, "cudaEventQuery", eb);
+    return 1;
+}
+
+static sl_status_t sl_cuda_stream_wait_event(void *stream, void *event,
+                                             sl_errbuf_t *eb)
+{
+    return sl_cuda_check(cudaStreamWaitEvent((cudaStream_t)stream,
+                                             (cudaEvent_t)event, 0),
+                         "cudaStreamWaitEvent", eb);
+}
+
+static sl_status_t sl_cuda_copy_async(void *dst, const void *src, size_t len,
+                                      void *stream, sl_errbuf_t *eb)
+{
+    return sl_cuda_check(cudaMemcpyAsync(dst, src, len, cudaMemcpyDefault,
+                                         (cudaStream_t)stream),
+                         "cudaMemcpyAsync", eb);
+}
+
+const sl_gpu_ops_t sl_gpu_default_ops = {
+    .name              = "cuda",
+    .probe             = sl_cuda_probe,
+    .classify          = sl_cuda_classify,
+    .host_alloc        = sl_cuda_host_alloc,
+    .host_free         = sl_cuda_host_free,
+    .stream_create     = sl_cuda_stream_create,
+    .stream_destroy    = sl_cuda_stream_destroy,
+    .event_create      = sl_cuda_event_create,
+    .event_destroy     = sl_cuda_event_destroy,
+    .event_record      = sl_cuda_event_record,
+    .event_query       = sl_cuda_event_query,
+    .stream_wait_event = sl_cuda_stream_wait_event,
+    .copy_async        = sl_cuda_copy_async,
+};

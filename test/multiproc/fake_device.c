@@ -1,0 +1,167 @@
+/*
+ * Device memory through a UCX without CUDA, proven with a fake GPU: its
+ * "device memory" is a mapping with no access rights (as device memory is
+ * to the host), reachable only through the fake copy engine via a second
+ * mapping of the same pages.  Had a device pointer reached UCX, UCX would
+ * fault and the rank die; instead every tensor must arrive whole through
+ * the staging buffers.  Also: memory type given or classified, gather of
+ * device shards, odd sizes around the chunk size, and a receiver in host
+ * memory facing a chunked device sender failing cleanly.
+ * Run with stagelink_run -n 4 (t = 2, p = 2), STAGELINK_STAGING_CHUNK=4096.
+ * SPDX-License-Identifier: MIT
+ */
+#include "../unit/check.h"
+#include "host.h"
+#include "pattern.h"
+#include "ucx_comm.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define DEV_BYTES ((size_t)8 << 20)
+
+static char  *dev;   /* what the host is given: no access */
+static char  *alias; /* the same pages, for the fake copy engine */
+static size_t copied;
+
+static stagelink_mem_type_t f_classify(const void *p)
+{
+    return ((const char *)p >= dev && (const char *)p < dev + DEV_BYTES)
+               ? STAGELINK_MEM_CUDA : STAGELINK_MEM_HOST;
+}
+
+static void *f_reach(const void *p)
+{
+    return (f_classify(p) == STAGELINK_MEM_CUDA)
+               ? alias + ((const char *)p - dev) : (void *)p;
+}
+
+static int   f_probe(char *why, size_t len) { snprintf(why, len, "fake GPU"); return 1; }
+static void *f_host_alloc(size_t len, void *ctx) { (void)ctx; return malloc(len); }
+static void  f_host_free(void *p, void *ctx) { (void)ctx; free(p); }
+static sl_status_t f_create(void **obj, sl_errbuf_t *eb) { (void)eb; *obj = malloc(1); return 0; }
+static void  f_destroy(void *obj) { free(obj); }
+static sl_status_t f_record(void *ev, void *stream, sl_errbuf_t *eb) { (void)ev, (void)stream, (void)eb; return 0; }
+static int   f_query(void *ev, sl_status_t *st, sl_errbuf_t *eb) { (void)ev, (void)eb; *st = 0; return 1; }
+static sl_status_t f_wait(void *stream, void *ev, sl_errbuf_t *eb) { (void)stream, (void)ev, (void)eb; return 0; }
+
+static sl_status_t f_copy(void *dst, const void *src, size_t len, void *stream,
+                          sl_errbuf_t *eb)
+{
+    (void)stream, (void)eb;
+    memcpy(f_reach(dst), f_reach(src), len);
+    copied += len;
+    return STAGELINK_SUCCESS;
+}
+
+static const sl_gpu_ops_t fake_gpu = {
+    "fake", f_probe, f_classify, f_host_alloc, f_host_free, f_create,
+    f_destroy, f_create, f_destroy, f_record, f_query, f_wait, f_copy,
+};
+
+int main(void)
+{
+    static const size_t sizes[] = {1, 4095, 4096, 4097, 5 * 4096 + 3, 300001,
+                                   (2 << 20) + 5};
+    const stagelink_plugin_v1_t *p = &stagelink_plugin_v1;
+    stagelink_config_t           cfg;
+    stagelink_comm_info_t        info;
+    stagelink_comm_t            *comm;
+    stagelink_request_t         *req;
+    stagelink_xfer_t             x;
+    stagelink_status_t           st;
+    uint64_t                     chunks_before;
+    size_t                       i, bad;
+    int                          fd, stage, backward, sender;
+    static char                  host_buf[64 * 1024];
+
+    fd = memfd_create("stagelink-fake-device", 0);
+    if (fd < 0 || ftruncate(fd, (off_t)DEV_BYTES) != 0) {
+        perror("memfd");
+        return 1;
+    }
+    dev   = mmap(NULL, DEV_BYTES, PROT_NONE, MAP_SHARED, fd, 0);
+    alias = mmap(NULL, DEV_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (dev == MAP_FAILED || alias == MAP_FAILED) {
+        perror("mmap");
+        return 1;
+    }
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.struct_size = sizeof(cfg);
+    cfg.tp_size     = 2;
+    if (p->comm_init(&cfg, &comm) != STAGELINK_SUCCESS) {
+        fprintf(stderr, "init: %s\n", p->last_error(NULL));
+        return 1;
+    }
+    comm->gpu        = &fake_gpu;
+    comm->gpu_usable = 1;
+    CHECK(!comm->ucx_cuda, "this test needs a UCX without CUDA");
+    p->comm_info(comm, &info);
+    stage = info.pp_index;
+
+    for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {
+        for (backward = 0; backward < 2; ++backward) {
+            size_t   n    = sizes[i];
+            uint64_t seed = sl_pattern_seed(backward ? 1 : 0, (uint32_t)i, 0,
+                                            backward);
+
+            sender = (stage == (backward ? 1 : 0));
+            if (sender) {
+                sl_pattern_fill(alias, 0, n, seed);
+            } else {
+                memset(alias, 0xee, n);
+            }
+            x = sl_host_xfer(backward == (stage == 0) ? STAGELINK_PEER_NEXT
+                                                      : STAGELINK_PEER_PREV,
+                             dev, n, 1, (uint32_t)i, 0);
+            x.peer = (stage == 0) ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV;
+            /* Half the transfers say what the memory is, half let it be found. */
+            x.mem_type    = (i % 2) ? STAGELINK_MEM_CUDA : STAGELINK_MEM_AUTO;
+            x.stream      = (void *)0x5a;
+            chunks_before = comm->staged_chunks;
+            st = sender ? p->isend(comm, &x, &req) : p->irecv(comm, &x, &req);
+            if (st == STAGELINK_SUCCESS) {
+                st = p->wait(comm, req);
+            }
+            CHECK(st == STAGELINK_SUCCESS, "%zu bytes %s: %s: %s", n,
+                  sender ? "sent" : "received", stagelink_status_string(st),
+                  p->last_error(comm));
+            /* Below 2 bytes one TP rank's shard is empty and moves nothing. */
+            CHECK(n < 2 || comm->staged_chunks > chunks_before,
+                  "%zu bytes: no chunk went through the staging buffers", n);
+            if (!sender && st == STAGELINK_SUCCESS) {
+                bad = sl_pattern_check(alias, 0, n, seed);
+                CHECK(bad == SIZE_MAX, "%zu bytes: device byte %zu wrong", n, bad);
+            }
+        }
+    }
+    CHECK(copied > 0, "the copy engine was never used");
+
+    /* A receiver in host memory facing a device sender cut in chunks fails
+     * with a sentence, not a hang. */
+    x = sl_host_xfer(stage == 0 ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV,
+                     stage == 0 ? (void *)dev : (void *)host_buf,
+                     3 * 4096 * 2, 1, 99, 0);
+    if (stage == 0) {
+        x.mem_type = STAGELINK_MEM_AUTO;
+        sl_pattern_fill(alias, 0, x.nbytes, 1);
+        st = p->isend(comm, &x, &req);
+        if (st == STAGELINK_SUCCESS) {
+            st = p->wait(comm, req);
+        }
+        CHECK(st == STAGELINK_SUCCESS, "chunked send: %s", p->last_error(comm));
+    } else {
+        x.mem_type = STAGELINK_MEM_HOST;
+        st = p->irecv(comm, &x, &req);
+        if (st == STAGELINK_SUCCESS) {
+            st = p->wait(comm, req);
+        }
+        CHECK(st == STAGELINK_ERR_SIZE_MISMATCH, "host receiver of a device "
+              "sender: %s: %s", stagelink_status_string(st), p->last_error(comm));
+    }
+    p->comm_finalize(comm);
+    return check_summary();
+}
