@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 rm -rf build-test build-sanitize
 meson setup build-test -Dwarning_level=3 -Dwerror=true
 meson test -C build-test --print-errorlogs --num-processes 2
+# Skipped tests say why (the gpu suite without a GPU, netns without rights).
+grep -h '^SKIP' build-test/meson-logs/testlog.txt | sort | uniq -c || true
 
 meson setup build-sanitize -Db_sanitize=address,undefined -Db_lundef=false \
     -Dwarning_level=3 -Dwerror=true
