@@ -36,6 +36,8 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
         "Bytes per chunk of a device-memory transfer (the wire format: must be equal on all ranks) and per pinned bounce buffer."},
     [SL_ENV_STAGING_BUFFERS] = {"STAGELINK_STAGING_BUFFERS", "4",
         "Pinned bounce buffers per direction when UCX cannot reach device memory; also the chunks in flight per transfer."},
+    [SL_ENV_NCCL_LIBRARY] = {"STAGELINK_NCCL_LIBRARY", "",
+        "NCCL library to open (default libnccl.so.2 by the loader's search, then the NCCL found at build time)."},
     [SL_ENV_BOOTSTRAP_ADDR] = {"STAGELINK_BOOTSTRAP_ADDR", "",
         "Address of rank 0's rendezvous listener; default MASTER_ADDR, else 127.0.0.1 on one node."},
     [SL_ENV_BOOTSTRAP_PORT] = {"STAGELINK_BOOTSTRAP_PORT", "",

@@ -19,15 +19,29 @@ typedef struct sl_gather_ops {
     sl_status_t (*post)(void *state, sl_req_t *req);
     /**
      * Our own shard is in place (ok) or its receive failed (!ok): pass it
-     * to the peers; a failed one is passed as an empty message so that the
-     * peers fail at once instead of waiting for their deadline.
+     * on to the peers (then set req->gather_posted), telling them of a
+     * failure so that they fail at once instead of at their deadline.
      */
     sl_status_t (*shard_ready)(void *state, sl_req_t *req, int ok);
 } sl_gather_ops_t;
 
 extern const sl_gather_ops_t sl_gather_ucx_ops;
+#ifdef STAGELINK_HAVE_NCCL
+extern const sl_gather_ops_t sl_gather_nccl_ops;
+#endif
 
-/** Picks the backend from STAGELINK_GATHER and the build. */
-sl_status_t sl_gather_select(sl_comm_t *comm, const sl_gather_ops_t **ops);
+/** The tag of TP rank `source`'s gather message for `req`. */
+uint64_t sl_gather_tag(const sl_req_t *req, int source);
+
+/** Checks STAGELINK_GATHER (before any exchange, so bad values fail alike). */
+sl_status_t sl_gather_select(sl_comm_t *comm);
+
+/**
+ * Sets up the backends once UCX is connected: UCX for host buffers; for
+ * device buffers NCCL (STAGELINK_GATHER=nccl, or auto with a usable GPU and
+ * NCCL) or UCX.  Collective over the world: every rank takes part.
+ */
+sl_status_t sl_gather_init(sl_comm_t *comm);
+void        sl_gather_cleanup(sl_comm_t *comm);
 
 #endif

@@ -1,23 +1,77 @@
-/* Which gather backend a communicator uses.  SPDX-License-Identifier: MIT */
+/* Which gather backends a communicator uses.  SPDX-License-Identifier: MIT */
 #include "gather.h"
 
 #include "sl_env.h"
 #include "sl_log.h"
 
-sl_status_t sl_gather_select(sl_comm_t *comm, const sl_gather_ops_t **ops)
+#ifdef STAGELINK_HAVE_NCCL
+#include "nccl_api.h"
+#endif
+
+enum { SL_GATHER_AUTO, SL_GATHER_UCX, SL_GATHER_NCCL };
+
+sl_status_t sl_gather_select(sl_comm_t *comm)
 {
     static const char *const names[] = {"auto", "ucx", "nccl", NULL};
-    int                      choice;
 
-    SL_CHECK(sl_env_parse_choice(SL_ENV_GATHER, names, &choice, &comm->err));
-    if (choice == 2) {
-        return sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
-                        "STAGELINK_GATHER=nccl but this plugin was built "
-                        "without the NCCL gather backend; use ucx or auto");
+    SL_CHECK(sl_env_parse_choice(SL_ENV_GATHER, names, &comm->gather_choice,
+                                 &comm->err));
+    if (comm->gather_choice != SL_GATHER_NCCL) {
+        return STAGELINK_SUCCESS;
     }
-    /* Host buffers are all this build moves: auto means UCX. */
-    *ops = &sl_gather_ucx_ops;
-    SL_INFO(SL_SUBSYS_GATHER, "gather backend %s (STAGELINK_GATHER=%s)",
-            (*ops)->name, names[choice]);
+    /* Refused here, before any exchange, so that no peer is left waiting. */
+#ifdef STAGELINK_HAVE_NCCL
+    {
+        const sl_nccl_api_t *api;
+        sl_errbuf_t          why;
+
+        if (!comm->gpu_usable) {
+            return sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
+                            "STAGELINK_GATHER=nccl but %s", comm->gpu_why);
+        }
+        if (sl_nccl_api_get(&api, &why) != STAGELINK_SUCCESS) {
+            return sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
+                            "STAGELINK_GATHER=nccl but %s", why.msg);
+        }
+        return STAGELINK_SUCCESS;
+    }
+#else
+    return sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
+                    "STAGELINK_GATHER=nccl but this plugin was built without "
+                    "NCCL (configure with -Dnccl=enabled); use ucx or auto");
+#endif
+}
+
+sl_status_t sl_gather_init(sl_comm_t *comm)
+{
+    comm->gather = &sl_gather_ucx_ops;
+    SL_CHECK(comm->gather->init(comm, &comm->gather_state));
+#ifdef STAGELINK_HAVE_NCCL
+    /* Every rank takes part in NCCL's setup exchange, also those that end
+     * up on UCX, so that no rank waits in it alone. */
+    if (comm->gather_choice != SL_GATHER_UCX) {
+        SL_CHECK(sl_gather_nccl_ops.init(comm, &comm->gather_dev_state));
+        if (comm->gather_dev_state != NULL) {
+            comm->gather_dev = &sl_gather_nccl_ops;
+        }
+    }
+#endif
+    if (comm->gather_dev == NULL) {
+        comm->gather_dev       = comm->gather;
+        comm->gather_dev_state = comm->gather_state;
+    }
+    SL_INFO(SL_SUBSYS_GATHER, "gather backends: host buffers %s, device "
+            "buffers %s", comm->gather->name, comm->gather_dev->name);
     return STAGELINK_SUCCESS;
+}
+
+void sl_gather_cleanup(sl_comm_t *comm)
+{
+    if (comm->gather_dev != NULL && comm->gather_dev != comm->gather) {
+        comm->gather_dev->cleanup(comm->gather_dev_state);
+    }
+    if (comm->gather != NULL) {
+        comm->gather->cleanup(comm->gather_state);
+    }
+    comm->gather = comm->gather_dev = NULL;
 }

@@ -9,7 +9,7 @@
 
 #include "sl_tag.h"
 
-static uint64_t sl_gather_tag(const sl_req_t *req, int source)
+uint64_t sl_gather_tag(const sl_req_t *req, int source)
 {
     sl_tag_fields_t f = {
         .cls        = SL_TAG_CLASS_GATHER,
@@ -70,6 +70,7 @@ static sl_status_t sl_gather_ucx_shard_ready(void *state, sl_req_t *req,
         SL_CHECK(sl_sub_post_send(req, &comm->tp_peers[k], SL_SUB_GATHER_SEND,
                                   sl_gather_tag(req, me), src, len));
     }
+    req->gather_posted = 1;
     return STAGELINK_SUCCESS;
 }
 

@@ -35,7 +35,9 @@ typedef enum sl_sub_kind {
     SL_SUB_STAGE_SEND,
     SL_SUB_STAGE_RECV,
     SL_SUB_GATHER_SEND,
-    SL_SUB_GATHER_RECV
+    SL_SUB_GATHER_RECV,
+    SL_SUB_STATUS_SEND,  /**< 1 byte to a TP peer: my shard arrived (or not) */
+    SL_SUB_STATUS_RECV
 } sl_sub_kind_t;
 
 struct sl_staged;
@@ -48,6 +50,7 @@ typedef struct sl_sub {
     const sl_ucx_peer_t      *peer;
     sl_sub_kind_t             kind;
     uint64_t                  tag;
+    void                     *buf;
     size_t                    expected; /**< bytes it must carry */
 } sl_sub_t;
 
@@ -90,6 +93,10 @@ struct stagelink_request {
     int                       deferred;     /**< waits for the host's stream */
     void                     *stream_event; /**< recorded on xfer.stream at post */
     struct stagelink_request *deferred_next;
+    const struct sl_gather_ops *gather;     /**< the backend of this request */
+    int                       shard_state;  /**< 0 pending, 1 arrived, -1 failed */
+    struct stagelink_request *gather_next;  /**< a backend's queue */
+    unsigned char            *flags;        /**< tp_size status bytes */
     char                      error[SL_ERRBUF_LEN];
     sl_sub_t                 *subs;         /**< 2 * tp_size slots */
 };
@@ -97,6 +104,7 @@ struct stagelink_request {
 typedef struct sl_req_pool {
     struct stagelink_request *slots;
     sl_sub_t                 *subs;
+    unsigned char            *flags;
     struct stagelink_request *free_list;
     struct stagelink_request *active; /**< doubly linked */
     int                       capacity, in_use;
@@ -118,8 +126,11 @@ struct stagelink_comm {
     int                         efd;
     sl_ucx_peer_t               prev, next;
     sl_ucx_peer_t              *tp_peers; /**< by TP index; own entry has no ep */
-    const struct sl_gather_ops *gather;
+    const struct sl_gather_ops *gather;       /**< host buffers */
     void                       *gather_state;
+    const struct sl_gather_ops *gather_dev;   /**< device buffers */
+    void                       *gather_dev_state;
+    int                         gather_choice; /**< STAGELINK_GATHER: auto, ucx, nccl */
     sl_req_pool_t               pool;
     struct stagelink_request   *ready;    /**< own shard arrived, not yet passed on */
     stagelink_counters_t        counters;
@@ -200,8 +211,15 @@ sl_status_t sl_xfer_post_batch(sl_comm_t *comm, const stagelink_op_t *ops,
 void        sl_req_describe_pending(const sl_req_t *req, char *out, size_t len);
 /** Own shard of a receive is in place (ok) or failed: hand it to the gather. */
 void        sl_xfer_shard_arrived(sl_req_t *req, int ok);
+/** Posts a host-memory sub whatever the request's memory (status bytes). */
+sl_status_t sl_sub_post_host(sl_req_t *req, const sl_ucx_peer_t *peer,
+                             sl_sub_kind_t kind, uint64_t tag, void *buf,
+                             size_t len, int recv);
 
 /* ucx_device.c: device-memory transfers */
+/** Whether a GPU is usable: known before any exchange. */
+void        sl_device_probe(sl_comm_t *comm);
+/** What UCX can do with device memory (after the worker exists). */
 sl_status_t sl_device_init(sl_comm_t *comm);
 void        sl_device_cleanup(sl_comm_t *comm);
 /** Post-time work of a device request: stream event, and deferral until

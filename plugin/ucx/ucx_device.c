@@ -19,12 +19,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+void sl_device_probe(sl_comm_t *comm)
+{
+    comm->gpu        = &sl_gpu_default_ops;
+    comm->gpu_usable = comm->gpu->probe(comm->gpu_why, sizeof(comm->gpu_why));
+}
+
 sl_status_t sl_device_init(sl_comm_t *comm)
 {
     ucp_context_attr_t attr;
-
-    comm->gpu        = &sl_gpu_default_ops;
-    comm->gpu_usable = comm->gpu->probe(comm->gpu_why, sizeof(comm->gpu_why));
 
     /* An explicit UCX_TLS without cuda hides CUDA from this bitmap too. */
     memset(&attr, 0, sizeof(attr));

@@ -187,9 +187,7 @@ out:
 
 static void sl_comm_destroy(sl_comm_t *comm)
 {
-    if (comm->gather != NULL) {
-        comm->gather->cleanup(comm->gather_state);
-    }
+    sl_gather_cleanup(comm);
     if (comm->gpu != NULL) {
         sl_device_cleanup(comm);
     }
@@ -270,7 +268,8 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *config,
     for (k = 0; k < comm->layout.tp_size; ++k) {
         comm->tp_peers[k].rank = comm->layout.tp_ranks[k];
     }
-    SL_CHECK_GOTO(sl_gather_select(comm, &comm->gather), err_destroy);
+    sl_device_probe(comm);
+    SL_CHECK_GOTO(sl_gather_select(comm), err_destroy);
     SL_CHECK_GOTO(sl_req_pool_init(&comm->pool, comm->pool.capacity,
                                    comm->layout.tp_size, &comm->err),
                   err_destroy);
@@ -282,7 +281,7 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *config,
     SL_CHECK_GOTO(sl_ucx_connect(comm, comm->bootstrap), err_destroy);
     comm->bootstrap->progress     = sl_ucx_progress_cb;
     comm->bootstrap->progress_arg = comm;
-    SL_CHECK_GOTO(comm->gather->init(comm, &comm->gather_state), err_destroy);
+    SL_CHECK_GOTO(sl_gather_init(comm), err_destroy);
 
     SL_INFO(SL_SUBSYS_INIT, "rank %d/%d: tp %d/%d pp %d/%d dp %d, prev %d "
             "next %d, mode %s, gather %s, node %s (local %d/%d)",
@@ -358,7 +357,7 @@ static stagelink_status_t sl_ucx_comm_info(stagelink_comm_t *comm,
     info->local_size = comm->local_size;
     info->mode       = comm->mode;
     snprintf(info->gather_backend, sizeof(info->gather_backend), "%s",
-             (comm->layout.tp_size > 1) ? comm->gather->name : "none");
+             (comm->layout.tp_size == 1) ? "none" : comm->gather_dev->name);
     snprintf(info->node_id, sizeof(info->node_id), "%s", comm->node_id);
     return STAGELINK_SUCCESS;
 }

@@ -21,7 +21,8 @@ sl_status_t sl_req_pool_init(sl_req_pool_t *pool, int capacity, int tp_size,
     pool->slots = calloc((size_t)capacity, sizeof(*pool->slots));
     pool->subs  = calloc((size_t)capacity * 2 * (size_t)tp_size,
                          sizeof(*pool->subs));
-    if (pool->slots == NULL || pool->subs == NULL) {
+    pool->flags = calloc((size_t)capacity, (size_t)tp_size);
+    if (pool->slots == NULL || pool->subs == NULL || pool->flags == NULL) {
         sl_req_pool_cleanup(pool);
         return sl_error(eb, STAGELINK_ERR_NO_MEMORY,
                         "cannot allocate %d requests for TP size %d; lower "
@@ -29,7 +30,8 @@ sl_status_t sl_req_pool_init(sl_req_pool_t *pool, int capacity, int tp_size,
     }
     pool->capacity = capacity;
     for (i = capacity - 1; i >= 0; --i) {
-        pool->slots[i].subs = &pool->subs[(size_t)i * 2 * (size_t)tp_size];
+        pool->slots[i].subs  = &pool->subs[(size_t)i * 2 * (size_t)tp_size];
+        pool->slots[i].flags = &pool->flags[(size_t)i * (size_t)tp_size];
         pool->slots[i].next = pool->free_list;
         pool->free_list     = &pool->slots[i];
     }
@@ -40,6 +42,7 @@ void sl_req_pool_cleanup(sl_req_pool_t *pool)
 {
     free(pool->slots);
     free(pool->subs);
+    free(pool->flags);
     memset(pool, 0, sizeof(*pool));
 }
 
@@ -94,6 +97,9 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->device        = 0;
     req->deferred      = 0;
     req->stream_event  = NULL;
+    req->gather        = NULL;
+    req->shard_state   = 0;
+    req->gather_next   = NULL;
     req->error[0]      = '\0';
 
     req->prev = NULL;

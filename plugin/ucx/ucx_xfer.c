@@ -20,6 +20,8 @@ static const char *sl_sub_name(sl_sub_kind_t kind)
     case SL_SUB_STAGE_RECV:  return "stage receive";
     case SL_SUB_GATHER_SEND: return "gather send";
     case SL_SUB_GATHER_RECV: return "gather receive";
+    case SL_SUB_STATUS_SEND: return "status send";
+    case SL_SUB_STATUS_RECV: return "status receive";
     }
     return "operation";
 }
@@ -52,6 +54,9 @@ static void sl_sub_count(sl_comm_t *comm, const sl_sub_t *sub, size_t bytes)
     int                   send = (sub->kind == SL_SUB_STAGE_SEND ||
                                   sub->kind == SL_SUB_GATHER_SEND);
 
+    if (sub->kind == SL_SUB_STATUS_SEND || sub->kind == SL_SUB_STATUS_RECV) {
+        return; /* bookkeeping, not tensor bytes */
+    }
     if (sub->kind == SL_SUB_STAGE_SEND || sub->kind == SL_SUB_STAGE_RECV) {
         *(send ? &c->stage_bytes_sent : &c->stage_bytes_recv) += bytes;
     } else {
@@ -97,7 +102,7 @@ void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
                         "both sides of a boundary must use the same memory "
                         "type", sl_sub_name(sub->kind), tag->microbatch,
                         tag->chunk, sub->peer->rank, length);
-        } else if (sub->kind == SL_SUB_GATHER_RECV && length == 0) {
+        } else if ((sub->kind == SL_SUB_GATHER_RECV && length == 0)) {
             req->peer_failed = (req->status == STAGELINK_SUCCESS);
             sl_req_fail(req, STAGELINK_ERR_TRANSPORT,
                         "TP peer rank %d could not receive its shard of "
@@ -112,6 +117,13 @@ void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
                         sub->peer->rank, length, sub->expected,
                         req->xfer.nbytes);
         }
+    } else if (sub->kind == SL_SUB_STATUS_RECV &&
+               *(unsigned char *)sub->buf == 0) {
+        req->peer_failed = (req->status == STAGELINK_SUCCESS);
+        sl_req_fail(req, STAGELINK_ERR_TRANSPORT,
+                    "TP peer rank %d could not receive its shard of "
+                    "microbatch %u chunk %u; its own error says why",
+                    sub->peer->rank, tag->microbatch, tag->chunk);
     } else {
         sl_sub_count(comm, sub, length);
     }
@@ -182,6 +194,7 @@ static sl_sub_t *sl_sub_new(sl_req_t *req, const sl_ucx_peer_t *peer,
     sub->peer     = peer;
     sub->kind     = kind;
     sub->tag      = tag;
+    sub->buf      = NULL;
     sub->expected = len;
     ++req->pending;
 
@@ -228,30 +241,21 @@ static sl_status_t sl_sub_device(sl_sub_t *sub, void *buf, size_t len,
     return status;
 }
 
-sl_status_t sl_sub_post_send(sl_req_t *req, const sl_ucx_peer_t *peer,
-                             sl_sub_kind_t kind, uint64_t tag,
-                             const void *buf, size_t len)
+static sl_status_t sl_sub_post(sl_req_t *req, const sl_ucx_peer_t *peer,
+                               sl_sub_kind_t kind, uint64_t tag, void *buf,
+                               size_t len, int recv, int device)
 {
     ucp_request_param_t param;
     sl_sub_t           *sub = sl_sub_new(req, peer, kind, tag, len, &param);
 
-    if (req->device && len > 0) {
-        return sl_sub_device(sub, (void *)buf, len, 0);
+    sub->buf = buf;
+    if (device && len > 0) {
+        return sl_sub_device(sub, buf, len, recv);
     }
-    param.cb.send = sl_sub_send_cb;
-    return sl_sub_started(sub, ucp_tag_send_nbx(peer->ep, buf, len, tag,
-                                                &param));
-}
-
-sl_status_t sl_sub_post_recv(sl_req_t *req, const sl_ucx_peer_t *peer,
-                             sl_sub_kind_t kind, uint64_t tag, void *buf,
-                             size_t len)
-{
-    ucp_request_param_t param;
-    sl_sub_t           *sub = sl_sub_new(req, peer, kind, tag, len, &param);
-
-    if (req->device && len > 0) {
-        return sl_sub_device(sub, buf, len, 1);
+    if (!recv) {
+        param.cb.send = sl_sub_send_cb;
+        return sl_sub_started(sub, ucp_tag_send_nbx(peer->ep, buf, len, tag,
+                                                    &param));
     }
     /* Seen with UCX 1.13: a receive completed inside ucp_tag_recv_nbx
      * (message already unexpected) sometimes reported length 0 through
@@ -263,15 +267,39 @@ sl_status_t sl_sub_post_recv(sl_req_t *req, const sl_ucx_peer_t *peer,
                                                 tag, SL_TAG_MASK_ALL, &param));
 }
 
+sl_status_t sl_sub_post_send(sl_req_t *req, const sl_ucx_peer_t *peer,
+                             sl_sub_kind_t kind, uint64_t tag,
+                             const void *buf, size_t len)
+{
+    return sl_sub_post(req, peer, kind, tag, (void *)buf, len, 0, req->device);
+}
+
+sl_status_t sl_sub_post_recv(sl_req_t *req, const sl_ucx_peer_t *peer,
+                             sl_sub_kind_t kind, uint64_t tag, void *buf,
+                             size_t len)
+{
+    return sl_sub_post(req, peer, kind, tag, buf, len, 1, req->device);
+}
+
+sl_status_t sl_sub_post_host(sl_req_t *req, const sl_ucx_peer_t *peer,
+                             sl_sub_kind_t kind, uint64_t tag, void *buf,
+                             size_t len, int recv)
+{
+    return sl_sub_post(req, peer, kind, tag, buf, len, recv, 0);
+}
+
 void sl_xfer_shard_arrived(sl_req_t *req, int ok)
 {
     sl_comm_t  *comm = req->comm;
     sl_status_t status;
 
     req->on_ready = 0;
-    status = comm->gather->shard_ready(comm->gather_state, req, ok);
-    req->gather_posted = 1;
+    status = req->gather->shard_ready((req->gather == comm->gather)
+                                          ? comm->gather_state
+                                          : comm->gather_dev_state,
+                                      req, ok);
     if (status != STAGELINK_SUCCESS) {
+        req->gather_posted = 1;
         sl_req_fail(req, status, "%s", comm->err.msg);
     }
     if (!ok) {
@@ -360,7 +388,9 @@ sl_status_t sl_xfer_start(sl_req_t *req)
                                 sl_tag_encode(&f), buf, req->shard.length);
     }
     if (req->needs_gather) {
-        SL_CHECK(comm->gather->post(comm->gather_state, req));
+        req->gather = req->device ? comm->gather_dev : comm->gather;
+        SL_CHECK(req->gather->post(req->device ? comm->gather_dev_state
+                                               : comm->gather_state, req));
     }
     return sl_sub_post_recv(req, req->peer, SL_SUB_STAGE_RECV,
                             sl_tag_encode(&f), buf, req->shard.length);

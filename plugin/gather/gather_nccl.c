@@ -1,0 +1,237 @@
+/*
+ * NCCL gather: the receiving TP group rebuilds a device tensor with one
+ * in-place collective on the caller's stream (ncclAllGather when the
+ * shards are equal, else one ncclBroadcast per shard in a group).
+ *
+ * NCCL needs every rank of a communicator to issue collectives in the same
+ * order, while own shards arrive in any order: collectives are enqueued in
+ * the order the receives were posted (the same on every TP rank of an SPMD
+ * schedule), each when its shard and all earlier ones are in.  A failed
+ * shard still takes part (NCCL cannot skip a rank), and a one-byte status
+ * to each TP peer over UCX tells them, so no rank reports success for a
+ * tensor with a hole.  The request completes once the collective is
+ * enqueued and the statuses are in: later work on the stream sees the
+ * whole tensor, and the host thread never waits for the GPU.
+ * SPDX-License-Identifier: MIT
+ */
+#include "gather.h"
+
+#include "nccl_api.h"
+#include "sl_bootstrap.h"
+#include "sl_log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { SL_GATHER_NCCL_CHOICE = 2 };
+
+typedef struct sl_gather_nccl {
+    sl_comm_t           *comm;
+    const sl_nccl_api_t *api;
+    ncclComm_t           nccl;
+    sl_req_t            *head, *tail; /**< posted, collective not yet enqueued */
+} sl_gather_nccl_t;
+
+/* One rank's part of the setup exchange. */
+typedef struct sl_nccl_card {
+    ncclUniqueId id;   /**< valid on TP index 0 */
+    int32_t      use;  /**< this rank will use NCCL */
+} sl_nccl_card_t;
+
+static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
+{
+    int               world = comm->layout.world_size, k;
+    const sl_nccl_api_t *api = NULL;
+    sl_gather_nccl_t *g     = NULL;
+    sl_nccl_card_t    mine, *cards;
+    sl_errbuf_t       why;
+    sl_status_t       status;
+
+    *state = NULL;
+    memset(&mine, 0, sizeof(mine));
+    why.msg[0] = '\0';
+    if (!comm->gpu_usable) {
+        snprintf(why.msg, sizeof(why.msg), "%s", comm->gpu_why);
+    } else if (sl_nccl_api_get(&api, &why) == STAGELINK_SUCCESS) {
+        mine.use = 1;
+        if (comm->layout.tp_index == 0 &&
+            sl_nccl_check(api, api->GetUniqueId(&mine.id), NULL,
+                          "ncclGetUniqueId", &why) != STAGELINK_SUCCESS) {
+            mine.use = 0;
+        }
+    }
+    if (!mine.use && comm->gather_choice == SL_GATHER_NCCL_CHOICE) {
+        return sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
+                        "STAGELINK_GATHER=nccl but NCCL cannot be used: %s",
+                        why.msg);
+    }
+    cards = calloc((size_t)world, sizeof(*cards));
+    if (cards == NULL) {
+        return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate %d NCCL setup cards", world);
+    }
+    SL_CHECK_GOTO(sl_bootstrap_allgather(comm->bootstrap, &mine, cards,
+                                         sizeof(mine), &comm->err), out);
+    for (k = 0; k < comm->layout.tp_size; ++k) {
+        if (cards[comm->layout.tp_ranks[k]].use != mine.use) {
+            status = sl_error(&comm->err, STAGELINK_ERR_CONFIG,
+                              "TP peers disagree on the NCCL gather: rank %d "
+                              "%s it, this rank %s (%s); give every rank the "
+                              "same GPU setup or STAGELINK_GATHER",
+                              comm->layout.tp_ranks[k],
+                              cards[comm->layout.tp_ranks[k]].use ? "uses"
+                                                                  : "cannot use",
+                              mine.use ? "does" : "does not",
+                              mine.use ? "NCCL found" : why.msg);
+            goto out;
+        }
+    }
+    if (!mine.use || comm->layout.tp_size == 1) {
+        SL_INFO(SL_SUBSYS_GATHER, "NCCL gather not used: %s",
+                mine.use ? "TP size 1" : why.msg);
+        status = STAGELINK_SUCCESS;
+        goto out;
+    }
+    g = calloc(1, sizeof(*g));
+    if (g == NULL) {
+        status = sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
+                          "cannot allocate the NCCL gather");
+        goto out;
+    }
+    g->comm = comm;
+    g->api  = api;
+    SL_CHECK_GOTO(sl_nccl_check(api, api->CommInitRank(
+                                         &g->nccl, comm->layout.tp_size,
+                                         cards[comm->layout.tp_ranks[0]].id,
+                                         comm->layout.tp_index),
+                                NULL, "ncclCommInitRank of the TP group",
+                                &comm->err), out);
+    SL_INFO(SL_SUBSYS_GATHER, "NCCL gather over the TP group of %d ranks",
+            comm->layout.tp_size);
+    *state = g;
+    g      = NULL;
+    status = STAGELINK_SUCCESS;
+out:
+    free(g);
+    free(cards);
+    return status;
+}
+
+static void sl_gather_nccl_cleanup(void *state)
+{
+    sl_gather_nccl_t *g = state;
+
+    if (g != NULL) {
+        g->api->CommDestroy(g->nccl);
+        free(g);
+    }
+}
+
+/* The statuses of the peers are awaited from the start. */
+static sl_status_t sl_gather_nccl_post(void *state, sl_req_t *req)
+{
+    sl_gather_nccl_t *g    = state;
+    sl_comm_t        *comm = g->comm;
+    int               k;
+
+    for (k = 0; k < comm->layout.tp_size; ++k) {
+        if (k != comm->layout.tp_index) {
+            SL_CHECK(sl_sub_post_host(req, &comm->tp_peers[k],
+                                      SL_SUB_STATUS_RECV, sl_gather_tag(req, k),
+                                      &req->flags[k], 1, 1));
+        }
+    }
+    req->gather_next = NULL;
+    if (g->tail != NULL) {
+        g->tail->gather_next = req;
+    } else {
+        g->head = req;
+    }
+    g->tail = req;
+    return STAGELINK_SUCCESS;
+}
+
+static sl_status_t sl_gather_nccl_enqueue(sl_gather_nccl_t *g, sl_req_t *req)
+{
+    sl_comm_t          *comm = g->comm;
+    const sl_nccl_api_t *api = g->api;
+    cudaStream_t        stream = (cudaStream_t)req->xfer.stream;
+    int                 t = comm->layout.tp_size, k;
+    sl_shard_t          shard;
+    char               *buf = req->xfer.buf;
+    sl_status_t         status;
+
+    if (req->xfer.nbytes % (size_t)t == 0 &&
+        (req->xfer.elem_size == 0 ||
+         (req->xfer.nbytes / (size_t)t) % req->xfer.elem_size == 0)) {
+        return sl_nccl_check(api, api->AllGather(buf + req->shard.offset, buf,
+                                                 req->shard.length, ncclInt8,
+                                                 g->nccl, stream),
+                             g->nccl, "ncclAllGather", &comm->err);
+    }
+    SL_CHECK(sl_nccl_check(api, api->GroupStart(), NULL, "ncclGroupStart",
+                           &comm->err));
+    status = STAGELINK_SUCCESS;
+    for (k = 0; k < t && status == STAGELINK_SUCCESS; ++k) {
+        shard  = sl_shard_get(req->xfer.nbytes, req->xfer.elem_size, t, k);
+        status = sl_nccl_check(api, api->Broadcast(buf + shard.offset,
+                                                   buf + shard.offset,
+                                                   shard.length, ncclInt8, k,
+                                                   g->nccl, stream),
+                               g->nccl, "ncclBroadcast", &comm->err);
+    }
+    SL_CHECK(sl_nccl_check(api, api->GroupEnd(), g->nccl, "ncclGroupEnd",
+                           &comm->err));
+    return status;
+}
+
+static sl_status_t sl_gather_nccl_shard_ready(void *state, sl_req_t *req,
+                                              int ok)
+{
+    static const unsigned char outcome[2] = {0, 1};
+    sl_gather_nccl_t *g    = state;
+    sl_comm_t        *comm = g->comm;
+    sl_status_t       status = STAGELINK_SUCCESS;
+    int               k, good;
+
+    req->shard_state = ok ? 1 : -1;
+    /* Collectives in posting order: the head first, as far as shards are in. */
+    while ((req = g->head) != NULL && req->shard_state != 0) {
+        g->head = req->gather_next;
+        if (g->head == NULL) {
+            g->tail = NULL;
+        }
+        good = (req->shard_state > 0 &&
+                sl_gather_nccl_enqueue(g, req) == STAGELINK_SUCCESS);
+        if (req->shard_state > 0 && !good) {
+            sl_req_fail(req, STAGELINK_ERR_TRANSPORT, "%s", comm->err.msg);
+        } else if (!good) {
+            /* Take part anyway, or the peers' streams would wait forever. */
+            sl_gather_nccl_enqueue(g, req);
+        }
+        for (k = 0; k < comm->layout.tp_size; ++k) {
+            if (k != comm->layout.tp_index &&
+                sl_sub_post_host(req, &comm->tp_peers[k], SL_SUB_STATUS_SEND,
+                                 sl_gather_tag(req, comm->layout.tp_index),
+                                 (void *)&outcome[good], 1, 0) !=
+                    STAGELINK_SUCCESS) {
+                status = STAGELINK_ERR_TRANSPORT;
+            }
+        }
+        req->gather_posted = 1;
+        comm->counters.gather_bytes_sent += good ? req->shard.length *
+                                                   (size_t)(comm->layout.tp_size - 1)
+                                                 : 0;
+        comm->counters.gather_bytes_recv += good ? req->xfer.nbytes - req->shard.length
+                                                 : 0;
+    }
+    return status;
+}
+
+const sl_gather_ops_t sl_gather_nccl_ops = {
+    .name        = "nccl",
+    .init        = sl_gather_nccl_init,
+    .cleanup     = sl_gather_nccl_cleanup,
+    .post        = sl_gather_nccl_post,
+    .shard_ready = sl_gather_nccl_shard_ready,
+};

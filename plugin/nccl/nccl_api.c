@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+#include "nccl_api.h"
+
+#include "sl_env.h"
+#include "sl_log.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+static pthread_mutex_t sl_nccl_lock = PTHREAD_MUTEX_INITIALIZER;
+static sl_nccl_api_t   sl_nccl;
+static int             sl_nccl_loaded;
+
+
+static sl_status_t sl_nccl_load(sl_errbuf_t *eb)
+{
+    const struct {
+        const char *name;
+        void      **slot;
+    } syms[] = {
+        {"ncclGetVersion", (void **)&sl_nccl.GetVersion},
+        {"ncclGetUniqueId", (void **)&sl_nccl.GetUniqueId},
+        {"ncclCommInitRank", (void **)&sl_nccl.CommInitRank},
+        {"ncclCommDestroy", (void **)&sl_nccl.CommDestroy},
+        {"ncclCommAbort", (void **)&sl_nccl.CommAbort},
+        {"ncclAllGather", (void **)&sl_nccl.AllGather},
+        {"ncclBroadcast", (void **)&sl_nccl.Broadcast},
+        {"ncclSend", (void **)&sl_nccl.Send},
+        {"ncclRecv", (void **)&sl_nccl.Recv},
+        {"ncclGroupStart", (void **)&sl_nccl.GroupStart},
+        {"ncclGroupEnd", (void **)&sl_nccl.GroupEnd},
+        {"ncclGetErrorString", (void **)&sl_nccl.GetErrorString},
+        {"ncclGetLastError", (void **)&sl_nccl.GetLastError},
+    };
+    const char *names[3] = {sl_env_raw(SL_ENV_NCCL_LIBRARY), "libnccl.so.2",
+                            STAGELINK_NCCL_LIBDIR "/libnccl.so.2"};
+    char        tried[768] = "";
+    void       *handle = NULL;
+    size_t      i, used = 0;
+    int         version;
+
+    for (i = 0; i < 3 && handle == NULL; ++i) {
+        if (names[i] == NULL) {
+            continue;
+        }
+        handle = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (handle == NULL) {
+            used += (size_t)snprintf(tried + used, sizeof(tried) - used,
+                                     "%s%s", used ? "; " : "", dlerror());
+            used = (used < sizeof(tried)) ? used : sizeof(tried) - 1;
+        } else {
+            snprintf(sl_nccl.path, sizeof(sl_nccl.path), "%s", names[i]);
+        }
+    }
+    if (handle == NULL) {
+        return sl_error(eb, STAGELINK_ERR_UNSUPPORTED,
+                        "NCCL is not available: %s; set STAGELINK_NCCL_LIBRARY "
+                        "to libnccl.so.2's path", tried);
+    }
+    for (i = 0; i < SL_ARRAY_SIZE(syms); ++i) {
+        *syms[i].slot = dlsym(handle, syms[i].name);
+        if (*syms[i].slot == NULL) {
+            dlclose(handle);
+            return sl_error(eb, STAGELINK_ERR_UNSUPPORTED,
+                            "%s has no %s: NCCL too old (stagelink needs 2.19 "
+                            "or newer)", sl_nccl.path, syms[i].name);
+        }
+    }
+    sl_nccl.GetVersion(&version);
+    SL_INFO(SL_SUBSYS_INIT, "NCCL %d loaded from %s", version, sl_nccl.path);
+    return STAGELINK_SUCCESS;
+}
+
+sl_status_t sl_nccl_api_get(const sl_nccl_api_t **api, sl_errbuf_t *eb)
+{
+    sl_status_t status = STAGELINK_SUCCESS;
+
+    pthread_mutex_lock(&sl_nccl_lock);
+    if (!sl_nccl_loaded) {
+        status         = sl_nccl_load(eb);
+        sl_nccl_loaded = (status == STAGELINK_SUCCESS);
+    }
+    pthread_mutex_unlock(&sl_nccl_lock);
+    *api = sl_nccl_loaded ? &sl_nccl : NULL;
+    return status;
+}
+
+sl_status_t sl_nccl_check(const sl_nccl_api_t *api, ncclResult_t result,
+                          ncclComm_t comm, const char *what, sl_errbuf_t *eb)
+{
+    if (result == ncclSuccess || result == ncclInProgress) {
+        return STAGELINK_SUCCESS;
+    }
+    return sl_error(eb, STAGELINK_ERR_TRANSPORT, "%s failed: %s%s%s", what,
+                    api->GetErrorString(result), comm ? ": " : "",
+                    comm ? api->GetLastError(comm) : "");
+}

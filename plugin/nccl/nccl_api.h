@@ -1,0 +1,46 @@
+/*
+ * NCCL, opened at run time: the functions stagelink calls, resolved from
+ * libnccl.so.2 (STAGELINK_NCCL_LIBRARY, else the dynamic loader's search,
+ * else the directory NCCL was found in at build time).  A plugin that may
+ * use NCCL therefore still loads where NCCL is absent, and says why when a
+ * communicator needs it.  SPDX-License-Identifier: MIT
+ */
+#ifndef SL_NCCL_API_H
+#define SL_NCCL_API_H
+
+#include "sl_error.h"
+
+#include <nccl.h>
+
+typedef struct sl_nccl_api {
+    ncclResult_t (*GetVersion)(int *version);
+    ncclResult_t (*GetUniqueId)(ncclUniqueId *id);
+    ncclResult_t (*CommInitRank)(ncclComm_t *comm, int nranks,
+                                 ncclUniqueId id, int rank);
+    ncclResult_t (*CommDestroy)(ncclComm_t comm);
+    ncclResult_t (*CommAbort)(ncclComm_t comm);
+    ncclResult_t (*AllGather)(const void *send, void *recv, size_t count,
+                              ncclDataType_t type, ncclComm_t comm,
+                              cudaStream_t stream);
+    ncclResult_t (*Broadcast)(const void *send, void *recv, size_t count,
+                              ncclDataType_t type, int root, ncclComm_t comm,
+                              cudaStream_t stream);
+    ncclResult_t (*Send)(const void *buf, size_t count, ncclDataType_t type,
+                         int peer, ncclComm_t comm, cudaStream_t stream);
+    ncclResult_t (*Recv)(void *buf, size_t count, ncclDataType_t type,
+                         int peer, ncclComm_t comm, cudaStream_t stream);
+    ncclResult_t (*GroupStart)(void);
+    ncclResult_t (*GroupEnd)(void);
+    const char  *(*GetErrorString)(ncclResult_t result);
+    const char  *(*GetLastError)(ncclComm_t comm);
+    char          path[256]; /**< where it was loaded from */
+} sl_nccl_api_t;
+
+/** The process-wide table, loaded on first use. */
+sl_status_t sl_nccl_api_get(const sl_nccl_api_t **api, sl_errbuf_t *eb);
+
+/** Turns an NCCL result into a status with NCCL's own sentence. */
+sl_status_t sl_nccl_check(const sl_nccl_api_t *api, ncclResult_t result,
+                          ncclComm_t comm, const char *what, sl_errbuf_t *eb);
+
+#endif
