@@ -153,36 +153,12 @@ static sl_status_t sl_gather_nccl_post(void *state, sl_req_t *req)
 
 static sl_status_t sl_gather_nccl_enqueue(sl_gather_nccl_t *g, sl_req_t *req)
 {
-    sl_comm_t          *comm = g->comm;
-    const sl_nccl_api_t *api = g->api;
-    cudaStream_t        stream = (cudaStream_t)req->xfer.stream;
-    int                 t = comm->layout.tp_size, k;
-    sl_shard_t          shard;
-    char               *buf = req->xfer.buf;
-    sl_status_t         status;
-
-    if (req->xfer.nbytes % (size_t)t == 0 &&
-        (req->xfer.elem_size == 0 ||
-         (req->xfer.nbytes / (size_t)t) % req->xfer.elem_size == 0)) {
-        return sl_nccl_check(api, api->AllGather(buf + req->shard.offset, buf,
-                                                 req->shard.length, ncclInt8,
-                                                 g->nccl, stream),
-                             g->nccl, "ncclAllGather", &comm->err);
-    }
-    SL_CHECK(sl_nccl_check(api, api->GroupStart(), NULL, "ncclGroupStart",
-                           &comm->err));
-    status = STAGELINK_SUCCESS;
-    for (k = 0; k < t && status == STAGELINK_SUCCESS; ++k) {
-        shard  = sl_shard_get(req->xfer.nbytes, req->xfer.elem_size, t, k);
-        status = sl_nccl_check(api, api->Broadcast(buf + shard.offset,
-                                                   buf + shard.offset,
-                                                   shard.length, ncclInt8, k,
-                                                   g->nccl, stream),
-                               g->nccl, "ncclBroadcast", &comm->err);
-    }
-    SL_CHECK(sl_nccl_check(api, api->GroupEnd(), g->nccl, "ncclGroupEnd",
-                           &comm->err));
-    return status;
+    return sl_nccl_allgather_inplace(g->api, g->nccl, req->xfer.buf,
+                                     req->xfer.nbytes, req->xfer.elem_size,
+                                     g->comm->layout.tp_size,
+                                     g->comm->layout.tp_index,
+                                     (cudaStream_t)req->xfer.stream,
+                                     &g->comm->err);
 }
 
 static sl_status_t sl_gather_nccl_shard_ready(void *state, sl_req_t *req,

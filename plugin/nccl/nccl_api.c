@@ -3,6 +3,7 @@
 
 #include "sl_env.h"
 #include "sl_log.h"
+#include "sl_shard.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -96,4 +97,33 @@ sl_status_t sl_nccl_check(const sl_nccl_api_t *api, ncclResult_t result,
     return sl_error(eb, STAGELINK_ERR_TRANSPORT, "%s failed: %s%s%s", what,
                     api->GetErrorString(result), comm ? ": " : "",
                     comm ? api->GetLastError(comm) : "");
+}
+
+sl_status_t sl_nccl_allgather_inplace(const sl_nccl_api_t *api, ncclComm_t comm,
+                                      void *buf, size_t nbytes,
+                                      size_t elem_size, int parts, int index,
+                                      cudaStream_t stream, sl_errbuf_t *eb)
+{
+    size_t      esize = (elem_size == 0) ? 1 : elem_size;
+    sl_shard_t  shard = sl_shard_get(nbytes, elem_size, parts, index);
+    sl_status_t status = STAGELINK_SUCCESS;
+    int         k;
+
+    if ((nbytes / esize) % (size_t)parts == 0) {
+        return sl_nccl_check(api, api->AllGather((char *)buf + shard.offset,
+                                                 buf, shard.length, ncclInt8,
+                                                 comm, stream),
+                             comm, "ncclAllGather", eb);
+    }
+    SL_CHECK(sl_nccl_check(api, api->GroupStart(), NULL, "ncclGroupStart", eb));
+    for (k = 0; k < parts && status == STAGELINK_SUCCESS; ++k) {
+        shard  = sl_shard_get(nbytes, elem_size, parts, k);
+        status = sl_nccl_check(api, api->Broadcast((char *)buf + shard.offset,
+                                                   (char *)buf + shard.offset,
+                                                   shard.length, ncclInt8, k,
+                                                   comm, stream),
+                               comm, "ncclBroadcast", eb);
+    }
+    SL_CHECK(sl_nccl_check(api, api->GroupEnd(), comm, "ncclGroupEnd", eb));
+    return status;
 }

@@ -39,6 +39,16 @@ typedef struct sl_nccl_api {
 /** The process-wide table, loaded on first use. */
 sl_status_t sl_nccl_api_get(const sl_nccl_api_t **api, sl_errbuf_t *eb);
 
+/**
+ * Rebuilds a tensor of `nbytes` split in `parts` shards (sl_shard rules) in
+ * place on `stream`: ncclAllGather when the shards are equal, else one
+ * ncclBroadcast per shard in a group.
+ */
+sl_status_t sl_nccl_allgather_inplace(const sl_nccl_api_t *api, ncclComm_t comm,
+                                      void *buf, size_t nbytes,
+                                      size_t elem_size, int parts, int index,
+                                      cudaStream_t stream, sl_errbuf_t *eb);
+
 /** Turns an NCCL result into a status with NCCL's own sentence. */
 sl_status_t sl_nccl_check(const sl_nccl_api_t *api, ncclResult_t result,
                           ncclComm_t comm, const char *what, sl_errbuf_t *eb);

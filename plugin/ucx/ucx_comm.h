@@ -150,7 +150,6 @@ struct stagelink_comm {
     int                         path_logged;
     uint64_t                    staged_chunks; /**< chunks moved through bounce buffers */
     struct sl_bootstrap        *bootstrap;
-    struct stagelink_comm      *live_next; /**< registry of live communicators */
 };
 
 typedef struct stagelink_comm    sl_comm_t;

@@ -11,113 +11,34 @@
 #include "sl_env.h"
 #include "sl_launcher.h"
 #include "sl_log.h"
+#include "sl_registry.h"
+#include "sl_settings.h"
 #include "sl_topo.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static pthread_mutex_t sl_live_lock = PTHREAD_MUTEX_INITIALIZER;
-static sl_comm_t      *sl_live_head;
+static sl_registry_t sl_live = SL_REGISTRY_INITIALIZER;
 
 /* Errors of calls without a live communicator (init, bad handles). */
 static __thread sl_errbuf_t sl_thread_err;
 
-static void sl_live_add(sl_comm_t *comm)
-{
-    pthread_mutex_lock(&sl_live_lock);
-    comm->live_next = sl_live_head;
-    sl_live_head    = comm;
-    pthread_mutex_unlock(&sl_live_lock);
-}
-
-static int sl_live_remove(sl_comm_t *comm)
-{
-    sl_comm_t **p;
-    int         found = 0;
-
-    pthread_mutex_lock(&sl_live_lock);
-    for (p = &sl_live_head; *p != NULL; p = &(*p)->live_next) {
-        if (*p == comm) {
-            *p    = comm->live_next;
-            found = 1;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&sl_live_lock);
-    return found;
-}
-
-static int sl_live_find(const sl_comm_t *comm)
-{
-    const sl_comm_t *c;
-
-    pthread_mutex_lock(&sl_live_lock);
-    for (c = sl_live_head; c != NULL && c != comm; c = c->live_next) {
-    }
-    pthread_mutex_unlock(&sl_live_lock);
-    return comm != NULL && c != NULL;
-}
-
-static sl_status_t sl_live_check(const sl_comm_t *comm, const char *call)
-{
-    if (!sl_live_find(comm)) {
-        return sl_error(&sl_thread_err, STAGELINK_ERR_INVALID_STATE,
-                        "%s: communicator %p is not live (NULL, finalized "
-                        "already, or never initialized)", call,
-                        (const void *)comm);
-    }
-    return STAGELINK_SUCCESS;
-}
-
-#define SL_LIVE(_comm, _call) SL_CHECK(sl_live_check((_comm), (_call)))
-
-static sl_status_t sl_config_mode(const stagelink_config_t *config,
-                                  stagelink_mode_t *mode, sl_errbuf_t *eb)
-{
-    static const char *const names[] = {"scatter_gather", "full", "sharded",
-                                        NULL};
-    int                      choice;
-
-    /* The variable wins, so that the same job can be A/B-tested. */
-    if (sl_env_raw(SL_ENV_MODE) != NULL || config->mode == 0) {
-        SL_CHECK(sl_env_parse_choice(SL_ENV_MODE, names, &choice, eb));
-        *mode = (stagelink_mode_t)(STAGELINK_MODE_SCATTER_GATHER + choice);
-        return STAGELINK_SUCCESS;
-    }
-    if (config->mode < STAGELINK_MODE_SCATTER_GATHER ||
-        config->mode > STAGELINK_MODE_SHARDED) {
-        return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
-                        "config mode %d is not a stagelink_mode_t",
-                        (int)config->mode);
-    }
-    *mode = config->mode;
-    return STAGELINK_SUCCESS;
-}
+#define SL_LIVE(_comm, _call) \
+    SL_CHECK(sl_registry_check(&sl_live, (_comm), (_call), &sl_thread_err))
 
 static sl_status_t sl_comm_settings(sl_comm_t *comm,
                                     const stagelink_config_t *config)
 {
-    uint64_t       spin_us, max_requests, chunk, nbufs;
-    sl_log_level_t level;
-    unsigned       subsys;
+    sl_settings_t s;
 
-    SL_CHECK(sl_log_parse_env(&level, &subsys, &comm->err));
-    SL_CHECK(sl_config_mode(config, &comm->mode, &comm->err));
-    SL_CHECK(sl_env_parse_seconds(SL_ENV_TIMEOUT, &comm->timeout, &comm->err));
-    SL_CHECK(sl_env_parse_u64(SL_ENV_SPIN_US, 0, 10000000, &spin_us,
-                              &comm->err));
-    SL_CHECK(sl_env_parse_u64(SL_ENV_MAX_REQUESTS, 1, 1 << 20, &max_requests,
-                              &comm->err));
-    SL_CHECK(sl_env_parse_u64(SL_ENV_STAGING_CHUNK, 4096, 1ull << 30, &chunk,
-                              &comm->err));
-    SL_CHECK(sl_env_parse_u64(SL_ENV_STAGING_BUFFERS, 1, 64, &nbufs,
-                              &comm->err));
-    comm->spin           = (double)spin_us * 1e-6;
-    comm->pool.capacity  = (int)max_requests;
-    comm->chunk          = (size_t)chunk;
-    comm->nbufs          = (int)nbufs;
+    SL_CHECK(sl_settings_parse(config, &s, &comm->err));
+    comm->mode          = s.mode;
+    comm->timeout       = s.timeout;
+    comm->spin          = s.spin;
+    comm->pool.capacity = s.max_requests;
+    comm->chunk         = s.chunk;
+    comm->nbufs         = s.nbufs;
     return STAGELINK_SUCCESS;
 }
 
@@ -204,17 +125,6 @@ static void sl_comm_destroy(sl_comm_t *comm)
     free(comm);
 }
 
-static const char *sl_mode_name(stagelink_mode_t mode)
-{
-    switch (mode) {
-    case STAGELINK_MODE_SCATTER_GATHER: return "scatter_gather";
-    case STAGELINK_MODE_FULL:           return "full";
-    case STAGELINK_MODE_SHARDED:        return "sharded";
-    case STAGELINK_MODE_DEFAULT:        break;
-    }
-    return "default";
-}
-
 static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *config,
                                            stagelink_comm_t **comm_out)
 {
@@ -230,13 +140,6 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *config,
                         (void *)comm_out);
     }
     *comm_out = NULL;
-    if (config->struct_size < sizeof(stagelink_config_t)) {
-        return sl_error(&sl_thread_err, STAGELINK_ERR_INVALID_ARG,
-                        "config struct_size is %u, expected at least %zu: "
-                        "zero the struct and set struct_size = "
-                        "sizeof(stagelink_config_t)", config->struct_size,
-                        sizeof(stagelink_config_t));
-    }
     comm = calloc(1, sizeof(*comm));
     if (comm == NULL) {
         return sl_error(&sl_thread_err, STAGELINK_ERR_NO_MEMORY,
@@ -291,7 +194,7 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *config,
             comm->layout.next_rank, sl_mode_name(comm->mode),
             comm->gather->name, comm->node_id, comm->local_rank,
             comm->local_size);
-    sl_live_add(comm);
+    SL_CHECK_GOTO(sl_registry_add(&sl_live, comm, &comm->err), err_destroy);
     *comm_out = comm;
     return STAGELINK_SUCCESS;
 
@@ -308,7 +211,7 @@ static stagelink_status_t sl_ucx_comm_finalize(stagelink_comm_t *comm)
     int         inflight = 0;
 
     SL_LIVE(comm, "comm_finalize");
-    sl_live_remove(comm);
+    sl_registry_remove(&sl_live, comm);
     comm->closing = 1;
     while ((req = comm->pool.active) != NULL) {
         ++inflight;
@@ -365,7 +268,7 @@ static stagelink_status_t sl_ucx_comm_info(stagelink_comm_t *comm,
 static const char *sl_ucx_last_error(stagelink_comm_t *comm)
 {
     /* Only looks: the sentence asked for must not be overwritten. */
-    if (!sl_live_find(comm)) {
+    if (!sl_registry_find(&sl_live, comm)) {
         return sl_thread_err.msg;
     }
     return comm->err.msg;

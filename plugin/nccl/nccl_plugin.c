@@ -1,0 +1,605 @@
+/*
+ * libstagelink-nccl.so: the same stagelink_plugin_v1 with the whole path on
+ * NCCL, as Megatron-LM did it: the shard goes by ncclSend/ncclRecv over a
+ * two-rank communicator per stage boundary, the TP group rebuilds it with
+ * an in-place all-gather, everything ordered on the caller's stream.  It is
+ * the baseline to A/B against with STAGELINK_PLUGIN=ucx|nccl.
+ *
+ * What NCCL imposes: device memory only; NCCL has no tags, so sends and
+ * receives between two stages match in posting order (the tag is still
+ * checked against reuse); an enqueued operation cannot be canceled; a size
+ * mismatch is not detected.  A request is an event after its operations.
+ * SPDX-License-Identifier: MIT
+ */
+#include "gpu.h"
+#include "nccl_api.h"
+
+#include "sl_bootstrap.h"
+#include "sl_launcher.h"
+#include "sl_layout.h"
+#include "sl_log.h"
+#include "sl_node.h"
+#include "sl_registry.h"
+#include "sl_settings.h"
+#include "sl_shard.h"
+#include "sl_time.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SL_NREQ_MAGIC 0x534c4e52u /* "SLNR" */
+
+struct stagelink_request {
+    uint32_t         magic;
+    int              in_use;
+    stagelink_op_kind_t kind;
+    int              backward;
+    stagelink_tag_t  tag;
+    void            *event;
+};
+
+struct stagelink_memh {
+    void  *addr;
+    size_t length;
+};
+
+struct stagelink_comm {
+    sl_errbuf_t          err;
+    sl_settings_t        set;
+    sl_layout_t          layout;
+    char                 node_id[SL_NODE_ID_LEN];
+    int                  prev_inter, next_inter; /**< neighbour on another node */
+    sl_bootstrap_t       bootstrap;
+    const sl_gpu_ops_t  *gpu;
+    const sl_nccl_api_t *api;
+    ncclComm_t           tp, prev, next;  /**< NULL where none */
+    struct stagelink_request *reqs;
+    stagelink_counters_t counters;
+};
+
+typedef struct stagelink_comm    sl_ncomm_t;
+typedef struct stagelink_request sl_nreq_t;
+
+static sl_registry_t    sl_live = SL_REGISTRY_INITIALIZER;
+static __thread sl_errbuf_t sl_thread_err;
+
+#define SL_LIVE(_comm, _call) \
+    SL_CHECK(sl_registry_check(&sl_live, (_comm), (_call), &sl_thread_err))
+
+/* Every rank's part of the setup exchange. */
+typedef struct sl_ncard {
+    char         node_id[SL_NODE_ID_LEN];
+    ncclUniqueId tp_id;   /**< from TP index 0 */
+    ncclUniqueId next_id; /**< for the boundary to the next stage */
+} sl_ncard_t;
+
+static sl_status_t sl_ncomm_connect(sl_ncomm_t *c)
+{
+    const sl_nccl_api_t *api   = c->api;
+    int                  world = c->layout.world_size;
+    sl_ncard_t           mine, *all;
+    sl_status_t          status;
+
+    memset(&mine, 0, sizeof(mine));
+    memcpy(mine.node_id, c->node_id, SL_NODE_ID_LEN);
+    if (c->layout.tp_index == 0) {
+        SL_CHECK(sl_nccl_check(api, api->GetUniqueId(&mine.tp_id), NULL,
+                               "ncclGetUniqueId", &c->err));
+    }
+    if (c->layout.next_rank >= 0) {
+        SL_CHECK(sl_nccl_check(api, api->GetUniqueId(&mine.next_id), NULL,
+                               "ncclGetUniqueId", &c->err));
+    }
+    all = calloc((size_t)world, sizeof(*all));
+    if (all == NULL) {
+        return sl_error(&c->err, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate %d setup cards", world);
+    }
+    SL_CHECK_GOTO(sl_bootstrap_allgather(&c->bootstrap, &mine, all,
+                                         sizeof(mine), &c->err), out);
+    /* One group: communicators of a chain of stages cannot wait in a cycle. */
+    SL_CHECK_GOTO(sl_nccl_check(api, api->GroupStart(), NULL, "ncclGroupStart",
+                                &c->err), out);
+    status = STAGELINK_SUCCESS;
+    if (c->layout.tp_size > 1) {
+        status = sl_nccl_check(api, api->CommInitRank(
+                                        &c->tp, c->layout.tp_size,
+                                        all[c->layout.tp_ranks[0]].tp_id,
+                                        c->layout.tp_index),
+                               NULL, "ncclCommInitRank (TP group)", &c->err);
+    }
+    if (status == STAGELINK_SUCCESS && c->layout.prev_rank >= 0) {
+        c->prev_inter = strcmp(all[c->layout.prev_rank].node_id, c->node_id) != 0;
+        status = sl_nccl_check(api, api->CommInitRank(
+                                        &c->prev, 2,
+                                        all[c->layout.prev_rank].next_id, 1),
+                               NULL, "ncclCommInitRank (previous stage)",
+                               &c->err);
+    }
+    if (status == STAGELINK_SUCCESS && c->layout.next_rank >= 0) {
+        c->next_inter = strcmp(all[c->layout.next_rank].node_id, c->node_id) != 0;
+        status = sl_nccl_check(api, api->CommInitRank(&c->next, 2,
+                                                      mine.next_id, 0),
+                               NULL, "ncclCommInitRank (next stage)", &c->err);
+    }
+    if (sl_nccl_check(api, api->GroupEnd(), NULL, "ncclGroupEnd", &c->err) !=
+        STAGELINK_SUCCESS) {
+        status = STAGELINK_ERR_TRANSPORT;
+    }
+out:
+    free(all);
+    return status;
+}
+
+static void sl_ncomm_destroy(sl_ncomm_t *c)
+{
+    int i;
+
+    if (c->api != NULL) {
+        if (c->tp) c->api->CommDestroy(c->tp);
+        if (c->prev) c->api->CommDestroy(c->prev);
+        if (c->next) c->api->CommDestroy(c->next);
+    }
+    for (i = 0; c->reqs != NULL && i < c->set.max_requests; ++i) {
+        if (c->reqs[i].event != NULL) {
+            c->gpu->event_destroy(c->reqs[i].event);
+        }
+    }
+    free(c->reqs);
+    sl_bootstrap_cleanup(&c->bootstrap);
+    sl_layout_cleanup(&c->layout);
+    free(c);
+}
+
+static stagelink_status_t sl_nccl_comm_init(const stagelink_config_t *config,
+                                            stagelink_comm_t **out)
+{
+    sl_launcher_t launcher;
+    sl_ncomm_t   *c;
+    sl_status_t   status;
+    char          why[160];
+    int           tp;
+
+    if (config == NULL || out == NULL) {
+        return sl_error(&sl_thread_err, STAGELINK_ERR_INVALID_ARG,
+                        "comm_init needs a config (%p) and an output "
+                        "pointer (%p)", (const void *)config, (void *)out);
+    }
+    *out = NULL;
+    c    = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return sl_error(&sl_thread_err, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate a communicator");
+    }
+    c->bootstrap.root_fd = -1;
+    c->gpu               = &sl_gpu_default_ops;
+    SL_CHECK_GOTO(sl_settings_parse(config, &c->set, &c->err), err);
+    /* Refused before any exchange, so no peer waits for this rank. */
+    if (!c->gpu->probe(why, sizeof(why))) {
+        status = sl_error(&c->err, STAGELINK_ERR_UNSUPPORTED,
+                          "the NCCL plugin moves device memory only, but %s; "
+                          "use STAGELINK_PLUGIN=ucx", why);
+        goto err;
+    }
+    SL_CHECK_GOTO(sl_nccl_api_get(&c->api, &c->err), err);
+    SL_CHECK_GOTO(sl_launcher_detect(config, &launcher, &c->err), err);
+    sl_log_set_rank(launcher.rank);
+    tp = (config->tp_size == 0) ? 1 : config->tp_size;
+    SL_CHECK_GOTO(config->topology
+                      ? sl_layout_from_topology(launcher.rank, launcher.world_size,
+                                                tp, config->pp_size,
+                                                config->topology, &c->layout,
+                                                &c->err)
+                      : sl_layout_from_order(launcher.rank, launcher.world_size,
+                                             tp, config->pp_size, &c->layout,
+                                             &c->err), err);
+    SL_CHECK_GOTO(sl_node_id(c->node_id, &c->err), err);
+    c->reqs = calloc((size_t)c->set.max_requests, sizeof(*c->reqs));
+    if (c->reqs == NULL) {
+        status = sl_error(&c->err, STAGELINK_ERR_NO_MEMORY,
+                          "cannot allocate %d requests", c->set.max_requests);
+        goto err;
+    }
+    SL_CHECK_GOTO(sl_bootstrap_init(&c->bootstrap, config, &launcher,
+                                    c->set.timeout, &c->err), err);
+    SL_CHECK_GOTO(sl_ncomm_connect(c), err);
+    SL_CHECK_GOTO(sl_registry_add(&sl_live, c, &c->err), err);
+    SL_INFO(SL_SUBSYS_INIT, "NCCL plugin: rank %d/%d tp %d/%d, mode %s",
+            c->layout.rank, c->layout.world_size, c->layout.tp_index,
+            c->layout.tp_size, sl_mode_name(c->set.mode));
+    *out = c;
+    return STAGELINK_SUCCESS;
+
+err:
+    sl_thread_err = c->err;
+    sl_ncomm_destroy(c);
+    return status;
+}
+
+static stagelink_status_t sl_nccl_comm_finalize(stagelink_comm_t *c)
+{
+    sl_errbuf_t drop;
+
+    SL_LIVE(c, "comm_finalize");
+    sl_registry_remove(&sl_live, c);
+    if (sl_bootstrap_barrier(&c->bootstrap, &drop) != STAGELINK_SUCCESS) {
+        SL_WARN(SL_SUBSYS_INIT, "finalize barrier failed (%s)", drop.msg);
+    }
+    sl_ncomm_destroy(c);
+    return STAGELINK_SUCCESS;
+}
+
+static stagelink_status_t sl_nccl_comm_info(stagelink_comm_t *c,
+                                            stagelink_comm_info_t *info)
+{
+    SL_LIVE(c, "comm_info");
+    if (info == NULL) {
+        return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG,
+                        "comm_info: info is NULL");
+    }
+    memset(info, 0, sizeof(*info));
+    info->rank       = c->layout.rank;
+    info->world_size = c->layout.world_size;
+    info->tp_size    = c->layout.tp_size;
+    info->pp_size    = c->layout.pp_size;
+    info->dp_size    = c->layout.dp_size;
+    info->tp_index   = c->layout.tp_index;
+    info->pp_index   = c->layout.pp_index;
+    info->dp_index   = c->layout.dp_index;
+    info->prev_rank  = c->layout.prev_rank;
+    info->next_rank  = c->layout.next_rank;
+    info->local_rank = -1;
+    info->local_size = -1;
+    info->mode       = c->set.mode;
+    snprintf(info->gather_backend, sizeof(info->gather_backend), "%s",
+             (c->layout.tp_size > 1) ? "nccl" : "none");
+    snprintf(info->node_id, sizeof(info->node_id), "%s", c->node_id);
+    return STAGELINK_SUCCESS;
+}
+
+static const char *sl_nccl_last_error(stagelink_comm_t *c)
+{
+    return sl_registry_find(&sl_live, c) ? c->err.msg : sl_thread_err.msg;
+}
+
+static stagelink_status_t sl_nccl_mem_register(stagelink_comm_t *c, void *buf,
+                                               size_t nbytes,
+                                               stagelink_mem_type_t type,
+                                               stagelink_memh_t **memh)
+{
+    SL_LIVE(c, "mem_register");
+    (void)type;
+    if (buf == NULL || nbytes == 0 || memh == NULL) {
+        return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG,
+                        "mem_register needs a buffer (%p), a size (%zu) and "
+                        "a handle pointer", buf, nbytes);
+    }
+    /* NCCL registers on its own; the handle keeps the API the same. */
+    *memh = calloc(1, sizeof(**memh));
+    if (*memh == NULL) {
+        return sl_error(&c->err, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate a memory handle");
+    }
+    (*memh)->addr   = buf;
+    (*memh)->length = nbytes;
+    return STAGELINK_SUCCESS;
+}
+
+static stagelink_status_t sl_nccl_mem_deregister(stagelink_comm_t *c,
+                                                 stagelink_memh_t *memh)
+{
+    SL_LIVE(c, "mem_deregister");
+    free(memh);
+    return STAGELINK_SUCCESS;
+}
+
+/* Checks one transfer; *backward, *comm and *peer say where it goes. */
+static sl_status_t sl_nccl_check_xfer(sl_ncomm_t *c, stagelink_op_kind_t kind,
+                                      const stagelink_xfer_t *x,
+                                      int *backward, ncclComm_t *pair,
+                                      int *peer)
+{
+    const char *op = (kind == STAGELINK_OP_SEND) ? "send" : "receive";
+    int         to_next, i;
+
+    if (x == NULL || (x->peer != STAGELINK_PEER_NEXT &&
+                      x->peer != STAGELINK_PEER_PREV)) {
+        return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG,
+                        "%s: NULL transfer or bad peer", op);
+    }
+    to_next = (x->peer == STAGELINK_PEER_NEXT);
+    *pair   = to_next ? c->next : c->prev;
+    *peer   = to_next ? 1 : 0;
+    if ((to_next ? c->layout.next_rank : c->layout.prev_rank) < 0) {
+        return sl_error(&c->err, STAGELINK_ERR_NO_PEER,
+                        "%s: rank %d is the %s pipeline stage", op,
+                        c->layout.rank, to_next ? "last" : "first");
+    }
+    if ((x->buf == NULL && x->nbytes > 0) ||
+        x->tag.chunk > STAGELINK_TAG_MAX_CHUNK || x->tag.reserved != 0) {
+        return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG,
+                        "%s of %zu bytes: NULL buffer or bad tag", op,
+                        x->nbytes);
+    }
+    SL_CHECK(sl_shard_check(x->nbytes, x->elem_size, &c->err));
+    if (x->nbytes > 0 &&
+        (x->mem_type == STAGELINK_MEM_HOST ||
+         (x->mem_type == STAGELINK_MEM_AUTO &&
+          c->gpu->classify(x->buf) == STAGELINK_MEM_HOST))) {
+        return sl_error(&c->err, STAGELINK_ERR_UNSUPPORTED,
+                        "%s: the NCCL plugin moves device memory only; use "
+                        "STAGELINK_PLUGIN=ucx for host buffers", op);
+    }
+    *backward = ((kind == STAGELINK_OP_SEND) != to_next);
+    for (i = 0; i < c->set.max_requests; ++i) {
+        const sl_nreq_t *r = &c->reqs[i];
+        if (r->in_use && r->kind == kind && r->backward == *backward &&
+            r->tag.microbatch == x->tag.microbatch &&
+            r->tag.chunk == x->tag.chunk) {
+            return sl_error(&c->err, STAGELINK_ERR_TAG_IN_USE,
+                            "a %s with microbatch %u chunk %u is already in "
+                            "flight", op, x->tag.microbatch, x->tag.chunk);
+        }
+    }
+    return STAGELINK_SUCCESS;
+}
+
+static sl_status_t sl_nccl_req_get(sl_ncomm_t *c, sl_nreq_t **out)
+{
+    int i;
+
+    for (i = 0; i < c->set.max_requests; ++i) {
+        if (!c->reqs[i].in_use) {
+            if (c->reqs[i].event == NULL) {
+                SL_CHECK(c->gpu->event_create(&c->reqs[i].event, &c->err));
+            }
+            c->reqs[i].in_use = 1;
+            c->reqs[i].magic  = SL_NREQ_MAGIC;
+            *out              = &c->reqs[i];
+            return STAGELINK_SUCCESS;
+        }
+    }
+    return sl_error(&c->err, STAGELINK_ERR_NO_MEMORY,
+                    "%d transfers already in flight; raise "
+                    "STAGELINK_MAX_REQUESTS", c->set.max_requests);
+}
+
+/* Enqueues one transfer's NCCL operations (no event yet). */
+static sl_status_t sl_nccl_enqueue(sl_ncomm_t *c, stagelink_op_kind_t kind,
+                                   const stagelink_xfer_t *x, ncclComm_t pair,
+                                   int peer, int gather)
+{
+    const sl_nccl_api_t *api = c->api;
+    cudaStream_t         s   = (cudaStream_t)x->stream;
+    int                  inter = (x->peer == STAGELINK_PEER_NEXT) ? c->next_inter
+                                                                  : c->prev_inter;
+    sl_shard_t           sh  = {0, x->nbytes};
+
+    if (c->set.mode != STAGELINK_MODE_FULL) {
+        sh = sl_shard_get(x->nbytes, x->elem_size, c->layout.tp_size,
+                          c->layout.tp_index);
+    }
+    if (kind == STAGELINK_OP_SEND) {
+        c->counters.stage_bytes_sent += sh.length;
+        *(inter ? &c->counters.inter_node_bytes_sent
+                : &c->counters.intra_node_bytes_sent) += sh.length;
+        return sl_nccl_check(api, api->Send((char *)x->buf + sh.offset,
+                                            sh.length, ncclInt8, peer, pair, s),
+                             pair, "ncclSend", &c->err);
+    }
+    if (!gather) {
+        c->counters.stage_bytes_recv += sh.length;
+        *(inter ? &c->counters.inter_node_bytes_recv
+                : &c->counters.intra_node_bytes_recv) += sh.length;
+        return sl_nccl_check(api, api->Recv((char *)x->buf + sh.offset,
+                                            sh.length, ncclInt8, peer, pair, s),
+                             pair, "ncclRecv", &c->err);
+    }
+    c->counters.gather_bytes_sent += sh.length * (size_t)(c->layout.tp_size - 1);
+    c->counters.gather_bytes_recv += x->nbytes - sh.length;
+    c->counters.intra_node_bytes_sent += sh.length * (size_t)(c->layout.tp_size - 1);
+    c->counters.intra_node_bytes_recv += x->nbytes - sh.length;
+    return sl_nccl_allgather_inplace(api, c->tp, x->buf, x->nbytes,
+                                     x->elem_size, c->layout.tp_size,
+                                     c->layout.tp_index, s, &c->err);
+}
+
+static stagelink_status_t sl_nccl_post_batch(stagelink_comm_t *c,
+                                             const stagelink_op_t *ops,
+                                             size_t n,
+                                             stagelink_request_t **reqs)
+{
+    const sl_nccl_api_t *api;
+    ncclComm_t           pair;
+    sl_status_t          status = STAGELINK_SUCCESS;
+    int                  backward, peer, sg;
+    size_t               i, j;
+
+    SL_LIVE(c, "post_batch");
+    api = c->api;
+    if (n > 0 && (ops == NULL || reqs == NULL)) {
+        return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG,
+                        "post_batch of %zu operations with NULL arrays", n);
+    }
+    for (i = 0; i < n; ++i) {
+        SL_CHECK(sl_nccl_check_xfer(c, ops[i].kind, &ops[i].xfer, &backward,
+                                    &pair, &peer));
+        reqs[i] = NULL;
+    }
+    for (i = 0; i < n; ++i) {
+        if (sl_nccl_req_get(c, &reqs[i]) != STAGELINK_SUCCESS) {
+            for (j = 0; j < i; ++j) {
+                reqs[j]->in_use = 0;
+            }
+            return STAGELINK_ERR_NO_MEMORY;
+        }
+        sl_nccl_check_xfer(c, ops[i].kind, &ops[i].xfer, &reqs[i]->backward,
+                           &pair, &peer);
+        reqs[i]->kind = ops[i].kind;
+        reqs[i]->tag  = ops[i].xfer.tag;
+    }
+    /* The point-to-point part in one group, as batch_isend_irecv does. */
+    SL_CHECK(sl_nccl_check(api, api->GroupStart(), NULL, "ncclGroupStart",
+                           &c->err));
+    for (i = 0; i < n && status == STAGELINK_SUCCESS; ++i) {
+        sl_nccl_check_xfer(c, ops[i].kind, &ops[i].xfer, &backward, &pair,
+                           &peer);
+        status = sl_nccl_enqueue(c, ops[i].kind, &ops[i].xfer, pair, peer, 0);
+    }
+    if (sl_nccl_check(api, api->GroupEnd(), NULL, "ncclGroupEnd", &c->err) !=
+        STAGELINK_SUCCESS) {
+        status = STAGELINK_ERR_TRANSPORT;
+    }
+    sg = (c->set.mode == STAGELINK_MODE_SCATTER_GATHER && c->layout.tp_size > 1);
+    for (i = 0; i < n && status == STAGELINK_SUCCESS; ++i) {
+        if (sg && ops[i].kind == STAGELINK_OP_RECV) {
+            status = sl_nccl_enqueue(c, ops[i].kind, &ops[i].xfer, NULL, 0, 1);
+        }
+        if (status == STAGELINK_SUCCESS) {
+            status = c->gpu->event_record(reqs[i]->event, ops[i].xfer.stream,
+                                          &c->err);
+        }
+    }
+    if (status != STAGELINK_SUCCESS) {
+        /* Enqueued work cannot be withdrawn; the communicator is unusable. */
+        for (i = 0; i < n; ++i) {
+            reqs[i]->in_use = 0;
+            reqs[i]         = NULL;
+        }
+    }
+    return status;
+}
+
+static stagelink_status_t sl_nccl_isend(stagelink_comm_t *c,
+                                        const stagelink_xfer_t *x,
+                                        stagelink_request_t **req)
+{
+    stagelink_op_t op = {STAGELINK_OP_SEND, {0}};
+
+    SL_LIVE(c, "isend");
+    if (x == NULL || req == NULL) {
+        return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG,
+                        "isend: NULL transfer or request pointer");
+    }
+    op.xfer = *x;
+    return sl_nccl_post_batch(c, &op, 1, req);
+}
+
+static stagelink_status_t sl_nccl_irecv(stagelink_comm_t *c,
+                                        const stagelink_xfer_t *x,
+                                        stagelink_request_t **req)
+{
+    stagelink_op_t op = {STAGELINK_OP_RECV, {0}};
+
+    SL_LIVE(c, "irecv");
+    if (x == NULL || req == NULL) {
+        return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG,
+                        "irecv: NULL transfer or request pointer");
+    }
+    op.xfer = *x;
+    return sl_nccl_post_batch(c, &op, 1, req);
+}
+
+static sl_status_t sl_nccl_req_check(sl_ncomm_t *c, sl_nreq_t *r)
+{
+    if (r == NULL || r < c->reqs || r >= c->reqs + c->set.max_requests ||
+        !r->in_use || r->magic != SL_NREQ_MAGIC) {
+        return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG,
+                        "request %p is not in flight on this communicator",
+                        (void *)r);
+    }
+    return STAGELINK_SUCCESS;
+}
+
+static stagelink_status_t sl_nccl_test(stagelink_comm_t *c,
+                                       stagelink_request_t *r, int *done)
+{
+    sl_status_t status = STAGELINK_SUCCESS;
+
+    SL_LIVE(c, "test");
+    if (done == NULL) {
+        return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG, "test: done is NULL");
+    }
+    *done = 0;
+    SL_CHECK(sl_nccl_req_check(c, r));
+    if (!c->gpu->event_query(r->event, &status, &c->err)) {
+        return STAGELINK_SUCCESS;
+    }
+    *done     = 1;
+    r->in_use = 0;
+    if (status == STAGELINK_SUCCESS) {
+        ++c->counters.transfers_completed;
+    }
+    return status;
+}
+
+static stagelink_status_t sl_nccl_wait(stagelink_comm_t *c,
+                                       stagelink_request_t *r)
+{
+    double          deadline;
+    struct timespec nap = {0, 50000};
+    sl_status_t     status;
+    int             done = 0;
+
+    SL_LIVE(c, "wait");
+    SL_CHECK(sl_nccl_req_check(c, r));
+    deadline = sl_deadline(c->set.timeout);
+    for (;;) {
+        status = sl_nccl_test(c, r, &done);
+        if (done || status != STAGELINK_SUCCESS) {
+            return status;
+        }
+        if (sl_deadline_passed(deadline)) {
+            return sl_error(&c->err, STAGELINK_ERR_TIMEOUT,
+                            "transfer of microbatch %u chunk %u did not "
+                            "complete in %.1f s (NCCL matches by posting "
+                            "order: check that both stages post alike)",
+                            r->tag.microbatch, r->tag.chunk, c->set.timeout);
+        }
+        nanosleep(&nap, NULL);
+    }
+}
+
+static stagelink_status_t sl_nccl_cancel(stagelink_comm_t *c,
+                                         stagelink_request_t *r)
+{
+    SL_LIVE(c, "cancel");
+    SL_CHECK(sl_nccl_req_check(c, r));
+    return sl_error(&c->err, STAGELINK_ERR_UNSUPPORTED,
+                    "NCCL cannot withdraw an enqueued operation; wait for it");
+}
+
+static stagelink_status_t sl_nccl_get_counters(stagelink_comm_t *c,
+                                               stagelink_counters_t *out)
+{
+    SL_LIVE(c, "get_counters");
+    if (out == NULL) {
+        return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG,
+                        "get_counters: counters is NULL");
+    }
+    *out = c->counters;
+    return STAGELINK_SUCCESS;
+}
+
+__attribute__((visibility("default")))
+const stagelink_plugin_v1_t stagelink_plugin_v1 = {
+    .abi_version    = STAGELINK_ABI_VERSION_1,
+    .struct_size    = sizeof(stagelink_plugin_v1_t),
+    .name           = "nccl",
+    .version        = STAGELINK_VERSION_STRING,
+    .comm_init      = sl_nccl_comm_init,
+    .comm_finalize  = sl_nccl_comm_finalize,
+    .comm_info      = sl_nccl_comm_info,
+    .last_error     = sl_nccl_last_error,
+    .mem_register   = sl_nccl_mem_register,
+    .mem_deregister = sl_nccl_mem_deregister,
+    .isend          = sl_nccl_isend,
+    .irecv          = sl_nccl_irecv,
+    .post_batch     = sl_nccl_post_batch,
+    .test           = sl_nccl_test,
+    .wait           = sl_nccl_wait,
+    .cancel         = sl_nccl_cancel,
+    .get_counters   = sl_nccl_get_counters,
+};

@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+#include "sl_settings.h"
+#include "sl_env.h"
+#include "sl_log.h"
+
+static sl_status_t sl_settings_mode(const stagelink_config_t *config,
+                                    stagelink_mode_t *mode, sl_errbuf_t *eb)
+{
+    static const char *const names[] = {"scatter_gather", "full", "sharded",
+                                        NULL};
+    int                      choice;
+
+    /* The variable wins, so that the same job can be A/B-tested. */
+    if (sl_env_raw(SL_ENV_MODE) != NULL || config->mode == 0) {
+        SL_CHECK(sl_env_parse_choice(SL_ENV_MODE, names, &choice, eb));
+        *mode = (stagelink_mode_t)(STAGELINK_MODE_SCATTER_GATHER + choice);
+        return STAGELINK_SUCCESS;
+    }
+    if (config->mode < STAGELINK_MODE_SCATTER_GATHER ||
+        config->mode > STAGELINK_MODE_SHARDED) {
+        return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
+                        "config mode %d is not a stagelink_mode_t",
+                        (int)config->mode);
+    }
+    *mode = config->mode;
+    return STAGELINK_SUCCESS;
+}
+
+sl_status_t sl_settings_parse(const stagelink_config_t *config,
+                              sl_settings_t *s, sl_errbuf_t *eb)
+{
+    uint64_t       spin_us, max_requests, chunk, nbufs;
+    sl_log_level_t level;
+    unsigned       subsys;
+
+    if (config->struct_size < sizeof(stagelink_config_t)) {
+        return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
+                        "config struct_size is %u, expected at least %zu: "
+                        "zero the struct and set struct_size = "
+                        "sizeof(stagelink_config_t)", config->struct_size,
+                        sizeof(stagelink_config_t));
+    }
+    SL_CHECK(sl_log_parse_env(&level, &subsys, eb));
+    SL_CHECK(sl_settings_mode(config, &s->mode, eb));
+    SL_CHECK(sl_env_parse_seconds(SL_ENV_TIMEOUT, &s->timeout, eb));
+    SL_CHECK(sl_env_parse_u64(SL_ENV_SPIN_US, 0, 10000000, &spin_us, eb));
+    SL_CHECK(sl_env_parse_u64(SL_ENV_MAX_REQUESTS, 1, 1 << 20, &max_requests,
+                              eb));
+    SL_CHECK(sl_env_parse_u64(SL_ENV_STAGING_CHUNK, 4096, 1ull << 30, &chunk,
+                              eb));
+    SL_CHECK(sl_env_parse_u64(SL_ENV_STAGING_BUFFERS, 1, 64, &nbufs, eb));
+    s->spin         = (double)spin_us * 1e-6;
+    s->max_requests = (int)max_requests;
+    s->chunk        = (size_t)chunk;
+    s->nbufs        = (int)nbufs;
+    return STAGELINK_SUCCESS;
+}
+
+const char *sl_mode_name(stagelink_mode_t mode)
+{
+    switch (mode) {
+    case STAGELINK_MODE_SCATTER_GATHER: return "scatter_gather";
+    case STAGELINK_MODE_FULL:           return "full";
+    case STAGELINK_MODE_SHARDED:        return "sharded";
+    case STAGELINK_MODE_DEFAULT:        break;
+    }
+    return "default";
+}

@@ -1,0 +1,27 @@
+/*
+ * A communicator's settings from the host's config and the environment,
+ * parsed the same way by every plugin.  SPDX-License-Identifier: MIT
+ */
+#ifndef SL_SETTINGS_H
+#define SL_SETTINGS_H
+
+#include "sl_error.h"
+
+#include <stddef.h>
+
+typedef struct sl_settings {
+    stagelink_mode_t mode;
+    double           timeout;      /**< seconds, 0 = none */
+    double           spin;         /**< seconds of polling before sleeping */
+    int              max_requests;
+    size_t           chunk;        /**< device transfers' chunk */
+    int              nbufs;        /**< staging buffers per direction */
+} sl_settings_t;
+
+/** Checks the config struct and every variable; errors name the value. */
+sl_status_t sl_settings_parse(const stagelink_config_t *config,
+                              sl_settings_t *s, sl_errbuf_t *eb);
+
+const char *sl_mode_name(stagelink_mode_t mode);
+
+#endif
