@@ -38,6 +38,8 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
         "Pinned bounce buffers per direction when UCX cannot reach device memory; also the chunks in flight per transfer."},
     [SL_ENV_NCCL_LIBRARY] = {"STAGELINK_NCCL_LIBRARY", "",
         "NCCL library to open (default libnccl.so.2 by the loader's search, then the NCCL found at build time)."},
+    [SL_ENV_SYSFS_ROOT] = {"STAGELINK_SYSFS_ROOT", "",
+        "Directory prefixed to every /sys path stagelink reads (tests point it at fake trees)."},
     [SL_ENV_BOOTSTRAP_ADDR] = {"STAGELINK_BOOTSTRAP_ADDR", "",
         "Address of rank 0's rendezvous listener; default MASTER_ADDR, else 127.0.0.1 on one node."},
     [SL_ENV_BOOTSTRAP_PORT] = {"STAGELINK_BOOTSTRAP_PORT", "",

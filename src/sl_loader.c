@@ -3,7 +3,9 @@
  * RTLD_NOW|RTLD_LOCAL, resolves stagelink_plugin_v1 and checks its ABI.
  * Every failure says what was tried.  SPDX-License-Identifier: MIT
  */
+#include "sl_build.h"
 #include "sl_env.h"
+#include "sl_gpudirect.h"
 #include "sl_log.h"
 
 #include <stagelink/loader.h>
@@ -224,4 +226,21 @@ const stagelink_env_var_t *stagelink_env_var(size_t index)
 const char *stagelink_version(void)
 {
     return STAGELINK_VERSION_STRING;
+}
+
+size_t stagelink_system_report(char *buf, size_t len)
+{
+    sl_gpudirect_t gd;
+    char           gpudirect[512];
+    int            n;
+
+    sl_gpudirect_detect(sl_env_get(SL_ENV_SYSFS_ROOT), &gd);
+    sl_gpudirect_describe(&gd, gpudirect, sizeof(gpudirect));
+    n = snprintf(buf, len,
+                 "build: CUDA %s, NCCL %s, UCX %s\n"
+                 "%s\n",
+                 SL_BUILD_CUDA ? "yes (static runtime)" : "no",
+                 SL_BUILD_NCCL ? "yes (opened at run time)" : "no",
+                 SL_BUILD_UCX_VERSION, gpudirect);
+    return (n < 0) ? 0 : (size_t)n;
 }

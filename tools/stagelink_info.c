@@ -1,7 +1,7 @@
 /*
  * stagelink_info: what this installation is and will do, in the manner of
- * ucx_info.  Without options: version, the plugin the loader finds and
- * every variable.  -c: the variables only; -m: as a Markdown table (the one
+ * ucx_info.  Without options: version, build features, GPU-direct support,
+ * the plugin the loader finds and every variable.  -c: the variables only; -m: as a Markdown table (the one
  * in README.md is made with it).  SPDX-License-Identifier: MIT
  */
 #include <stagelink/loader.h>
@@ -57,6 +57,8 @@ int main(int argc, char **argv)
     }
     printf("# stagelink %s (ABI v%u)\n", stagelink_version(),
            STAGELINK_ABI_VERSION_1);
+    stagelink_system_report(err, sizeof(err));
+    printf("%s", err);
     if (stagelink_loader_open(NULL, &loader, err, sizeof(err)) ==
         STAGELINK_SUCCESS) {
         p = stagelink_loader_plugin(loader);

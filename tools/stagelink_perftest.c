@@ -7,14 +7,21 @@
  * tensor is checked byte by byte.  Launch under stagelink_run, torchrun or
  * mpirun with 2t ranks.
  *
- *   stagelink_perftest -t TP [-m MODE] [-b MIN -e MAX -f FACTOR | -s LIST]
- *                      [-n ITERS] [-w WARMUP] [-c 0|1] [--csv]
+ *   stagelink_perftest -t TP [-m MODE] [-M host|cuda] [-b MIN -e MAX
+ *                      -f FACTOR | -s LIST] [-n ITERS] [-w WARMUP] [-c 0|1]
+ *                      [--csv]
+ *
+ * -M cuda puts both tensors in device memory (cudaMalloc on device
+ * LOCAL_RANK % count); the pattern is written and checked through copies.
  *
  * SPDX-License-Identifier: MIT
  */
 #include "host.h"
 #include "pattern.h"
 
+#ifdef STAGELINK_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,7 +30,7 @@
 #include <time.h>
 
 typedef struct perf_opts {
-    int              tp, iters, warmup, check, csv;
+    int              tp, iters, warmup, check, csv, cuda;
     stagelink_mode_t mode;
     size_t           sizes[64];
     int              nsizes;
@@ -56,7 +63,7 @@ static int cmp_double(const void *a, const void *b)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: stagelink_perftest -t TP [-m scatter_gather|full|sharded]\n"
+            "usage: stagelink_perftest -t TP [-m scatter_gather|full|sharded] [-M host|cuda]\n"
             "         [-b MIN -e MAX -f FACTOR | -s SIZE,SIZE,...] [-n ITERS]\n"
             "         [-w WARMUP] [-c 0|1] [--csv]\n"
             "  Runs on 2 stages of TP ranks (2*TP ranks).  Sizes take K/M/G\n"
@@ -74,7 +81,7 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
 
     memset(o, 0, sizeof(*o));
     o->tp = 1, o->iters = 20, o->warmup = 5, o->check = 1;
-    while ((opt = getopt_long(argc, argv, "t:m:b:e:f:s:n:w:c:h", longopts,
+    while ((opt = getopt_long(argc, argv, "t:m:M:b:e:f:s:n:w:c:h", longopts,
                               NULL)) != -1) {
         switch (opt) {
         case 't': o->tp = atoi(optarg); break;
@@ -83,6 +90,13 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
         case 'c': o->check = atoi(optarg); break;
         case 'f': factor = atoi(optarg); break;
         case 'C': o->csv = 1; break;
+        case 'M':
+            if (strcmp(optarg, "host") != 0 && strcmp(optarg, "cuda") != 0) {
+                fprintf(stderr, "-M takes host or cuda, not %s\n", optarg);
+                return -1;
+            }
+            o->cuda = (strcmp(optarg, "cuda") == 0);
+            break;
         case 'm':
             if (sl_host_parse_mode(optarg, &o->mode) != 0) {
                 fprintf(stderr, "unknown mode %s\n", optarg);
@@ -192,10 +206,50 @@ static void own_range(const sl_host_t *h, size_t n, size_t *off, size_t *len)
     }
 }
 
+/* Buffers in host or device memory; `stage` is a host copy for checks. */
+static void *buf_alloc(const perf_opts_t *o, size_t n)
+{
+#ifdef STAGELINK_HAVE_CUDA
+    void *p = NULL;
+
+    if (o->cuda) {
+        return (cudaMalloc(&p, n ? n : 1) == cudaSuccess) ? p : NULL;
+    }
+#endif
+    (void)o;
+    return malloc(n ? n : 1);
+}
+
+static void buf_free(const perf_opts_t *o, void *p)
+{
+#ifdef STAGELINK_HAVE_CUDA
+    if (o->cuda) {
+        cudaFree(p);
+        return;
+    }
+#endif
+    (void)o;
+    free(p);
+}
+
+/* Copies between a buffer and host memory (a plain memcpy for host buffers). */
+static void buf_copy(const perf_opts_t *o, void *dst, const void *src, size_t n)
+{
+#ifdef STAGELINK_HAVE_CUDA
+    if (o->cuda) {
+        cudaMemcpy(dst, src, n, cudaMemcpyDefault);
+        return;
+    }
+#endif
+    (void)o;
+    memcpy(dst, src, n);
+}
+
 static int run_size(sl_host_t *h, const perf_opts_t *o, size_t n,
                     perf_result_t *res)
 {
-    unsigned char       *send  = malloc(n ? n : 1), *recv = malloc(n ? n : 1);
+    unsigned char       *send  = buf_alloc(o, n), *recv = buf_alloc(o, n);
+    unsigned char       *stage = malloc(n ? n : 1);
     double              *times = calloc((size_t)o->iters, sizeof(double));
     uint64_t             seed  = sl_pattern_seed(0, 0, 0, 0);
     stagelink_counters_t c0, c1;
@@ -204,27 +258,32 @@ static int run_size(sl_host_t *h, const perf_opts_t *o, size_t n,
     int                  it, rc = 0;
 
     memset(res, 0, sizeof(*res));
-    if (send == NULL || recv == NULL || times == NULL) {
+    if (send == NULL || recv == NULL || stage == NULL || times == NULL) {
         fprintf(stderr, "out of memory for %zu-byte buffers\n", n);
         rc = -1;
         goto out;
     }
     own_range(h, n, &off, &len);
-    sl_pattern_fill(send, 0, n, seed);
+    sl_pattern_fill(stage, 0, n, seed);
+    buf_copy(o, send, stage, n);
     for (it = 0; it < o->warmup && rc == 0; ++it) {
         rc = round_trip(h, send, recv, n, (uint32_t)it);
     }
     h->plugin->get_counters(h->comm, &c0);
     for (it = 0; it < o->iters && rc == 0; ++it) {
         if (o->check) {
-            memset(recv, 0, n);
+            memset(stage, 0, n);
+            buf_copy(o, recv, stage, n);
         }
         t0 = now_us();
         rc = round_trip(h, send, recv, n, (uint32_t)(o->warmup + it));
         times[it] = (now_us() - t0) / 2;
         sum      += times[it];
+        if (rc == 0 && o->check) {
+            buf_copy(o, stage, recv, n);
+        }
         if (rc == 0 && o->check &&
-            (bad = sl_pattern_check(recv, off, len, seed)) != SIZE_MAX) {
+            (bad = sl_pattern_check(stage, off, len, seed)) != SIZE_MAX) {
             fprintf(stderr, "rank %d: %zu-byte tensor differs at byte %zu\n",
                     h->info.rank, n, bad);
             ++res->wrong;
@@ -245,8 +304,9 @@ static int run_size(sl_host_t *h, const perf_opts_t *o, size_t n,
             (double)(c1.gather_bytes_sent - c0.gather_bytes_sent) / o->iters;
     }
 out:
-    free(send);
-    free(recv);
+    if (send) buf_free(o, send);
+    if (recv) buf_free(o, recv);
+    free(stage);
     free(times);
     return rc;
 }
@@ -283,6 +343,26 @@ int main(int argc, char **argv)
         usage();
         return 2;
     }
+#ifdef STAGELINK_HAVE_CUDA
+    if (o.cuda) {
+        int         ndev = 0;
+        cudaError_t err  = cudaGetDeviceCount(&ndev);
+        const char *lr   = getenv("LOCAL_RANK");
+
+        if (err != cudaSuccess || ndev == 0) {
+            printf("SKIP: -M cuda: no CUDA device: %s\n",
+                   (err != cudaSuccess) ? cudaGetErrorString(err)
+                                        : "the runtime sees 0 devices");
+            return 77;
+        }
+        cudaSetDevice((lr ? atoi(lr) : 0) % ndev);
+    }
+#else
+    if (o.cuda) {
+        printf("SKIP: -M cuda: stagelink_perftest was built without CUDA\n");
+        return 77;
+    }
+#endif
     if (sl_host_open(&h, o.tp, 2, o.mode) != 0) {
         return 1;
     }
@@ -293,14 +373,15 @@ int main(int argc, char **argv)
                    "wrong\n");
         } else {
             printf("# stagelink_perftest boundary: 2 stages x %d TP ranks, "
-                   "%d iterations (+%d warm-up), data check %s\n"
+                   "%s memory, %d iterations (+%d warm-up), data check %s\n"
                    "# time: one-way boundary time = round trip / 2 (tensor "
                    "forward, rebuilt, and back); algbw = size / avg time, "
                    "GB/s = 1e9 B/s\n"
                    "# per rank and crossing: stage = bytes sent to the other "
                    "stage, xnode = of which to another node, gather = bytes "
                    "sent inside the TP group\n",
-                   h.info.tp_size, o.iters, o.warmup, o.check ? "on" : "off");
+                   h.info.tp_size, o.cuda ? "cuda" : "host", o.iters, o.warmup,
+                   o.check ? "on" : "off");
             printf("%12s %15s %3s %10s %10s %10s %8s %12s %12s %12s %6s\n",
                    "size(B)", "mode", "t", "p50(us)", "avg(us)", "max(us)",
                    "algbw", "stage B", "xnode B", "gather B", "wrong");

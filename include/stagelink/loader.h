@@ -65,6 +65,13 @@ STAGELINK_EXPORT size_t stagelink_env_count(void);
 /** Entry `index` of the environment table, or NULL past the end. */
 STAGELINK_EXPORT const stagelink_env_var_t *stagelink_env_var(size_t index);
 
+/**
+ * What this build and machine offer, one fact a line: build features
+ * (CUDA, NCCL, the UCX it was built against) and GPU-direct RDMA support.
+ * Returns the bytes needed (as snprintf).
+ */
+STAGELINK_EXPORT size_t stagelink_system_report(char *buf, size_t len);
+
 /** Library version, "MAJOR.MINOR.PATCH". */
 STAGELINK_EXPORT const char *stagelink_version(void);
 
