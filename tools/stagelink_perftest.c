@@ -7,12 +7,13 @@
  * tensor is checked byte by byte.  Launch under stagelink_run, torchrun or
  * mpirun with 2t ranks.
  *
- *   stagelink_perftest -t TP [-m MODE] [-M host|cuda] [-b MIN -e MAX
+ *   stagelink_perftest -t TP [-M MODE] [-m host|cuda] [-b MIN -e MAX
  *                      -f FACTOR | -s LIST] [-n ITERS] [-w WARMUP] [-c 0|1]
  *                      [--csv]
  *
- * -M cuda puts both tensors in device memory (cudaMalloc on device
- * LOCAL_RANK % count); the pattern is written and checked through copies.
+ * -m is the memory type, as in ucx_perftest: cuda puts both tensors in
+ * device memory (cudaMalloc on device LOCAL_RANK % count); the pattern is
+ * written and checked through copies.  -M (--mode) is the boundary mode.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -63,7 +64,7 @@ static int cmp_double(const void *a, const void *b)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: stagelink_perftest -t TP [-m scatter_gather|full|sharded] [-M host|cuda]\n"
+            "usage: stagelink_perftest -t TP [-M scatter_gather|full|sharded] [-m host|cuda]\n"
             "         [-b MIN -e MAX -f FACTOR | -s SIZE,SIZE,...] [-n ITERS]\n"
             "         [-w WARMUP] [-c 0|1] [--csv]\n"
             "  Runs on 2 stages of TP ranks (2*TP ranks).  Sizes take K/M/G\n"
@@ -73,6 +74,7 @@ static void usage(void)
 static int parse_opts(int argc, char **argv, perf_opts_t *o)
 {
     static const struct option longopts[] = {{"csv", no_argument, NULL, 'C'},
+                                             {"mode", required_argument, NULL, 'M'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     size_t min = 1 << 20, max = 1 << 20, v;
@@ -90,14 +92,14 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
         case 'c': o->check = atoi(optarg); break;
         case 'f': factor = atoi(optarg); break;
         case 'C': o->csv = 1; break;
-        case 'M':
+        case 'm':
             if (strcmp(optarg, "host") != 0 && strcmp(optarg, "cuda") != 0) {
-                fprintf(stderr, "-M takes host or cuda, not %s\n", optarg);
+                fprintf(stderr, "-m takes host or cuda, not %s\n", optarg);
                 return -1;
             }
             o->cuda = (strcmp(optarg, "cuda") == 0);
             break;
-        case 'm':
+        case 'M':
             if (sl_host_parse_mode(optarg, &o->mode) != 0) {
                 fprintf(stderr, "unknown mode %s\n", optarg);
                 return -1;
@@ -350,7 +352,7 @@ int main(int argc, char **argv)
         const char *lr   = getenv("LOCAL_RANK");
 
         if (err != cudaSuccess || ndev == 0) {
-            printf("SKIP: -M cuda: no CUDA device: %s\n",
+            printf("SKIP: -m cuda: no CUDA device: %s\n",
                    (err != cudaSuccess) ? cudaGetErrorString(err)
                                         : "the runtime sees 0 devices");
             return 77;
@@ -359,7 +361,7 @@ int main(int argc, char **argv)
     }
 #else
     if (o.cuda) {
-        printf("SKIP: -M cuda: stagelink_perftest was built without CUDA\n");
+        printf("SKIP: -m cuda: stagelink_perftest was built without CUDA\n");
         return 77;
     }
 #endif

@@ -212,6 +212,12 @@ static sl_status_t sl_dev_net_post(void *ctx, sl_staging_slot_t *slot,
     param.user_data    = slot;
     param.memory_type  = slot->x->direct ? UCS_MEMORY_TYPE_CUDA
                                          : UCS_MEMORY_TYPE_HOST;
+    if (slot->x->direct && sub->req->xfer.memh != NULL &&
+        sub->req->xfer.memh->ucp_memh != NULL) {
+        /* A GPU-direct chunk lies inside the host's registration. */
+        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        param.memh          = sub->req->xfer.memh->ucp_memh;
+    }
     if (slot->x->recv) {
         param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
         param.cb.recv       = sl_chunk_recv_cb;
