@@ -3,6 +3,9 @@
 #include "sl_env.h"
 #include "sl_log.h"
 
+#include <sched.h>
+#include <string.h>
+
 static sl_status_t sl_settings_mode(const stagelink_config_t *config,
                                     stagelink_mode_t *mode, sl_errbuf_t *eb)
 {
@@ -43,13 +46,17 @@ sl_status_t sl_settings_parse(const stagelink_config_t *config,
     SL_CHECK(sl_log_parse_env(&level, &subsys, eb));
     SL_CHECK(sl_settings_mode(config, &s->mode, eb));
     SL_CHECK(sl_env_parse_seconds(SL_ENV_TIMEOUT, &s->timeout, eb));
-    SL_CHECK(sl_env_parse_u64(SL_ENV_SPIN_US, 0, 10000000, &spin_us, eb));
+    if (strcmp(sl_env_get(SL_ENV_SPIN_US), "auto") == 0) {
+        spin_us = UINT64_MAX;
+    } else {
+        SL_CHECK(sl_env_parse_u64(SL_ENV_SPIN_US, 0, 10000000, &spin_us, eb));
+    }
     SL_CHECK(sl_env_parse_u64(SL_ENV_MAX_REQUESTS, 1, 1 << 20, &max_requests,
                               eb));
     SL_CHECK(sl_env_parse_u64(SL_ENV_STAGING_CHUNK, 4096, 1ull << 30, &chunk,
                               eb));
     SL_CHECK(sl_env_parse_u64(SL_ENV_STAGING_BUFFERS, 1, 64, &nbufs, eb));
-    s->spin         = (double)spin_us * 1e-6;
+    s->spin         = (spin_us == UINT64_MAX) ? -1.0 : (double)spin_us * 1e-6;
     s->max_requests = (int)max_requests;
     s->chunk        = (size_t)chunk;
     s->nbufs        = (int)nbufs;
@@ -65,4 +72,15 @@ const char *sl_mode_name(stagelink_mode_t mode)
     case STAGELINK_MODE_DEFAULT:        break;
     }
     return "default";
+}
+
+double sl_settings_auto_spin(int local_ranks)
+{
+    cpu_set_t set;
+    int       cpus = 1;
+
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+        cpus = CPU_COUNT(&set);
+    }
+    return (local_ranks > cpus) ? 0.0 : 50e-6;
 }

@@ -12,7 +12,7 @@
 typedef struct sl_settings {
     stagelink_mode_t mode;
     double           timeout;      /**< seconds, 0 = none */
-    double           spin;         /**< seconds of polling before sleeping */
+    double           spin;         /**< seconds of polling before sleeping; <0: auto */
     int              max_requests;
     size_t           chunk;        /**< device transfers' chunk */
     int              nbufs;        /**< staging buffers per direction */
@@ -23,5 +23,11 @@ sl_status_t sl_settings_parse(const stagelink_config_t *config,
                               sl_settings_t *s, sl_errbuf_t *eb);
 
 const char *sl_mode_name(stagelink_mode_t mode);
+
+/**
+ * The polling time for `auto`: 50 us, or none when `local_ranks` exceed the
+ * CPUs this process may run on.
+ */
+double sl_settings_auto_spin(int local_ranks);
 
 #endif

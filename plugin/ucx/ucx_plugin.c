@@ -100,6 +100,11 @@ static sl_status_t sl_comm_locality(sl_comm_t *comm)
                      comm->layout.rank, &loc);
     comm->local_rank = loc.local_rank;
     comm->local_size = loc.local_size;
+    if (comm->spin < 0) {
+        comm->spin = sl_settings_auto_spin(comm->local_size);
+        SL_INFO(SL_SUBSYS_INIT, "polling %.0f us before sleeping (%d ranks "
+                "on this node)", comm->spin * 1e6, comm->local_size);
+    }
     status           = STAGELINK_SUCCESS;
 out:
     free(all);
