@@ -1,0 +1,88 @@
+# Simulated nodes for stagelink's scripts: one network namespace per node,
+# joined by a veth pair (two nodes) or through a bridge (more), addresses
+# 198.18.0.(i+1), links optionally rate-limited with tc tbf ($rate).  Sourced
+# by stagelink_two_node.sh and bench-two-node; they set $run (stagelink_run)
+# and $rate first.  Everything made is removed on any exit.
+# SPDX-License-Identifier: MIT
+
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root to create network namespaces (ip netns)"
+command -v ip >/dev/null || skip "iproute2 (ip) is not installed"
+
+tag=sl$$
+ns=()
+cleanup() {
+    local n
+    for n in "${ns[@]}"; do ip netns del "$n" 2>/dev/null || true; done
+    ip netns del "${tag}hub" 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Node i gets namespace ${tag}n$i, link ${tag}e$i and address 198.18.0.(i+1).
+setup_nodes() {
+    local count=$1 i n w
+    if ! err=$(ip netns add "${tag}n0" 2>&1); then
+        skip "cannot create a network namespace: $err"
+    fi
+    ns+=("${tag}n0")
+    for ((i = 1; i < count; i++)); do
+        ip netns add "${tag}n$i"
+        ns+=("${tag}n$i")
+    done
+    if [ "$count" = 2 ]; then
+        ip link add "${tag}e0" netns "${tag}n0" type veth \
+            peer name "${tag}e1" netns "${tag}n1"
+    else
+        ip netns add "${tag}hub"
+        ip -n "${tag}hub" link add br0 type bridge
+        ip -n "${tag}hub" link set br0 up
+        for ((i = 0; i < count; i++)); do
+            ip link add "${tag}e$i" netns "${tag}n$i" type veth \
+                peer name "${tag}h$i" netns "${tag}hub"
+            ip -n "${tag}hub" link set "${tag}h$i" master br0 up
+        done
+    fi
+    for ((i = 0; i < count; i++)); do
+        n=${tag}n$i
+        ip -n "$n" link set lo up
+        ip -n "$n" addr add "198.18.0.$((i + 1))/24" dev "${tag}e$i"
+        ip -n "$n" link set "${tag}e$i" up
+        if [ -n "$rate" ]; then
+            ip netns exec "$n" tc qdisc add dev "${tag}e$i" root tbf \
+                rate "$rate" burst 1mbit latency 50ms
+        fi
+    done
+    # UCX lists only running interfaces: wait for the carrier (at most 10 s).
+    for ((i = 0; i < count; i++)); do
+        for ((w = 0; w < 100; w++)); do
+            [ "$(ip netns exec "${tag}n$i" cat "/sys/class/net/${tag}e$i/operstate")" = up ] && break
+            sleep 0.1
+        done
+    done
+}
+
+# Bytes that crossed between nodes: each node's link, transmit side.
+crossed() {
+    local total=0 i v
+    for ((i = 0; i < ${#ns[@]}; i++)); do
+        v=$(ip netns exec "${ns[$i]}" cat "/sys/class/net/${tag}e$i/statistics/tx_bytes")
+        total=$((total + v))
+    done
+    echo "$total"
+}
+
+# Starts ranks_per_node ranks on every node, each node by its own command.
+run_job() {
+    local per=$1 i pids=() rc=0
+    shift
+    export MASTER_ADDR=198.18.0.1 MASTER_PORT=$((20000 + RANDOM % 20000))
+    for ((i = 0; i < ${#ns[@]}; i++)); do
+        ip netns exec "${ns[$i]}" "$run" -n "$per" -o $((i * per)) \
+            -w $((per * ${#ns[@]})) -T 240 -- "$@" &
+        pids+=($!)
+    done
+    for i in "${pids[@]}"; do wait "$i" || rc=1; done
+    return $rc
+}
+
