@@ -7,9 +7,14 @@
  * tensor is checked byte by byte.  Launch under stagelink_run, torchrun or
  * mpirun with 2t ranks.
  *
- *   stagelink_perftest -t TP [-M MODE] [-m host|cuda] [-b MIN -e MAX
- *                      -f FACTOR | -s LIST] [-n ITERS] [-w WARMUP] [-c 0|1]
- *                      [--csv]
+ *   stagelink_perftest -t TP [-k boundary|shard|gather] [-M MODE]
+ *                      [-m host|cuda] [-b MIN -e MAX -f FACTOR | -s LIST]
+ *                      [-n ITERS] [-w WARMUP] [-c 0|1] [--csv] [--corrupt]
+ *
+ * Tests: boundary (default: the mode's whole path), shard (the inter-node
+ * shard alone: sharded mode), gather (the intra-node rebuild alone: the
+ * scatter_gather time minus the shard time, both measured in this run).
+ * --corrupt flips one byte on the way back: the check must fail (exit 1).
  *
  * -m is the memory type, as in ucx_perftest: cuda puts both tensors in
  * device memory (cudaMalloc on device LOCAL_RANK % count); the pattern is
@@ -30,8 +35,11 @@
 #include <string.h>
 #include <time.h>
 
+typedef enum perf_kind { PERF_BOUNDARY, PERF_SHARD, PERF_GATHER } perf_kind_t;
+
 typedef struct perf_opts {
-    int              tp, iters, warmup, check, csv, cuda;
+    int              tp, iters, warmup, check, csv, cuda, corrupt;
+    perf_kind_t      kind;
     stagelink_mode_t mode;
     size_t           sizes[64];
     int              nsizes;
@@ -64,7 +72,8 @@ static int cmp_double(const void *a, const void *b)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: stagelink_perftest -t TP [-M scatter_gather|full|sharded] [-m host|cuda]\n"
+            "usage: stagelink_perftest -t TP [-k boundary|shard|gather]\n"
+            "         [-M scatter_gather|full|sharded] [-m host|cuda] [--corrupt]\n"
             "         [-b MIN -e MAX -f FACTOR | -s SIZE,SIZE,...] [-n ITERS]\n"
             "         [-w WARMUP] [-c 0|1] [--csv]\n"
             "  Runs on 2 stages of TP ranks (2*TP ranks).  Sizes take K/M/G\n"
@@ -75,6 +84,7 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
 {
     static const struct option longopts[] = {{"csv", no_argument, NULL, 'C'},
                                              {"mode", required_argument, NULL, 'M'},
+                                             {"corrupt", no_argument, NULL, 'X'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     size_t min = 1 << 20, max = 1 << 20, v;
@@ -83,7 +93,7 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
 
     memset(o, 0, sizeof(*o));
     o->tp = 1, o->iters = 20, o->warmup = 5, o->check = 1;
-    while ((opt = getopt_long(argc, argv, "t:m:M:b:e:f:s:n:w:c:h", longopts,
+    while ((opt = getopt_long(argc, argv, "t:k:m:M:b:e:f:s:n:w:c:h", longopts,
                               NULL)) != -1) {
         switch (opt) {
         case 't': o->tp = atoi(optarg); break;
@@ -92,6 +102,19 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
         case 'c': o->check = atoi(optarg); break;
         case 'f': factor = atoi(optarg); break;
         case 'C': o->csv = 1; break;
+        case 'X': o->corrupt = 1; break;
+        case 'k':
+            if (strcmp(optarg, "boundary") == 0) {
+                o->kind = PERF_BOUNDARY;
+            } else if (strcmp(optarg, "shard") == 0) {
+                o->kind = PERF_SHARD;
+            } else if (strcmp(optarg, "gather") == 0) {
+                o->kind = PERF_GATHER;
+            } else {
+                fprintf(stderr, "-k takes boundary, shard or gather, not %s\n", optarg);
+                return -1;
+            }
+            break;
         case 'm':
             if (strcmp(optarg, "host") != 0 && strcmp(optarg, "cuda") != 0) {
                 fprintf(stderr, "-m takes host or cuda, not %s\n", optarg);
@@ -164,19 +187,21 @@ static int post_wait(sl_host_t *h, stagelink_op_kind_t kind,
  * batch); stage 1 receives, then sends the same buffer back, so what stage
  * 0 gets is what stage 1 rebuilt.
  */
-static int round_trip(sl_host_t *h, unsigned char *send, unsigned char *recv,
-                      size_t n, uint32_t mb)
+static int round_trip(const perf_opts_t *o, sl_host_t *h, unsigned char *send,
+                      unsigned char *recv, size_t n, uint32_t mb)
 {
     stagelink_op_t       ops[2];
     stagelink_request_t *reqs[2];
     int                  i, rc = 0;
 
     if (h->info.pp_index == 1) {
-        if (post_wait(h, STAGELINK_OP_RECV, STAGELINK_PEER_PREV, recv, n, mb) ||
-            post_wait(h, STAGELINK_OP_SEND, STAGELINK_PEER_PREV, recv, n, mb)) {
+        if (post_wait(h, STAGELINK_OP_RECV, STAGELINK_PEER_PREV, recv, n, mb)) {
             return -1;
         }
-        return 0;
+        if (o->corrupt && n > 0 && !o->cuda) {
+            recv[n / 2] ^= 0x40; /* the self-test: the check must catch it */
+        }
+        return post_wait(h, STAGELINK_OP_SEND, STAGELINK_PEER_PREV, recv, n, mb);
     }
     ops[0].kind = STAGELINK_OP_RECV;
     ops[0].xfer = sl_host_xfer(STAGELINK_PEER_NEXT, recv, n, 1, mb, 0);
@@ -257,7 +282,7 @@ static int run_size(sl_host_t *h, const perf_opts_t *o, size_t n,
     stagelink_counters_t c0, c1;
     size_t               off, len, bad;
     double               t0, sum = 0;
-    int                  it, rc = 0;
+    int                  it, rc = 0, checker;
 
     memset(res, 0, sizeof(*res));
     if (send == NULL || recv == NULL || stage == NULL || times == NULL) {
@@ -269,22 +294,25 @@ static int run_size(sl_host_t *h, const perf_opts_t *o, size_t n,
     sl_pattern_fill(stage, 0, n, seed);
     buf_copy(o, send, stage, n);
     for (it = 0; it < o->warmup && rc == 0; ++it) {
-        rc = round_trip(h, send, recv, n, (uint32_t)it);
+        rc = round_trip(o, h, send, recv, n, (uint32_t)it);
     }
     h->plugin->get_counters(h->comm, &c0);
+    /* Only stage 0 resets and checks: it sees what stage 1 rebuilt, and
+     * work on stage 1 between round trips would land in stage 0's timing. */
+    checker = o->check && h->info.pp_index == 0;
     for (it = 0; it < o->iters && rc == 0; ++it) {
-        if (o->check) {
+        if (checker) {
             memset(stage, 0, n);
             buf_copy(o, recv, stage, n);
         }
         t0 = now_us();
-        rc = round_trip(h, send, recv, n, (uint32_t)(o->warmup + it));
+        rc = round_trip(o, h, send, recv, n, (uint32_t)(o->warmup + it));
         times[it] = (now_us() - t0) / 2;
         sum      += times[it];
-        if (rc == 0 && o->check) {
+        if (rc == 0 && checker) {
             buf_copy(o, stage, recv, n);
         }
-        if (rc == 0 && o->check &&
+        if (rc == 0 && checker &&
             (bad = sl_pattern_check(stage, off, len, seed)) != SIZE_MAX) {
             fprintf(stderr, "rank %d: %zu-byte tensor differs at byte %zu\n",
                     h->info.rank, n, bad);
@@ -311,6 +339,30 @@ out:
     free(stage);
     free(times);
     return rc;
+}
+
+static const char *const perf_kind_names[] = {"boundary", "shard", "gather"};
+
+static void print_header(const sl_host_t *h, const perf_opts_t *o)
+{
+    if (o->csv) {
+        printf("size,mode,t,p50_us,avg_us,max_us,algbw_GBps,"
+               "stage_B_per_rank,xnode_B_per_rank,gather_B_per_rank,wrong\n");
+        return;
+    }
+    printf("# stagelink_perftest %s: 2 stages x %d TP ranks, %s memory, %d "
+           "iterations (+%d warm-up), data check %s\n"
+           "# time: one-way boundary time = round trip / 2 (tensor forward, "
+           "rebuilt, and back)%s; algbw = size / avg time, GB/s = 1e9 B/s\n"
+           "# per rank and crossing: stage = bytes sent to the other stage, "
+           "xnode = of which to another node, gather = bytes sent inside the "
+           "TP group\n", perf_kind_names[o->kind], h->info.tp_size,
+           o->cuda ? "cuda" : "host", o->iters, o->warmup,
+           o->check ? "on" : "off",
+           (o->kind == PERF_GATHER) ? "; gather = scatter_gather - shard" : "");
+    printf("%12s %15s %3s %10s %10s %10s %8s %12s %12s %12s %6s\n",
+           "size(B)", "mode", "t", "p50(us)", "avg(us)", "max(us)", "algbw",
+           "stage B", "xnode B", "gather B", "wrong");
 }
 
 static void report(const sl_host_t *h, const perf_opts_t *o, size_t n,
@@ -365,35 +417,43 @@ int main(int argc, char **argv)
         return 77;
     }
 #endif
-    if (sl_host_open(&h, o.tp, 2, o.mode) != 0) {
-        return 1;
-    }
-    if (h.info.rank == 0) {
-        if (o.csv) {
-            printf("size,mode,t,p50_us,avg_us,max_us,algbw_GBps,"
-                   "stage_B_per_rank,xnode_B_per_rank,gather_B_per_rank,"
-                   "wrong\n");
-        } else {
-            printf("# stagelink_perftest boundary: 2 stages x %d TP ranks, "
-                   "%s memory, %d iterations (+%d warm-up), data check %s\n"
-                   "# time: one-way boundary time = round trip / 2 (tensor "
-                   "forward, rebuilt, and back); algbw = size / avg time, "
-                   "GB/s = 1e9 B/s\n"
-                   "# per rank and crossing: stage = bytes sent to the other "
-                   "stage, xnode = of which to another node, gather = bytes "
-                   "sent inside the TP group\n",
-                   h.info.tp_size, o.cuda ? "cuda" : "host", o.iters, o.warmup,
-                   o.check ? "on" : "off");
-            printf("%12s %15s %3s %10s %10s %10s %8s %12s %12s %12s %6s\n",
-                   "size(B)", "mode", "t", "p50(us)", "avg(us)", "max(us)",
-                   "algbw", "stage B", "xnode B", "gather B", "wrong");
+    /* gather = scatter_gather - shard: two communicators, one per mode. */
+    {
+        stagelink_mode_t modes[2];
+        perf_result_t    shard[64];
+        int              nmodes = 1, m;
+
+        modes[0] = (o.kind == PERF_BOUNDARY) ? o.mode : STAGELINK_MODE_SHARDED;
+        if (o.kind == PERF_GATHER) {
+            modes[1] = STAGELINK_MODE_SCATTER_GATHER;
+            nmodes   = 2;
         }
-    }
-    for (i = 0; i < o.nsizes && rc == 0; ++i) {
-        rc = run_size(&h, &o, o.sizes[i], &res);
-        wrong |= (res.wrong != 0);
-        if (rc == 0 && h.info.rank == 0) {
-            report(&h, &o, o.sizes[i], &res);
+        for (m = 0; m < nmodes && rc == 0; ++m) {
+            if (sl_host_open(&h, o.tp, 2, modes[m]) != 0) {
+                return 1;
+            }
+            if (h.info.rank == 0 && m == 0) {
+                print_header(&h, &o);
+            }
+            for (i = 0; i < o.nsizes && rc == 0; ++i) {
+                rc = run_size(&h, &o, o.sizes[i], &res);
+                wrong |= (res.wrong != 0);
+                if (o.kind == PERF_GATHER && m == 0) {
+                    shard[i] = res;
+                    continue;
+                }
+                if (o.kind == PERF_GATHER) {
+                    res.p50_us -= shard[i].p50_us;
+                    res.avg_us -= shard[i].avg_us;
+                    res.max_us -= shard[i].max_us;
+                }
+                if (rc == 0 && h.info.rank == 0) {
+                    report(&h, &o, o.sizes[i], &res);
+                }
+            }
+            if (m + 1 < nmodes) {
+                sl_host_close(&h);
+            }
         }
     }
     sl_host_close(&h);

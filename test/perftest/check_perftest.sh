@@ -1,0 +1,32 @@
+#!/bin/sh
+# stagelink_perftest's own tests: argument errors give usage and exit 2; a
+# corrupted byte fails the data check (exit 1, with the offset); --csv gives
+# the documented header and numeric rows.
+#   check_perftest.sh BUILD_DIR
+set -u
+run=$1/tools/stagelink_run
+perf=$1/tools/stagelink_perftest
+failed=0
+fail() { echo "FAIL: $*"; failed=1; }
+
+for args in "-k nonsense" "-s 1X" "-m gpu" "-M fastest" "-n 0" "extra"; do
+    # shellcheck disable=SC2086
+    "$perf" -t 1 $args >/dev/null 2>"$1/perftest.err"
+    rc=$?
+    [ $rc = 2 ] && grep -q usage "$1/perftest.err" || fail "'$args' gave exit $rc, not 2 with usage"
+done
+
+"$run" -n 2 -T 60 -- "$perf" -t 1 -s 4099 -n 2 -w 0 --corrupt >"$1/perftest.out" 2>"$1/perftest.err"
+rc=$?
+[ $rc = 1 ] || fail "--corrupt exited $rc, not 1"
+grep -q "differs at byte 2049" "$1/perftest.err" || fail "--corrupt did not name byte 2049: $(cat "$1/perftest.err")"
+
+"$run" -n 4 -T 60 -- "$perf" -t 2 -s 0,1K,65537 -n 2 -w 1 --csv >"$1/perftest.csv" 2>"$1/perftest.err" ||
+    fail "--csv run failed: $(cat "$1/perftest.err")"
+head -n 1 "$1/perftest.csv" | grep -qx 'size,mode,t,p50_us,avg_us,max_us,algbw_GBps,stage_B_per_rank,xnode_B_per_rank,gather_B_per_rank,wrong' ||
+    fail "CSV header: $(head -n 1 "$1/perftest.csv")"
+rows=$(awk -F, 'NR > 1 && NF == 11 && $1 ~ /^[0-9]+$/ && $4 ~ /^[0-9.]+$/ && $11 == 0' "$1/perftest.csv" | wc -l)
+[ "$rows" = 3 ] || fail "expected 3 numeric CSV rows with wrong=0, got $rows: $(cat "$1/perftest.csv")"
+
+[ $failed = 0 ] && echo "perftest checks passed"
+exit $failed
