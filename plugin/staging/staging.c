@@ -26,7 +26,7 @@ sl_status_t sl_staging_pool_init(sl_staging_pool_t *pool, size_t chunk,
             if (pool->bufs[d][i] == NULL) {
                 return sl_error(eb, STAGELINK_ERR_NO_MEMORY,
                                 "cannot allocate staging buffer %d of %zu "
-                                "pinned bytes; lower STAGELINK_STAGING_CHUNK "
+                                "pinned bytes; lower STAGELINK_CHUNK "
                                 "or STAGELINK_STAGING_BUFFERS", i, chunk);
             }
             pool->free_idx[d][pool->nfree[d]++] = i;
@@ -188,6 +188,12 @@ static void sl_staging_start(sl_staging_xfer_t *x)
         return;
     }
     while (x->next_copy < x->nchunks) {
+        /* A relayed chunk waits until it has landed (failed: it goes empty). */
+        if (x->status == STAGELINK_SUCCESS && x->avail != NULL &&
+            *x->avail < x->next_copy * x->pool->chunk +
+                            sl_staging_chunk_len(x, x->next_copy)) {
+            return;
+        }
         if (x->status != STAGELINK_SUCCESS || x->direct) {
             /* Direct chunks need no copy; after a failure the rest go out
              * empty, so the receiver is not left waiting. */
@@ -256,6 +262,22 @@ void sl_staging_net_done(sl_staging_slot_t *s, sl_status_t status)
     }
     sl_slot_copy(s, x->device + s->index * x->pool->chunk, sl_slot_host(s),
                  sl_staging_chunk_len(x, s->index));
+}
+
+size_t sl_staging_landed(const sl_staging_xfer_t *x)
+{
+    size_t first = x->next_post, bytes;
+    int    i;
+
+    /* The lowest chunk not yet home bounds the prefix. */
+    for (i = 0; i < x->pool->nbufs; ++i) {
+        if (x->slots[i].in_use && x->slots[i].state != SL_CHUNK_DONE &&
+            x->slots[i].index < first) {
+            first = x->slots[i].index;
+        }
+    }
+    bytes = first * x->pool->chunk;
+    return (bytes < x->len) ? bytes : x->len;
 }
 
 int sl_staging_progress(sl_staging_xfer_t *x)

@@ -84,6 +84,10 @@ typedef struct sl_staging_xfer {
     sl_staging_pool_t      *pool;
     int                     recv;       /**< 0: device -> wire, 1: wire -> device */
     int                     direct;     /**< the wire reads/writes `device` itself */
+    /** Sender: bytes of `device` ready to go (NULL: all).  A relay points
+     *  it at the prefix another transfer has landed, so each chunk moves on
+     *  as soon as it arrives. */
+    const size_t           *avail;
     char                   *device;     /**< the device bytes */
     size_t                  len;
     size_t                  nchunks;
@@ -119,6 +123,9 @@ void sl_staging_xfer_init(sl_staging_xfer_t *x, const sl_staging_ops_t *ops,
  * every chunk off the wire but copies nothing.
  */
 int sl_staging_progress(sl_staging_xfer_t *x);
+
+/** Receiver: bytes of the leading chunks that are complete (in place). */
+size_t sl_staging_landed(const sl_staging_xfer_t *x);
 
 /** Bytes in chunk `index`. */
 size_t sl_staging_chunk_len(const sl_staging_xfer_t *x, size_t index);

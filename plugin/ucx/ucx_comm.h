@@ -97,6 +97,8 @@ struct stagelink_request {
     int                       shard_state;  /**< 0 pending, 1 arrived, -1 failed */
     struct stagelink_request *gather_next;  /**< a backend's queue */
     unsigned char            *flags;        /**< tp_size status bytes */
+    int                       forwarding;   /**< gather sends relay chunks as they land */
+    size_t                    stage_landed; /**< bytes of the own shard in place */
     char                      error[SL_ERRBUF_LEN];
     sl_sub_t                 *subs;         /**< 2 * tp_size slots */
 };
@@ -139,7 +141,7 @@ struct stagelink_comm {
     int                         gpu_usable;   /**< a device answered the probe */
     char                        gpu_why[160];
     int                         ucx_cuda;     /**< UCX moves CUDA memory itself */
-    size_t                      chunk;        /**< STAGELINK_STAGING_CHUNK */
+    size_t                      chunk;        /**< STAGELINK_CHUNK: the wire's chunk */
     int                         nbufs;        /**< STAGELINK_STAGING_BUFFERS */
     sl_staging_pool_t           staging;      /**< made at the first staged transfer */
     void                       *copy_stream;
@@ -215,7 +217,7 @@ sl_status_t sl_sub_post_host(sl_req_t *req, const sl_ucx_peer_t *peer,
                              sl_sub_kind_t kind, uint64_t tag, void *buf,
                              size_t len, int recv);
 
-/* ucx_device.c: device-memory transfers */
+/* ucx_device.c: device memory */
 /** Whether a GPU is usable: known before any exchange. */
 void        sl_device_probe(sl_comm_t *comm);
 /** What UCX can do with device memory (after the worker exists). */
@@ -224,12 +226,26 @@ void        sl_device_cleanup(sl_comm_t *comm);
 /** Post-time work of a device request: stream event, and deferral until
  *  the work queued on the host's stream before it is done. */
 sl_status_t sl_device_prepare(sl_req_t *req);
-/** Chunked transfer of one sub (len > 0, device memory). */
-sl_status_t sl_device_sub_start(sl_sub_t *sub, void *buf, size_t len,
-                                int recv);
-void        sl_device_cancel(sl_comm_t *comm, sl_sub_t *sub);
-/** Advances chunked transfers and deferred requests; 1 while any is active. */
-int         sl_device_progress(sl_comm_t *comm);
+/** Starts the deferred requests whose stream work is done. */
+void        sl_device_progress(sl_comm_t *comm);
+sl_status_t sl_device_event_get(sl_comm_t *comm, void **event);
+void        sl_device_event_put(sl_comm_t *comm, void *event);
+/** Bounce buffers and copy stream, made at the first staged chunk. */
+sl_status_t sl_device_staging_ready(sl_comm_t *comm);
+/** The staging engine's copies, on the plugin's copy stream. */
+sl_status_t sl_device_copy_start(void *ctx, sl_staging_xfer_t *x, void *dst,
+                                 const void *src, size_t len, int to_device,
+                                 void **token);
+int         sl_device_copy_test(void *ctx, void *token, sl_status_t *status);
+
+/* ucx_chunked.c: messages cut in chunks */
+/** Chunked transfer of one sub (large, or in device memory). */
+sl_status_t sl_chunked_sub_start(sl_sub_t *sub, void *buf, size_t len,
+                                 int recv);
+void        sl_chunked_cancel(sl_comm_t *comm, sl_sub_t *sub);
+/** Advances chunked transfers; 1 while any is active. */
+int         sl_chunked_progress(sl_comm_t *comm);
+void        sl_chunked_cleanup(sl_comm_t *comm);
 /** Completes a sub (its request's accounting); shared with ucx_xfer.c. */
 void        sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
                           const char *why);

@@ -60,7 +60,7 @@ static sl_status_t sl_comm_layout(sl_comm_t *comm,
 /* What every rank must know of every other before the UCX context exists. */
 typedef struct sl_rank_facts {
     char     node_id[SL_NODE_ID_LEN];
-    uint64_t chunk; /**< the device transfers' wire format */
+    uint64_t chunk; /**< the wire format of large messages */
 } sl_rank_facts_t;
 
 /* Who shares our node decides local ranks and network devices, so it is
@@ -88,7 +88,7 @@ static sl_status_t sl_comm_locality(sl_comm_t *comm)
         memcpy(comm->node_ids[r], all[r].node_id, SL_NODE_ID_LEN);
         if (all[r].chunk != mine.chunk) {
             status = sl_error(&comm->err, STAGELINK_ERR_CONFIG,
-                              "STAGELINK_STAGING_CHUNK is %llu on rank %d but "
+                              "STAGELINK_CHUNK is %llu on rank %d but "
                               "%llu here: device transfers are cut in these "
                               "chunks, so set it alike on every rank",
                               (unsigned long long)all[r].chunk, r,
@@ -114,6 +114,7 @@ out:
 static void sl_comm_destroy(sl_comm_t *comm)
 {
     sl_gather_cleanup(comm);
+    sl_chunked_cleanup(comm);
     if (comm->gpu != NULL) {
         sl_device_cleanup(comm);
     }

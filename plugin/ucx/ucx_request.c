@@ -100,6 +100,8 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->gather        = NULL;
     req->shard_state   = 0;
     req->gather_next   = NULL;
+    req->forwarding    = 0;
+    req->stage_landed  = 0;
     req->error[0]      = '\0';
 
     req->prev = NULL;
@@ -197,7 +199,7 @@ void sl_req_cancel_subs(sl_comm_t *comm, sl_req_t *req)
         if (req->subs[i].ucx_req != NULL) {
             ucp_request_cancel(comm->worker, req->subs[i].ucx_req);
         } else if (req->subs[i].staged != NULL) {
-            sl_device_cancel(comm, &req->subs[i]);
+            sl_chunked_cancel(comm, &req->subs[i]);
         }
     }
 }

@@ -318,6 +318,7 @@ void sl_ucx_progress(sl_comm_t *comm)
     while (ucp_worker_progress(comm->worker) != 0) {
     }
     sl_device_progress(comm);
+    sl_chunked_progress(comm);
     while ((req = comm->ready) != NULL) {
         comm->ready = req->ready_next;
         sl_xfer_shard_arrived(req, req->status == STAGELINK_SUCCESS);
@@ -414,7 +415,8 @@ sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
             continue;
         }
         if (comm->staged_active != NULL || comm->deferred != NULL) {
-            /* GPU copies and events do not wake the UCX event fd. */
+            /* GPU copies, events and chunks waiting for a free slot do not
+             * wake the UCX event fd. */
             struct timespec ts = {0, 50000};
 
             nanosleep(&ts, NULL);

@@ -95,14 +95,7 @@ void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
                     tag->microbatch, tag->chunk, sub->peer->rank,
                     req->xfer.nbytes, why);
     } else if (length != sub->expected) {
-        if (!req->device && length == comm->chunk && sub->expected > length) {
-            sl_req_fail(req, STAGELINK_ERR_SIZE_MISMATCH,
-                        "%s of microbatch %u chunk %u from rank %d got one "
-                        "%zu-byte chunk of a device transfer into host memory; "
-                        "both sides of a boundary must use the same memory "
-                        "type", sl_sub_name(sub->kind), tag->microbatch,
-                        tag->chunk, sub->peer->rank, length);
-        } else if ((sub->kind == SL_SUB_GATHER_RECV && length == 0)) {
+        if (sub->kind == SL_SUB_GATHER_RECV && length == 0) {
             req->peer_failed = (req->status == STAGELINK_SUCCESS);
             sl_req_fail(req, STAGELINK_ERR_TRANSPORT,
                         "TP peer rank %d could not receive its shard of "
@@ -228,12 +221,13 @@ static sl_status_t sl_sub_started(sl_sub_t *sub, ucs_status_ptr_t ptr)
     return STAGELINK_SUCCESS;
 }
 
-/* Device buffers go through ucx_device.c: this is the one place where a
- * buffer is handed to UCX, so no device pointer reaches a UCX without CUDA. */
-static sl_status_t sl_sub_device(sl_sub_t *sub, void *buf, size_t len,
-                                 int recv)
+/* Large and device buffers go in chunks (ucx_chunked.c).  This is the one
+ * place where a buffer is handed to UCX, so no device pointer reaches a UCX
+ * without CUDA. */
+static sl_status_t sl_sub_chunked(sl_sub_t *sub, void *buf, size_t len,
+                                  int recv)
 {
-    sl_status_t status = sl_device_sub_start(sub, buf, len, recv);
+    sl_status_t status = sl_chunked_sub_start(sub, buf, len, recv);
 
     if (status != STAGELINK_SUCCESS) {
         sl_sub_finish(sub, status, 0, sub->req->comm->err.msg);
@@ -249,8 +243,9 @@ static sl_status_t sl_sub_post(sl_req_t *req, const sl_ucx_peer_t *peer,
     sl_sub_t           *sub = sl_sub_new(req, peer, kind, tag, len, &param);
 
     sub->buf = buf;
-    if (device && len > 0) {
-        return sl_sub_device(sub, buf, len, recv);
+    /* The wire format depends on the size alone: the peer must cut alike. */
+    if (len > req->comm->chunk || (device && len > 0)) {
+        return sl_sub_chunked(sub, buf, len, recv);
     }
     if (!recv) {
         param.cb.send = sl_sub_send_cb;

@@ -230,6 +230,61 @@ static sl_status_t run(size_t len, size_t chunk, int nbufs, int n,
     return run_modes(len, chunk, nbufs, n, fail_copy_at, 0, 0);
 }
 
+/*
+ * A relay: A sends to B, and B forwards to C each chunk as it lands (its
+ * send gated by what its receive has landed), the way a TP rank forwards
+ * its shard to its peers.  C must get every byte, and B's forward must
+ * have started before B's receive finished (overlap).
+ */
+static void run_relay(size_t len, size_t chunk, int nbufs, int staged)
+{
+    sl_staging_pool_t pa, pb, pc;
+    sl_staging_xfer_t a, b_in, b_out, c;
+    sl_staging_slot_t sa[8], sbi[8], sbo[8], sc[8];
+    unsigned char    *src = malloc(len), *mid = calloc(1, len), *dst = calloc(1, len);
+    size_t            landed = 0, i;
+    sl_errbuf_t       eb;
+    int               rounds = 0, done, overlap = 0, in_done = 0;
+
+    memset(&W, 0, sizeof(W));
+    for (i = 0; i < len; ++i) {
+        src[i] = (unsigned char)(i * 7 + 3);
+    }
+    sl_staging_pool_init(&pa, chunk, nbufs, a_alloc, NULL, &eb);
+    sl_staging_pool_init(&pb, chunk, nbufs, a_alloc, NULL, &eb);
+    sl_staging_pool_init(&pc, chunk, nbufs, a_alloc, NULL, &eb);
+    sl_staging_xfer_init(&a, &ops, NULL, &pa, 0, !staged, src, len, sa);
+    sl_staging_xfer_init(&b_in, &ops, NULL, &pb, 1, !staged, mid, len, sbi);
+    sl_staging_xfer_init(&b_out, &ops, NULL, &pb, 0, !staged, mid, len, sbo);
+    sl_staging_xfer_init(&c, &ops, NULL, &pc, 1, !staged, dst, len, sc);
+    a.user = b_in.user = (void *)(intptr_t)1;
+    b_out.user = c.user = (void *)(intptr_t)2;
+    b_out.avail = &landed;
+    do {
+        done = sl_staging_progress(&c);
+        done &= sl_staging_progress(&a);
+        in_done = sl_staging_progress(&b_in);
+        done &= in_done;
+        landed = sl_staging_landed(&b_in);
+        done &= sl_staging_progress(&b_out);
+        overlap |= (!in_done && b_out.next_post > 0);
+        match();
+    } while (!done && ++rounds < 100000);
+    CHECK(done, "relay len %zu chunk %zu: not done (deadlock)", len, chunk);
+    CHECK(memcmp(src, dst, len) == 0, "relay len %zu chunk %zu: wrong bytes",
+          len, chunk);
+    /* With more chunks than the window, the forward must start early. */
+    CHECK((len + chunk - 1) / chunk <= (size_t)nbufs || overlap,
+          "relay len %zu chunk %zu bufs %d: the forward did not start before "
+          "the receive finished", len, chunk, nbufs);
+    sl_staging_pool_cleanup(&pa, a_free, NULL);
+    sl_staging_pool_cleanup(&pb, a_free, NULL);
+    sl_staging_pool_cleanup(&pc, a_free, NULL);
+    free(src);
+    free(mid);
+    free(dst);
+}
+
 int main(void)
 {
     static const size_t chunks[] = {1, 7, 4096};
@@ -256,6 +311,12 @@ int main(void)
                       "both direct");
             }
         }
+    }
+    for (pi = 0; pi < 3; ++pi) {
+        run_relay(1, 4096, pools[pi], 0);
+        run_relay(10 * 4096 + 7, 4096, pools[pi], 0);
+        run_relay(10 * 4096 + 7, 4096, pools[pi], 1);
+        run_relay(3 * 7, 7, pools[pi], 1);
     }
     /* With two buffers, copy of chunk k+1 overlaps chunk k on the wire. */
     run(64 * 1024, 4096, 2, 1, 0);
