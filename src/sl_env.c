@@ -33,7 +33,7 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
     [SL_ENV_NET_DEVICES] = {"STAGELINK_NET_DEVICES", "",
         "UCX network devices for the inter-node path (as UCX_NET_DEVICES), when UCX_NET_DEVICES is unset."},
     [SL_ENV_CHUNK] = {"STAGELINK_CHUNK", "1048576",
-        "Messages above this many bytes (and all device messages) go in chunks of it: the wire format, equal on all ranks; also the size of a pinned bounce buffer and the unit a TP rank forwards to its peers as its shard lands."},
+        "Chunk of the wire format (equal on all ranks): device messages, and scatter_gather shards above it, go in chunks of it; a TP rank forwards each chunk of its shard to its peers as it lands; also the size of a pinned bounce buffer."},
     [SL_ENV_STAGING_BUFFERS] = {"STAGELINK_STAGING_BUFFERS", "4",
         "Pinned bounce buffers per direction when UCX cannot reach device memory; also the chunks in flight per transfer."},
     [SL_ENV_NCCL_LIBRARY] = {"STAGELINK_NCCL_LIBRARY", "",

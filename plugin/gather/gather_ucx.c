@@ -2,7 +2,9 @@
  * UCX gather: each TP rank sends its shard straight to the t-1 others over
  * the intra-node endpoints (UCX shared-memory transports on one node).
  * Direct rather than ring: for t <= 8 on shared memory every pair has its
- * own path, and the receives are pre-posted, so nothing waits on a relay.
+ * own path, and the receives are pre-posted.  A shard that goes in chunks
+ * is forwarded chunk by chunk as it lands, so the gather overlaps the
+ * shard's own transfer instead of following it.
  * SPDX-License-Identifier: MIT
  */
 #include "gather.h"
@@ -33,6 +35,25 @@ static void sl_gather_ucx_cleanup(void *state)
     (void)state;
 }
 
+/* Sends the own shard to every peer: all of it, or gated chunk by chunk. */
+static sl_status_t sl_gather_ucx_send(sl_comm_t *comm, sl_req_t *req, int ok)
+{
+    int         me  = comm->layout.tp_index;
+    const char *src = ok ? (const char *)req->xfer.buf + req->shard.offset
+                         : NULL;
+    size_t      len = ok ? req->shard.length : 0;
+    int         k;
+
+    for (k = 0; k < comm->layout.tp_size; ++k) {
+        if (k != me) {
+            SL_CHECK(sl_sub_post_send(req, &comm->tp_peers[k],
+                                      SL_SUB_GATHER_SEND,
+                                      sl_gather_tag(req, me), src, len));
+        }
+    }
+    return STAGELINK_SUCCESS;
+}
+
 static sl_status_t sl_gather_ucx_post(void *state, sl_req_t *req)
 {
     sl_comm_t *comm = state;
@@ -50,28 +71,36 @@ static sl_status_t sl_gather_ucx_post(void *state, sl_req_t *req)
                                   (char *)req->xfer.buf + shard.offset,
                                   shard.length));
     }
+    /* A shard in chunks is relayed as it lands: the sends start now. */
+    if (req->shard.length > comm->chunk) {
+        req->forwarding   = 1;
+        req->stage_landed = 0;
+        SL_CHECK(sl_gather_ucx_send(comm, req, 1));
+    }
     return STAGELINK_SUCCESS;
 }
 
 static sl_status_t sl_gather_ucx_shard_ready(void *state, sl_req_t *req,
                                              int ok)
 {
-    sl_comm_t *comm = state;
-    int        me   = comm->layout.tp_index;
-    const char *src = ok ? (const char *)req->xfer.buf + req->shard.offset
-                         : NULL;
-    size_t     len  = ok ? req->shard.length : 0;
-    int        k;
+    sl_comm_t  *comm = state;
+    sl_status_t status = STAGELINK_SUCCESS;
+    int         i;
 
-    for (k = 0; k < comm->layout.tp_size; ++k) {
-        if (k == me) {
-            continue;
+    if (!req->forwarding) {
+        status = sl_gather_ucx_send(comm, req, ok);
+    } else if (!ok) {
+        /* The relays send what has not gone yet empty: the peers fail too. */
+        for (i = 0; i < req->nsubs; ++i) {
+            if (req->subs[i].kind == SL_SUB_GATHER_SEND &&
+                req->subs[i].staged != NULL &&
+                req->subs[i].staged->x.status == STAGELINK_SUCCESS) {
+                req->subs[i].staged->x.status = STAGELINK_ERR_TRANSPORT;
+            }
         }
-        SL_CHECK(sl_sub_post_send(req, &comm->tp_peers[k], SL_SUB_GATHER_SEND,
-                                  sl_gather_tag(req, me), src, len));
     }
     req->gather_posted = 1;
-    return STAGELINK_SUCCESS;
+    return status;
 }
 
 const sl_gather_ops_t sl_gather_ucx_ops = {

@@ -60,7 +60,8 @@ static sl_status_t sl_comm_layout(sl_comm_t *comm,
 /* What every rank must know of every other before the UCX context exists. */
 typedef struct sl_rank_facts {
     char     node_id[SL_NODE_ID_LEN];
-    uint64_t chunk; /**< the wire format of large messages */
+    uint64_t chunk; /**< with the mode, the wire format of large messages */
+    uint32_t mode;
 } sl_rank_facts_t;
 
 /* Who shares our node decides local ranks and network devices, so it is
@@ -82,10 +83,19 @@ static sl_status_t sl_comm_locality(sl_comm_t *comm)
     memset(&mine, 0, sizeof(mine));
     memcpy(mine.node_id, comm->node_id, SL_NODE_ID_LEN);
     mine.chunk = comm->chunk;
+    mine.mode  = (uint32_t)comm->mode;
     SL_CHECK_GOTO(sl_bootstrap_allgather(comm->bootstrap, &mine, all,
                                          sizeof(mine), &comm->err), out);
     for (r = 0; r < world; ++r) {
         memcpy(comm->node_ids[r], all[r].node_id, SL_NODE_ID_LEN);
+        if (all[r].mode != mine.mode) {
+            status = sl_error(&comm->err, STAGELINK_ERR_CONFIG,
+                              "rank %d runs mode %s, this rank %s: set "
+                              "STAGELINK_MODE (or the config) alike on every "
+                              "rank", r, sl_mode_name((stagelink_mode_t)all[r].mode),
+                              sl_mode_name(comm->mode));
+            goto out;
+        }
         if (all[r].chunk != mine.chunk) {
             status = sl_error(&comm->err, STAGELINK_ERR_CONFIG,
                               "STAGELINK_CHUNK is %llu on rank %d but "

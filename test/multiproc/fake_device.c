@@ -6,7 +6,7 @@
  * fault and the rank die; instead every tensor must arrive whole through
  * the staging buffers.  Also: memory type given or classified, gather of
  * device shards, odd sizes around the chunk size, and a device sender
- * with a receiver in host memory (the wire format depends only on size).
+ * with a receiver in host memory (scatter_gather chunks host shards too).
  * Run with stagelink_run -n 4 (t = 2, p = 2), STAGELINK_CHUNK=4096.
  * SPDX-License-Identifier: MIT
  */
