@@ -13,7 +13,10 @@
  *
  * Tests: boundary (default: the mode's whole path), shard (the inter-node
  * shard alone: sharded mode), gather (the intra-node rebuild alone: the
- * scatter_gather time minus the shard time, both measured in this run).
+ * scatter_gather time minus the shard time, both measured in this run),
+ * stream (bandwidth, as ucx_perftest's tag_bw: stage 0 streams ITERS
+ * tensors forward with 4 in flight, stage 1 answers once at the end; the
+ * time is the total over ITERS, and the link carries one direction only).
  * --corrupt flips one byte on the way back: the check must fail (exit 1).
  *
  * -m is the memory type, as in ucx_perftest: cuda puts both tensors in
@@ -35,7 +38,11 @@
 #include <string.h>
 #include <time.h>
 
-typedef enum perf_kind { PERF_BOUNDARY, PERF_SHARD, PERF_GATHER } perf_kind_t;
+typedef enum perf_kind {
+    PERF_BOUNDARY, PERF_SHARD, PERF_GATHER, PERF_STREAM
+} perf_kind_t;
+
+#define PERF_WINDOW 4
 
 typedef struct perf_opts {
     int              tp, iters, warmup, check, csv, cuda, corrupt;
@@ -72,7 +79,7 @@ static int cmp_double(const void *a, const void *b)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: stagelink_perftest -t TP [-k boundary|shard|gather]\n"
+            "usage: stagelink_perftest -t TP [-k boundary|shard|gather|stream]\n"
             "         [-M scatter_gather|full|sharded] [-m host|cuda] [--corrupt]\n"
             "         [-b MIN -e MAX -f FACTOR | -s SIZE,SIZE,...] [-n ITERS]\n"
             "         [-w WARMUP] [-c 0|1] [--csv]\n"
@@ -110,8 +117,11 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
                 o->kind = PERF_SHARD;
             } else if (strcmp(optarg, "gather") == 0) {
                 o->kind = PERF_GATHER;
+            } else if (strcmp(optarg, "stream") == 0) {
+                o->kind = PERF_STREAM;
             } else {
-                fprintf(stderr, "-k takes boundary, shard or gather, not %s\n", optarg);
+                fprintf(stderr, "-k takes boundary, shard, gather or stream, "
+                        "not %s\n", optarg);
                 return -1;
             }
             break;
@@ -219,6 +229,41 @@ static int round_trip(const perf_opts_t *o, sl_host_t *h, unsigned char *send,
     return rc;
 }
 
+/*
+ * `count` tensors forward, PERF_WINDOW in flight, then one answer back;
+ * stage 0 times the whole.  Every tensor carries its own microbatch tag.
+ */
+static int stream(sl_host_t *h, unsigned char *send, unsigned char *recv,
+                  size_t n, uint32_t first, int count, double *us)
+{
+    stagelink_request_t *reqs[PERF_WINDOW];
+    stagelink_xfer_t     x;
+    int                  i, rc = 0, s0 = (h->info.pp_index == 0);
+    unsigned char        ack = 1;
+    double               t0 = now_us();
+
+    for (i = 0; i < count + PERF_WINDOW && rc == 0; ++i) {
+        if (i >= PERF_WINDOW) {
+            rc = sl_host_report(h, h->plugin->wait(h->comm, reqs[i % PERF_WINDOW]),
+                                "wait") ? -1 : 0;
+        }
+        if (i < count && rc == 0) {
+            x = sl_host_xfer(s0 ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV,
+                             s0 ? send : recv, n, 1, first + (uint32_t)i, 0);
+            rc = sl_host_report(h, s0 ? h->plugin->isend(h->comm, &x, &reqs[i % PERF_WINDOW])
+                                      : h->plugin->irecv(h->comm, &x, &reqs[i % PERF_WINDOW]),
+                                s0 ? "isend" : "irecv") ? -1 : 0;
+        }
+    }
+    if (rc == 0) {
+        rc = post_wait(h, s0 ? STAGELINK_OP_RECV : STAGELINK_OP_SEND,
+                       s0 ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV, &ack, 1,
+                       first + (uint32_t)count);
+    }
+    *us = now_us() - t0;
+    return rc;
+}
+
 /* In sharded mode each TP rank only ever holds its own shard. */
 static void own_range(const sl_host_t *h, size_t n, size_t *off, size_t *len)
 {
@@ -293,6 +338,33 @@ static int run_size(sl_host_t *h, const perf_opts_t *o, size_t n,
     own_range(h, n, &off, &len);
     sl_pattern_fill(stage, 0, n, seed);
     buf_copy(o, send, stage, n);
+    if (o->kind == PERF_STREAM) {
+        double total = 0;
+
+        /* Warm-up, then the measured stream; stage 1 checks the last tensor. */
+        rc = stream(h, send, recv, n, 0, o->warmup + 1, &total);
+        h->plugin->get_counters(h->comm, &c0);
+        if (rc == 0) {
+            rc = stream(h, send, recv, n, (uint32_t)o->warmup + 1, o->iters,
+                        &total);
+        }
+        h->plugin->get_counters(h->comm, &c1);
+        res->p50_us = res->avg_us = res->max_us = total / o->iters;
+        res->stage_per_rank = (double)(c1.stage_bytes_sent - c0.stage_bytes_sent) / o->iters;
+        res->inter_node_per_rank =
+            (double)(c1.inter_node_bytes_sent - c0.inter_node_bytes_sent) / o->iters;
+        res->gather_per_rank =
+            (double)(c1.gather_bytes_sent - c0.gather_bytes_sent) / o->iters;
+        if (rc == 0 && o->check && h->info.pp_index == 1) {
+            buf_copy(o, stage, recv, n);
+            if ((bad = sl_pattern_check(stage, off, len, seed)) != SIZE_MAX) {
+                fprintf(stderr, "rank %d: %zu-byte tensor differs at byte %zu\n",
+                        h->info.rank, n, bad);
+                ++res->wrong;
+            }
+        }
+        goto out;
+    }
     for (it = 0; it < o->warmup && rc == 0; ++it) {
         rc = round_trip(o, h, send, recv, n, (uint32_t)it);
     }
@@ -341,7 +413,8 @@ out:
     return rc;
 }
 
-static const char *const perf_kind_names[] = {"boundary", "shard", "gather"};
+static const char *const perf_kind_names[] = {"boundary", "shard", "gather",
+                                              "stream"};
 
 static void print_header(const sl_host_t *h, const perf_opts_t *o)
 {
@@ -352,13 +425,16 @@ static void print_header(const sl_host_t *h, const perf_opts_t *o)
     }
     printf("# stagelink_perftest %s: 2 stages x %d TP ranks, %s memory, %d "
            "iterations (+%d warm-up), data check %s\n"
-           "# time: one-way boundary time = round trip / 2 (tensor forward, "
-           "rebuilt, and back)%s; algbw = size / avg time, GB/s = 1e9 B/s\n"
+           "# time: %s%s; algbw = size / avg time, GB/s = 1e9 B/s\n"
            "# per rank and crossing: stage = bytes sent to the other stage, "
            "xnode = of which to another node, gather = bytes sent inside the "
            "TP group\n", perf_kind_names[o->kind], h->info.tp_size,
            o->cuda ? "cuda" : "host", o->iters, o->warmup,
            o->check ? "on" : "off",
+           (o->kind == PERF_STREAM)
+               ? "per tensor of a one-way stream (4 in flight)"
+               : "one-way boundary time = round trip / 2 (tensor forward, "
+                 "rebuilt, and back)",
            (o->kind == PERF_GATHER) ? "; gather = scatter_gather - shard" : "");
     printf("%12s %15s %3s %10s %10s %10s %8s %12s %12s %12s %6s\n",
            "size(B)", "mode", "t", "p50(us)", "avg(us)", "max(us)", "algbw",
@@ -423,7 +499,8 @@ int main(int argc, char **argv)
         perf_result_t    shard[64];
         int              nmodes = 1, m;
 
-        modes[0] = (o.kind == PERF_BOUNDARY) ? o.mode : STAGELINK_MODE_SHARDED;
+        modes[0] = (o.kind == PERF_BOUNDARY || o.kind == PERF_STREAM)
+                       ? o.mode : STAGELINK_MODE_SHARDED;
         if (o.kind == PERF_GATHER) {
             modes[1] = STAGELINK_MODE_SCATTER_GATHER;
             nmodes   = 2;
