@@ -16,7 +16,10 @@
  * scatter_gather time minus the shard time, both measured in this run),
  * stream (bandwidth, as ucx_perftest's tag_bw: stage 0 streams ITERS
  * tensors forward with 4 in flight, stage 1 answers once at the end; the
- * time is the total over ITERS, and the link carries one direction only).
+ * time is the total over ITERS, and the link carries one direction only),
+ * pipeline (one training step of Megatron's 1F1B schedule: -B microbatches
+ * of -V virtual chunks, activations forward and gradients back, posted in
+ * batches as send_forward_recv_backward; the time is the step's).
  * --corrupt flips one byte on the way back: the check must fail (exit 1).
  *
  * -m is the memory type, as in ucx_perftest: cuda puts both tensors in
@@ -27,6 +30,7 @@
  */
 #include "host.h"
 #include "pattern.h"
+#include "schedule.h"
 
 #ifdef STAGELINK_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -39,13 +43,14 @@
 #include <time.h>
 
 typedef enum perf_kind {
-    PERF_BOUNDARY, PERF_SHARD, PERF_GATHER, PERF_STREAM
+    PERF_BOUNDARY, PERF_SHARD, PERF_GATHER, PERF_STREAM, PERF_PIPELINE
 } perf_kind_t;
 
 #define PERF_WINDOW 4
 
 typedef struct perf_opts {
     int              tp, iters, warmup, check, csv, cuda, corrupt;
+    int              microbatches, chunks;  /* pipeline */
     perf_kind_t      kind;
     stagelink_mode_t mode;
     size_t           sizes[64];
@@ -79,7 +84,8 @@ static int cmp_double(const void *a, const void *b)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: stagelink_perftest -t TP [-k boundary|shard|gather|stream]\n"
+            "usage: stagelink_perftest -t TP [-k boundary|shard|gather|stream|pipeline]\n"
+            "         [-B MICROBATCHES] [-V CHUNKS] (pipeline; default 16, 1)\n"
             "         [-M scatter_gather|full|sharded] [-m host|cuda] [--corrupt]\n"
             "         [-b MIN -e MAX -f FACTOR | -s SIZE,SIZE,...] [-n ITERS]\n"
             "         [-w WARMUP] [-c 0|1] [--csv]\n"
@@ -100,7 +106,8 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
 
     memset(o, 0, sizeof(*o));
     o->tp = 1, o->iters = 20, o->warmup = 5, o->check = 1;
-    while ((opt = getopt_long(argc, argv, "t:k:m:M:b:e:f:s:n:w:c:h", longopts,
+    o->microbatches = 16, o->chunks = 1;
+    while ((opt = getopt_long(argc, argv, "t:k:m:M:b:e:f:s:n:w:c:B:V:h", longopts,
                               NULL)) != -1) {
         switch (opt) {
         case 't': o->tp = atoi(optarg); break;
@@ -109,6 +116,8 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
         case 'c': o->check = atoi(optarg); break;
         case 'f': factor = atoi(optarg); break;
         case 'C': o->csv = 1; break;
+        case 'B': o->microbatches = atoi(optarg); break;
+        case 'V': o->chunks = atoi(optarg); break;
         case 'X': o->corrupt = 1; break;
         case 'k':
             if (strcmp(optarg, "boundary") == 0) {
@@ -119,9 +128,11 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
                 o->kind = PERF_GATHER;
             } else if (strcmp(optarg, "stream") == 0) {
                 o->kind = PERF_STREAM;
+            } else if (strcmp(optarg, "pipeline") == 0) {
+                o->kind = PERF_PIPELINE;
             } else {
-                fprintf(stderr, "-k takes boundary, shard, gather or stream, "
-                        "not %s\n", optarg);
+                fprintf(stderr, "-k takes boundary, shard, gather, stream or "
+                        "pipeline, not %s\n", optarg);
                 return -1;
             }
             break;
@@ -162,7 +173,8 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
         }
     }
     if (optind != argc || o->tp < 1 || o->iters < 1 || o->warmup < 0 ||
-        factor < 2 || min > max) {
+        factor < 2 || min > max || o->microbatches < 1 || o->chunks < 1 ||
+        o->chunks > (int)STAGELINK_TAG_MAX_CHUNK + 1) {
         return -1;
     }
     if (!have_list) {
@@ -264,6 +276,39 @@ static int stream(sl_host_t *h, unsigned char *send, unsigned char *recv,
     return rc;
 }
 
+/* One 1F1B training step: every batch of the schedule posted and completed. */
+static int pipeline(sl_host_t *h, const sl_sched_step_t *steps, int nsteps,
+                    unsigned char *send, unsigned char *recv, size_t n)
+{
+    stagelink_op_t       ops[2];
+    stagelink_request_t *reqs[2];
+    int                  i, k;
+
+    for (i = 0; i < nsteps; ++i) {
+        for (k = 0; k < steps[i].nops; ++k) {
+            const sl_sched_op_t *op = &steps[i].ops[k];
+            int to_next = op->send ? !op->backward : op->backward;
+
+            ops[k].kind = op->send ? STAGELINK_OP_SEND : STAGELINK_OP_RECV;
+            ops[k].xfer = sl_host_xfer(to_next ? STAGELINK_PEER_NEXT
+                                               : STAGELINK_PEER_PREV,
+                                       op->send ? send : recv, n, 1,
+                                       op->microbatch, op->chunk);
+        }
+        if (sl_host_report(h, h->plugin->post_batch(h->comm, ops,
+                                                     (size_t)steps[i].nops, reqs),
+                           "post_batch")) {
+            return -1;
+        }
+        for (k = 0; k < steps[i].nops; ++k) {
+            if (sl_host_report(h, h->plugin->wait(h->comm, reqs[k]), "wait")) {
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 /* In sharded mode each TP rank only ever holds its own shard. */
 static void own_range(const sl_host_t *h, size_t n, size_t *off, size_t *len)
 {
@@ -338,6 +383,32 @@ static int run_size(sl_host_t *h, const perf_opts_t *o, size_t n,
     own_range(h, n, &off, &len);
     sl_pattern_fill(stage, 0, n, seed);
     buf_copy(o, send, stage, n);
+    if (o->kind == PERF_PIPELINE) {
+        sl_sched_step_t *steps = malloc(sizeof(*steps) *
+                                        (size_t)SL_SCHED_MAX_STEPS(o->microbatches,
+                                                                   o->chunks));
+        int              nsteps;
+
+        if (steps == NULL) {
+            rc = -1;
+            goto out;
+        }
+        nsteps = sl_schedule_1f1b(h->info.pp_index, 2, o->microbatches,
+                                  o->chunks, steps);
+        for (it = 0; it < o->warmup && rc == 0; ++it) {
+            rc = pipeline(h, steps, nsteps, send, recv, n);
+        }
+        h->plugin->get_counters(h->comm, &c0);
+        for (it = 0; it < o->iters && rc == 0; ++it) {
+            t0        = now_us();
+            rc        = pipeline(h, steps, nsteps, send, recv, n);
+            times[it] = now_us() - t0;
+            sum      += times[it];
+        }
+        h->plugin->get_counters(h->comm, &c1);
+        free(steps);
+        goto stats;
+    }
     if (o->kind == PERF_STREAM) {
         double total = 0;
 
@@ -392,6 +463,7 @@ static int run_size(sl_host_t *h, const perf_opts_t *o, size_t n,
         }
     }
     h->plugin->get_counters(h->comm, &c1);
+stats:
     if (rc == 0) {
         qsort(times, (size_t)o->iters, sizeof(double), cmp_double);
         res->p50_us = times[o->iters / 2];
@@ -414,7 +486,7 @@ out:
 }
 
 static const char *const perf_kind_names[] = {"boundary", "shard", "gather",
-                                              "stream"};
+                                              "stream", "pipeline"};
 
 static void print_header(const sl_host_t *h, const perf_opts_t *o)
 {
@@ -433,6 +505,8 @@ static void print_header(const sl_host_t *h, const perf_opts_t *o)
            o->check ? "on" : "off",
            (o->kind == PERF_STREAM)
                ? "per tensor of a one-way stream (4 in flight)"
+           : (o->kind == PERF_PIPELINE)
+               ? "one 1F1B training step (all microbatches, forward and back)"
                : "one-way boundary time = round trip / 2 (tensor forward, "
                  "rebuilt, and back)",
            (o->kind == PERF_GATHER) ? "; gather = scatter_gather - shard" : "");
@@ -499,8 +573,8 @@ int main(int argc, char **argv)
         perf_result_t    shard[64];
         int              nmodes = 1, m;
 
-        modes[0] = (o.kind == PERF_BOUNDARY || o.kind == PERF_STREAM)
-                       ? o.mode : STAGELINK_MODE_SHARDED;
+        modes[0] = (o.kind == PERF_SHARD || o.kind == PERF_GATHER)
+                       ? STAGELINK_MODE_SHARDED : o.mode;
         if (o.kind == PERF_GATHER) {
             modes[1] = STAGELINK_MODE_SCATTER_GATHER;
             nmodes   = 2;

@@ -4,8 +4,8 @@
  * a list of sizes; every received byte is checked against the pattern of
  * the sending stage, microbatch, chunk, direction and offset.
  *
- *   xfer_check -t TP [-p PP] [-m MODE] [-s SIZES] [-n MICROBATCHES] [-r]
- *              SCENARIO
+ *   xfer_check -t TP [-p PP] [-m MODE] [-s SIZES] [-n MICROBATCHES]
+ *              [-v CHUNKS] [-r] SCENARIO
  *   scenarios: sweep (also checks the byte counters), inflight, 1f1b
  *   -r: register every buffer with mem_register first
  *
@@ -13,6 +13,7 @@
  */
 #include "host.h"
 #include "pattern.h"
+#include "schedule.h"
 
 #include <getopt.h>
 #include <stdint.h>
@@ -350,47 +351,26 @@ static void batch_run(check_t *c, xfer_slot_t *slots, int n)
     }
 }
 
-/* Megatron's non-interleaved 1F1B schedule, with its batched pairs. */
-static void run_1f1b(check_t *c, size_t nbytes, int m)
+/* Megatron's 1F1B schedule, with its batched pairs (tools/common/schedule). */
+static void run_1f1b(check_t *c, size_t nbytes, int m, int v)
 {
-    unsigned char *a = buf_alloc(c, nbytes), *b = buf_alloc(c, nbytes);
-    xfer_slot_t    slots[2];
-    int            warmup = c->nstages - c->stage - 1;
-    int            remaining, f = 0, bw = 0, i, n;
+    unsigned char   *a = buf_alloc(c, nbytes), *b = buf_alloc(c, nbytes);
+    sl_sched_step_t *steps = xmalloc(sizeof(*steps) * (size_t)SL_SCHED_MAX_STEPS(m, v));
+    xfer_slot_t      slots[2];
+    int              nsteps = sl_schedule_1f1b(c->stage, c->nstages, m, v, steps);
+    int              i, k, n;
 
-    warmup    = (warmup < m) ? warmup : m;
-    remaining = m - warmup;
-    for (i = 0; i < warmup; ++i, ++f) {
-        n = slot_make(c, &slots[0], a, nbytes, 1, 0, (uint32_t)f, 0);
-        batch_run(c, slots, n);                       /* recv_forward */
-        n = slot_make(c, &slots[0], b, nbytes, 0, 0, (uint32_t)f, 0);
-        batch_run(c, slots, n);                       /* send_forward */
-    }
-    if (remaining > 0) {
-        n = slot_make(c, &slots[0], a, nbytes, 1, 0, (uint32_t)f, 0);
+    for (i = 0; i < nsteps; ++i) {
+        n = 0;
+        for (k = 0; k < steps[i].nops; ++k) {
+            const sl_sched_op_t *op = &steps[i].ops[k];
+
+            n += slot_make(c, &slots[n], op->send ? b : a, nbytes, !op->send,
+                           op->backward, op->microbatch, op->chunk);
+        }
         batch_run(c, slots, n);
     }
-    for (i = 0; i < remaining; ++i) {
-        n  = slot_make(c, &slots[0], b, nbytes, 0, 0, (uint32_t)f, 0);
-        n += slot_make(c, &slots[n], a, nbytes, 1, 1, (uint32_t)bw, 0);
-        batch_run(c, slots, n);                       /* send_forward_recv_backward */
-        ++f;
-        if (i == remaining - 1) {
-            n = slot_make(c, &slots[0], b, nbytes, 0, 1, (uint32_t)bw, 0);
-            batch_run(c, slots, n);                   /* send_backward */
-        } else {
-            n  = slot_make(c, &slots[0], b, nbytes, 0, 1, (uint32_t)bw, 0);
-            n += slot_make(c, &slots[n], a, nbytes, 1, 0, (uint32_t)f, 0);
-            batch_run(c, slots, n);                   /* send_backward_recv_forward */
-        }
-        ++bw;
-    }
-    for (i = 0; i < warmup; ++i, ++bw) {
-        n = slot_make(c, &slots[0], a, nbytes, 1, 1, (uint32_t)bw, 0);
-        batch_run(c, slots, n);                       /* recv_backward */
-        n = slot_make(c, &slots[0], b, nbytes, 0, 1, (uint32_t)bw, 0);
-        batch_run(c, slots, n);                       /* send_backward */
-    }
+    free(steps);
     buf_free(c, a);
     buf_free(c, b);
 }
@@ -416,11 +396,13 @@ int main(int argc, char **argv)
     size_t      sizes[32];
     const char *size_list = "0,1,7,4099,65536,1048577";
     int         nsizes, i, opt, tp = 1, pp = 0, microbatches = 32, reg = 0;
+    int         chunks = 1;
     stagelink_mode_t mode = STAGELINK_MODE_DEFAULT;
     const char *scenario;
 
-    while ((opt = getopt(argc, argv, "t:p:m:s:n:r")) != -1) {
+    while ((opt = getopt(argc, argv, "t:p:m:s:n:v:r")) != -1) {
         switch (opt) {
+        case 'v': chunks = atoi(optarg); break;
         case 'r': reg = 1; break;
         case 't': tp = atoi(optarg); break;
         case 'p': pp = atoi(optarg); break;
@@ -464,7 +446,7 @@ int main(int argc, char **argv)
         } else if (strcmp(scenario, "inflight") == 0) {
             run_inflight(&c, sizes[i], microbatches);
         } else if (strcmp(scenario, "1f1b") == 0) {
-            run_1f1b(&c, sizes[i], microbatches);
+            run_1f1b(&c, sizes[i], microbatches, chunks);
         } else {
             fprintf(stderr, "unknown scenario %s\n", scenario);
             return 2;

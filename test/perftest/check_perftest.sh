@@ -9,7 +9,7 @@ perf=$1/tools/stagelink_perftest
 failed=0
 fail() { echo "FAIL: $*"; failed=1; }
 
-for args in "-k nonsense" "-s 1X" "-m gpu" "-M fastest" "-n 0" "extra"; do
+for args in "-k nonsense" "-s 1X" "-m gpu" "-M fastest" "-n 0" "-B 0" "extra"; do
     # shellcheck disable=SC2086
     "$perf" -t 1 $args >/dev/null 2>"$1/perftest.err"
     rc=$?
@@ -27,6 +27,10 @@ head -n 1 "$1/perftest.csv" | grep -qx 'size,mode,t,p50_us,avg_us,max_us,algbw_G
     fail "CSV header: $(head -n 1 "$1/perftest.csv")"
 rows=$(awk -F, 'NR > 1 && NF == 11 && $1 ~ /^[0-9]+$/ && $4 ~ /^[0-9.]+$/ && $11 == 0' "$1/perftest.csv" | wc -l)
 [ "$rows" = 3 ] || fail "expected 3 numeric CSV rows with wrong=0, got $rows: $(cat "$1/perftest.csv")"
+
+"$run" -n 4 -T 60 -- "$perf" -t 2 -k pipeline -B 4 -V 2 -s 4K,1M -n 2 -w 1 --csv >"$1/perftest.pipe" 2>"$1/perftest.err" ||
+    fail "-k pipeline failed: $(cat "$1/perftest.err")"
+[ "$(awk -F, 'NR > 1 && $5 > 0' "$1/perftest.pipe" | wc -l)" = 2 ] || fail "-k pipeline rows: $(cat "$1/perftest.pipe")"
 
 [ $failed = 0 ] && echo "perftest checks passed"
 exit $failed
