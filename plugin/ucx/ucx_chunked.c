@@ -41,20 +41,44 @@ static void sl_chunk_send_cb(void *request, ucs_status_t status, void *user)
     sl_staging_net_done(slot, sl_chunk_status(status));
 }
 
+/*
+ * The own shard landed further: relay what is now in place at once, from
+ * this callback (posting is allowed there), not after progress returns.
+ */
+static void sl_chunk_relay(sl_req_t *req, const sl_staging_xfer_t *shard)
+{
+    int i;
+
+    if (shard->status != STAGELINK_SUCCESS) {
+        return;
+    }
+    req->stage_landed = sl_staging_landed(shard);
+    for (i = 0; i < req->nsubs; ++i) {
+        if (req->subs[i].kind == SL_SUB_GATHER_SEND &&
+            req->subs[i].staged != NULL) {
+            sl_staging_progress(&req->subs[i].staged->x);
+        }
+    }
+}
+
 static void sl_chunk_recv_cb(void *request, ucs_status_t status,
                              const ucp_tag_recv_info_t *info, void *user)
 {
     sl_staging_slot_t *slot = user;
-    sl_status_t        st   = sl_chunk_status(status);
+    sl_staged_t       *st   = slot->x->user;
+    sl_status_t        s    = sl_chunk_status(status);
 
     ucp_request_free(request);
     slot->net = NULL;
-    /* A short chunk: the sender failed, or sent from host memory. */
-    if (st == STAGELINK_SUCCESS &&
+    /* A short chunk: the sender failed or passed a different nbytes. */
+    if (s == STAGELINK_SUCCESS &&
         info->length != sl_staging_chunk_len(slot->x, slot->index)) {
-        st = STAGELINK_ERR_SIZE_MISMATCH;
+        s = STAGELINK_ERR_SIZE_MISMATCH;
     }
-    sl_staging_net_done(slot, st);
+    sl_staging_net_done(slot, s);
+    if (st->sub->kind == SL_SUB_STAGE_RECV && st->sub->req->forwarding) {
+        sl_chunk_relay(st->sub->req, slot->x);
+    }
 }
 
 static sl_status_t sl_dev_net_post(void *ctx, sl_staging_slot_t *slot,
@@ -185,9 +209,8 @@ int sl_chunked_progress(sl_comm_t *comm)
     while ((st = *link) != NULL) {
         int done = sl_staging_progress(&st->x);
 
-        if (st->sub->kind == SL_SUB_STAGE_RECV && st->sub->req->forwarding &&
-            st->x.status == STAGELINK_SUCCESS) {
-            st->sub->req->stage_landed = sl_staging_landed(&st->x);
+        if (st->sub->kind == SL_SUB_STAGE_RECV && st->sub->req->forwarding) {
+            sl_chunk_relay(st->sub->req, &st->x); /* staged chunks land here */
         }
         if (!done) {
             link = &st->next;

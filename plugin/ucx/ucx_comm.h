@@ -85,8 +85,6 @@ struct stagelink_request {
     int                       stage_done;   /**< the stage sub completed */
     int                       gather_posted;/**< own shard passed to the group */
     int                       needs_gather;
-    int                       on_ready;     /**< queued for shard_ready */
-    struct stagelink_request *ready_next;
     sl_status_t               status;       /**< first error */
     int                       peer_failed;  /**< status only echoes a TP peer's */
     int                       device;       /**< buffer in device memory */
@@ -134,7 +132,6 @@ struct stagelink_comm {
     void                       *gather_dev_state;
     int                         gather_choice; /**< STAGELINK_GATHER: auto, ucx, nccl */
     sl_req_pool_t               pool;
-    struct stagelink_request   *ready;    /**< own shard arrived, not yet passed on */
     stagelink_counters_t        counters;
     /* Device memory (plugin/ucx/ucx_device.c). */
     const sl_gpu_ops_t         *gpu;
@@ -165,7 +162,7 @@ typedef struct stagelink_request sl_req_t;
 sl_status_t sl_ucx_worker_create(sl_comm_t *comm);
 sl_status_t sl_ucx_connect(sl_comm_t *comm, struct sl_bootstrap *bs);
 void        sl_ucx_worker_destroy(sl_comm_t *comm);
-/** Progresses UCX and starts the gathers whose shard arrived. */
+/** Progresses UCX, deferred device requests and chunked transfers. */
 void        sl_ucx_progress(sl_comm_t *comm);
 /** sl_ucx_progress for callers that hold a void pointer (the bootstrap). */
 void        sl_ucx_progress_cb(void *comm);

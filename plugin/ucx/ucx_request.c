@@ -90,8 +90,6 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->stage_done    = 0;
     req->gather_posted = 0;
     req->needs_gather  = 0;
-    req->on_ready      = 0;
-    req->ready_next    = NULL;
     req->status        = STAGELINK_SUCCESS;
     req->peer_failed   = 0;
     req->device        = 0;
@@ -165,7 +163,7 @@ void sl_req_fail(sl_req_t *req, sl_status_t status, const char *fmt, ...)
 
 int sl_req_done(const sl_req_t *req)
 {
-    if (req->pending > 0 || req->on_ready || req->deferred) {
+    if (req->pending > 0 || req->deferred) {
         return 0;
     }
     /* A gather that has not passed the own shard on is not finished. */

@@ -313,16 +313,10 @@ void sl_ucx_worker_destroy(sl_comm_t *comm)
 
 void sl_ucx_progress(sl_comm_t *comm)
 {
-    sl_req_t *req;
-
     while (ucp_worker_progress(comm->worker) != 0) {
     }
     sl_device_progress(comm);
     sl_chunked_progress(comm);
-    while ((req = comm->ready) != NULL) {
-        comm->ready = req->ready_next;
-        sl_xfer_shard_arrived(req, req->status == STAGELINK_SUCCESS);
-    }
 }
 
 void sl_ucx_progress_cb(void *comm)

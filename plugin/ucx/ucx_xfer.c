@@ -123,12 +123,12 @@ void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
 
     if (sub->kind == SL_SUB_STAGE_RECV) {
         req->stage_done = 1;
-        if (req->needs_gather && !req->on_ready) {
-            /* Posting from inside UCX progress would recurse; the gather
-             * starts right after progress. */
-            req->on_ready   = 1;
-            req->ready_next = comm->ready;
-            comm->ready     = req;
+        /* At once, even inside a UCX callback (posting is allowed there):
+         * deferred until progress returns, the peers' rendezvous copies
+         * served in the same progress call would delay it (measured: 2.4 ms
+         * at 8 MiB, the two halves of a gather then run one after another). */
+        if (req->needs_gather) {
+            sl_xfer_shard_arrived(req, req->status == STAGELINK_SUCCESS);
         }
     }
 }
@@ -311,7 +311,6 @@ void sl_xfer_shard_arrived(sl_req_t *req, int ok)
     sl_comm_t  *comm = req->comm;
     sl_status_t status;
 
-    req->on_ready = 0;
     status = req->gather->shard_ready((req->gather == comm->gather)
                                           ? comm->gather_state
                                           : comm->gather_dev_state,
