@@ -121,3 +121,18 @@ void sl_layout_cleanup(sl_layout_t *layout)
     free(layout->tp_ranks);
     layout->tp_ranks = NULL;
 }
+
+void sl_layout_info(const sl_layout_t *layout, stagelink_comm_info_t *info)
+{
+    memset(info, 0, sizeof(*info));
+    info->rank       = layout->rank;
+    info->world_size = layout->world_size;
+    info->tp_size    = layout->tp_size;
+    info->pp_size    = layout->pp_size;
+    info->dp_size    = layout->dp_size;
+    info->tp_index   = layout->tp_index;
+    info->pp_index   = layout->pp_index;
+    info->dp_index   = layout->dp_index;
+    info->prev_rank  = layout->prev_rank;
+    info->next_rank  = layout->next_rank;
+}

@@ -30,4 +30,7 @@ sl_status_t sl_layout_from_topology(int rank, int world_size, int tp_size,
 
 void sl_layout_cleanup(sl_layout_t *layout);
 
+/** The placement part of stagelink_comm_info_t (the plugin adds the rest). */
+void sl_layout_info(const sl_layout_t *layout, stagelink_comm_info_t *info);
+
 #endif

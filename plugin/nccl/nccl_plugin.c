@@ -239,17 +239,7 @@ static stagelink_status_t sl_nccl_comm_info(stagelink_comm_t *c,
         return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG,
                         "comm_info: info is NULL");
     }
-    memset(info, 0, sizeof(*info));
-    info->rank       = c->layout.rank;
-    info->world_size = c->layout.world_size;
-    info->tp_size    = c->layout.tp_size;
-    info->pp_size    = c->layout.pp_size;
-    info->dp_size    = c->layout.dp_size;
-    info->tp_index   = c->layout.tp_index;
-    info->pp_index   = c->layout.pp_index;
-    info->dp_index   = c->layout.dp_index;
-    info->prev_rank  = c->layout.prev_rank;
-    info->next_rank  = c->layout.next_rank;
+    sl_layout_info(&c->layout, info);
     info->local_rank = -1;
     info->local_size = -1;
     info->mode       = c->set.mode;

@@ -261,17 +261,7 @@ static stagelink_status_t sl_ucx_comm_info(stagelink_comm_t *comm,
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                         "comm_info: info is NULL");
     }
-    memset(info, 0, sizeof(*info));
-    info->rank       = comm->layout.rank;
-    info->world_size = comm->layout.world_size;
-    info->tp_size    = comm->layout.tp_size;
-    info->pp_size    = comm->layout.pp_size;
-    info->dp_size    = comm->layout.dp_size;
-    info->tp_index   = comm->layout.tp_index;
-    info->pp_index   = comm->layout.pp_index;
-    info->dp_index   = comm->layout.dp_index;
-    info->prev_rank  = comm->layout.prev_rank;
-    info->next_rank  = comm->layout.next_rank;
+    sl_layout_info(&comm->layout, info);
     info->local_rank = comm->local_rank;
     info->local_size = comm->local_size;
     info->mode       = comm->mode;

@@ -69,6 +69,16 @@ static void sl_sub_count(sl_comm_t *comm, const sl_sub_t *sub, size_t bytes)
     }
 }
 
+/* A TP peer told us (empty shard, or a zero status byte) that it failed. */
+static void sl_sub_peer_failed(sl_req_t *req, const sl_sub_t *sub)
+{
+    req->peer_failed = (req->status == STAGELINK_SUCCESS);
+    sl_req_fail(req, STAGELINK_ERR_TRANSPORT,
+                "TP peer rank %d could not receive its shard of microbatch "
+                "%u chunk %u; its own error says why", sub->peer->rank,
+                req->xfer.tag.microbatch, req->xfer.tag.chunk);
+}
+
 void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
                    const char *why)
 {
@@ -96,11 +106,7 @@ void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
                     req->xfer.nbytes, why);
     } else if (length != sub->expected) {
         if (sub->kind == SL_SUB_GATHER_RECV && length == 0) {
-            req->peer_failed = (req->status == STAGELINK_SUCCESS);
-            sl_req_fail(req, STAGELINK_ERR_TRANSPORT,
-                        "TP peer rank %d could not receive its shard of "
-                        "microbatch %u chunk %u; its own error says why",
-                        sub->peer->rank, tag->microbatch, tag->chunk);
+            sl_sub_peer_failed(req, sub);
         } else {
             sl_req_fail(req, STAGELINK_ERR_SIZE_MISMATCH,
                         "%s of microbatch %u chunk %u from rank %d got %zu "
@@ -112,11 +118,7 @@ void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
         }
     } else if (sub->kind == SL_SUB_STATUS_RECV &&
                *(unsigned char *)sub->buf == 0) {
-        req->peer_failed = (req->status == STAGELINK_SUCCESS);
-        sl_req_fail(req, STAGELINK_ERR_TRANSPORT,
-                    "TP peer rank %d could not receive its shard of "
-                    "microbatch %u chunk %u; its own error says why",
-                    sub->peer->rank, tag->microbatch, tag->chunk);
+        sl_sub_peer_failed(req, sub);
     } else {
         sl_sub_count(comm, sub, length);
     }
