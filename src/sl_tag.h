@@ -23,6 +23,23 @@ typedef enum sl_tag_class {
 #define SL_TAG_MASK_ALL   UINT64_MAX
 #define SL_TAG_MAX_SOURCE 0xffffu
 
+/*
+ * A message above the chunk size goes framed: a header carrying the
+ * sender's length (tag | SL_TAG_HEADER), then chunks (tag | SL_TAG_CHUNKED).
+ * Receives that can meet either a header or a plain message match with
+ * SL_TAG_MASK_HEADER, never a chunk.  Class values (1, 2) leave these bits.
+ */
+#define SL_TAG_CHUNKED     (1ull << 62)
+#define SL_TAG_HEADER      (1ull << 63)
+#define SL_TAG_MASK_HEADER (~SL_TAG_HEADER)
+
+/*
+ * A header is 16 bytes: this magic, then the sender's length.  Receives
+ * recognise it by content: UCX 1.13 hands receive callbacks a garbage
+ * sender_tag (seen: 0x7fc1cb330dd0 for a header's tag).
+ */
+#define SL_HEADER_MAGIC 0x534c4844524c454eull /* "SLHDRLEN" */
+
 typedef struct sl_tag_fields {
     sl_tag_class_t cls;
     int            backward; /**< 0 forward, 1 backward */

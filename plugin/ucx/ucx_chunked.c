@@ -10,6 +10,9 @@
  */
 #include "ucx_comm.h"
 
+#include "sl_tag.h"
+
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +25,12 @@ static void sl_staged_free_list(sl_staged_t *s)
         free(s->slots);
         free(s);
     }
+}
+
+/* The tag of this transfer's chunks. */
+static uint64_t sl_chunk_tag(const sl_staged_t *st)
+{
+    return st->framed ? (st->sub->tag | SL_TAG_CHUNKED) : st->sub->tag;
 }
 
 static sl_status_t sl_chunk_status(ucs_status_t ucs)
@@ -84,9 +93,10 @@ static void sl_chunk_recv_cb(void *request, ucs_status_t status,
 static sl_status_t sl_dev_net_post(void *ctx, sl_staging_slot_t *slot,
                                    void *host, size_t len)
 {
-    sl_comm_t          *comm = ctx;
-    sl_staged_t        *st   = slot->x->user;
-    sl_sub_t           *sub  = st->sub;
+    sl_comm_t          *comm  = ctx;
+    sl_staged_t        *st    = slot->x->user;
+    sl_sub_t           *sub   = st->sub;
+    size_t              index = slot->index;
     ucp_request_param_t param;
     ucs_status_ptr_t    ptr;
 
@@ -106,11 +116,12 @@ static sl_status_t sl_dev_net_post(void *ctx, sl_staging_slot_t *slot,
     if (slot->x->recv) {
         param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
         param.cb.recv       = sl_chunk_recv_cb;
-        ptr = ucp_tag_recv_nbx(comm->worker, host, len, sub->tag,
+        ptr = ucp_tag_recv_nbx(comm->worker, host, len, sl_chunk_tag(st),
                                UINT64_MAX, &param);
     } else {
         param.cb.send = sl_chunk_send_cb;
-        ptr = ucp_tag_send_nbx(sub->peer->ep, host, len, sub->tag, &param);
+        ptr = ucp_tag_send_nbx(sub->peer->ep, host, len, sl_chunk_tag(st),
+                               &param);
     }
     if (UCS_PTR_IS_ERR(ptr)) {
         return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
@@ -120,7 +131,9 @@ static sl_status_t sl_dev_net_post(void *ctx, sl_staging_slot_t *slot,
     }
     if (ptr == NULL) {
         sl_staging_net_done(slot, STAGELINK_SUCCESS);
-    } else {
+    } else if (slot->in_use && slot->state == SL_CHUNK_ON_WIRE &&
+               slot->index == index) {
+        /* Not completed inside the call (see sl_sub_started). */
         slot->net = ptr;
     }
     return STAGELINK_SUCCESS;
@@ -132,8 +145,130 @@ static int sl_dev_net_ready(void *ctx, sl_staging_xfer_t *x)
     sl_staged_t        *st   = x->user;
     ucp_tag_recv_info_t info;
 
-    return ucp_tag_probe_nb(comm->worker, st->sub->tag, UINT64_MAX, 0,
+    return ucp_tag_probe_nb(comm->worker, sl_chunk_tag(st), UINT64_MAX, 0,
                             &info) != NULL;
+}
+
+static void sl_hdr_send_cb(void *request, ucs_status_t status, void *user)
+{
+    sl_staged_t *st = user;
+
+    ucp_request_free(request);
+    st->hdr_req  = NULL;
+    st->hdr_busy = 0;
+    if (status != UCS_OK && st->x.status == STAGELINK_SUCCESS) {
+        st->x.status = sl_chunk_status(status);
+    }
+}
+
+/* The sender's length: go on with the chunks, or drain a mismatch. */
+static void sl_hdr_recv_cb(void *request, ucs_status_t status,
+                           const ucp_tag_recv_info_t *info, void *user)
+{
+    sl_staged_t *st   = user;
+    sl_comm_t   *comm = st->sub->req->comm;
+
+    ucp_request_free(request);
+    st->hdr_req  = NULL;
+    st->hdr_busy = 0;
+    st->waiting  = 0;
+    if (status == UCS_OK && info->length == sizeof(st->hdr) &&
+        st->hdr[0] == SL_HEADER_MAGIC) {
+        if (st->hdr[1] == st->x.len) {
+            sl_staging_progress(&st->x); /* start the chunks at once */
+            return;
+        }
+        st->drain_left = (st->hdr[1] + comm->chunk - 1) / comm->chunk;
+    } else if (status == UCS_OK || status == UCS_ERR_MESSAGE_TRUNCATED) {
+        /* A plain message: the sender's part fits one chunk. */
+        st->hdr[1] = (status == UCS_OK) ? info->length : UINT64_MAX;
+    } else {
+        st->x.status = sl_chunk_status(status);
+        st->draining = 1;
+        return;
+    }
+    st->x.status = STAGELINK_ERR_SIZE_MISMATCH;
+    st->draining = 1;
+}
+
+static void sl_drain_cb(void *request, ucs_status_t status,
+                        const ucp_tag_recv_info_t *info, void *user)
+{
+    sl_staged_t *st = user;
+
+    (void)info;
+    ucp_request_free(request);
+    st->drain_req  = NULL;
+    st->drain_left = (status == UCS_OK) ? st->drain_left - 1 : 0;
+    st->hdr_busy   = 0; /* the drain's receive, likewise */
+}
+
+/* One chunk of a mismatched sender at a time into the scratch chunk, so
+ * none is left to be matched by a later transfer with the same tag. */
+static int sl_drain_progress(sl_comm_t *comm, sl_staged_t *st)
+{
+    ucp_request_param_t param;
+    ucs_status_ptr_t    ptr;
+
+    if (st->drain_left > 0 && st->drain_req == NULL) {
+        if (comm->scratch == NULL && (comm->scratch = malloc(comm->chunk)) == NULL) {
+            st->drain_left = 0;
+            return 1;
+        }
+        memset(&param, 0, sizeof(param));
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                             UCP_OP_ATTR_FIELD_USER_DATA |
+                             UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+        param.cb.recv      = sl_drain_cb;
+        param.user_data    = st;
+        st->hdr_busy       = 1;
+        ptr = ucp_tag_recv_nbx(comm->worker, comm->scratch, comm->chunk,
+                               st->sub->tag | SL_TAG_CHUNKED, UINT64_MAX,
+                               &param);
+        if (UCS_PTR_IS_PTR(ptr)) {
+            st->drain_req = st->hdr_busy ? ptr : NULL; /* see sl_sub_started */
+        } else {
+            st->drain_left = 0;
+        }
+    }
+    return st->drain_left == 0 && st->drain_req == NULL;
+}
+
+/* A framed transfer starts with its header: the length, sent or awaited. */
+static void sl_hdr_post(sl_comm_t *comm, sl_staged_t *st)
+{
+    ucp_request_param_t param;
+    ucs_status_ptr_t    ptr;
+
+    memset(&param, 0, sizeof(param));
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                         UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    param.user_data    = st;
+    param.memory_type  = UCS_MEMORY_TYPE_HOST;
+    st->hdr_busy = 1;
+    if (st->x.recv) {
+        st->waiting         = 1;
+        param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+        param.cb.recv       = sl_hdr_recv_cb;
+        ptr = ucp_tag_recv_nbx(comm->worker, &st->hdr, sizeof(st->hdr),
+                               st->sub->tag, SL_TAG_MASK_HEADER, &param);
+    } else {
+        st->hdr[0]    = SL_HEADER_MAGIC;
+        st->hdr[1]    = st->x.len;
+        param.cb.send = sl_hdr_send_cb;
+        ptr = ucp_tag_send_nbx(st->sub->peer->ep, &st->hdr, sizeof(st->hdr),
+                               st->sub->tag | SL_TAG_HEADER, &param);
+    }
+    if (UCS_PTR_IS_PTR(ptr)) {
+        st->hdr_req = st->hdr_busy ? ptr : NULL; /* see sl_sub_started */
+    } else if (ptr == NULL) {
+        st->hdr_busy = 0;
+    } else {
+        st->x.status = STAGELINK_ERR_TRANSPORT;
+        st->waiting  = 0;
+        st->draining = st->x.recv;
+    }
 }
 
 static const sl_staging_ops_t sl_dev_staging_ops = {
@@ -143,22 +278,13 @@ static const sl_staging_ops_t sl_dev_staging_ops = {
     .net_ready  = sl_dev_net_ready,
 };
 
-sl_status_t sl_chunked_sub_start(sl_sub_t *sub, void *buf, size_t len,
-                                 int recv)
+/* A chunked transfer object, from the free list (none made in steady state). */
+static sl_status_t sl_staged_get(sl_comm_t *comm, sl_sub_t *sub, int recv,
+                                 int direct, void *buf, size_t len,
+                                 sl_staged_t **out)
 {
-    sl_req_t    *req    = sub->req;
-    sl_comm_t   *comm   = req->comm;
-    int          direct = !req->device || comm->ucx_cuda;
-    sl_staged_t *st;
+    sl_staged_t *st = comm->staged_free;
 
-    if (!direct) {
-        SL_CHECK(sl_device_staging_ready(comm));
-    } else if (comm->staging.nbufs == 0) {
-        /* Chunks moved in place take no buffers; the pool sizes the window. */
-        comm->staging.chunk = comm->chunk;
-        comm->staging.nbufs = comm->nbufs;
-    }
-    st = comm->staged_free;
     if (st != NULL) {
         comm->staged_free = st->next;
     } else {
@@ -171,18 +297,65 @@ sl_status_t sl_chunked_sub_start(sl_sub_t *sub, void *buf, size_t len,
                             comm->nbufs);
         }
     }
+    if (comm->staging.nbufs == 0) {
+        /* Chunks moved in place take no buffers; the pool sizes the window. */
+        comm->staging.chunk = comm->chunk;
+        comm->staging.nbufs = comm->nbufs;
+    }
     sl_staging_xfer_init(&st->x, &sl_dev_staging_ops, comm, &comm->staging,
                          recv, direct, buf, len, st->slots);
     st->x.user          = st;
-    if (!recv && sub->kind == SL_SUB_GATHER_SEND && req->forwarding) {
-        st->x.avail = &req->stage_landed; /* relay: each chunk as it lands */
-    }
     st->sub             = sub;
+    st->framed          = (len > comm->chunk);
+    st->waiting         = st->draining = 0;
+    st->hdr_req         = st->drain_req = NULL;
+    st->hdr_busy        = 0;
+    st->drain_left      = 0;
     sub->staged         = st;
     st->next            = comm->staged_active;
     comm->staged_active = st;
-    sl_staging_progress(&st->x);
+    *out                = st;
     return STAGELINK_SUCCESS;
+}
+
+sl_status_t sl_chunked_sub_start(sl_sub_t *sub, void *buf, size_t len,
+                                 int recv)
+{
+    sl_req_t    *req    = sub->req;
+    sl_comm_t   *comm   = req->comm;
+    int          direct = !req->device || comm->ucx_cuda;
+    sl_staged_t *st;
+
+    if (!direct) {
+        SL_CHECK(sl_device_staging_ready(comm));
+    }
+    SL_CHECK(sl_staged_get(comm, sub, recv, direct, buf, len, &st));
+    if (!recv && sub->kind == SL_SUB_GATHER_SEND && req->forwarding) {
+        st->x.avail = &req->stage_landed; /* relay: each chunk as it lands */
+    }
+    if (st->framed) {
+        sl_hdr_post(comm, st);
+    }
+    if (!st->waiting && !st->draining) {
+        sl_staging_progress(&st->x);
+    }
+    return STAGELINK_SUCCESS;
+}
+
+void sl_chunked_drain(sl_sub_t *sub, uint64_t len)
+{
+    sl_comm_t   *comm = sub->req->comm;
+    sl_staged_t *st;
+
+    if (sl_staged_get(comm, sub, 1, 1, NULL, 0, &st) != STAGELINK_SUCCESS) {
+        sl_sub_finish(sub, STAGELINK_ERR_SIZE_MISMATCH, 0, comm->err.msg);
+        return;
+    }
+    st->hdr[1]     = len;
+    st->framed     = 1;
+    st->draining   = 1;
+    st->drain_left = (len + comm->chunk - 1) / comm->chunk;
+    st->x.status   = STAGELINK_ERR_SIZE_MISMATCH;
 }
 
 void sl_chunked_cancel(sl_comm_t *comm, sl_sub_t *sub)
@@ -192,6 +365,9 @@ void sl_chunked_cancel(sl_comm_t *comm, sl_sub_t *sub)
 
     if (st->x.status == STAGELINK_SUCCESS) {
         st->x.status = STAGELINK_ERR_CANCELED;
+    }
+    if (st->hdr_req != NULL) {
+        ucp_request_cancel(comm->worker, st->hdr_req);
     }
     for (i = 0; i < comm->nbufs; ++i) {
         if (st->slots[i].in_use && st->slots[i].net != NULL) {
@@ -207,7 +383,16 @@ int sl_chunked_progress(sl_comm_t *comm)
 
     link = &comm->staged_active;
     while ((st = *link) != NULL) {
-        int done = sl_staging_progress(&st->x);
+        int  done;
+        char why[192];
+
+        if (st->draining) {
+            done = sl_drain_progress(comm, st);
+        } else if (st->waiting) {
+            done = 0;
+        } else {
+            done = sl_staging_progress(&st->x) && st->hdr_req == NULL;
+        }
 
         if (st->sub->kind == SL_SUB_STAGE_RECV && st->sub->req->forwarding) {
             sl_chunk_relay(st->sub->req, &st->x); /* staged chunks land here */
@@ -220,6 +405,20 @@ int sl_chunked_progress(sl_comm_t *comm)
         sub               = st->sub;
         st->next          = comm->staged_free;
         comm->staged_free = st;
+        if (st->draining && st->x.status == STAGELINK_ERR_SIZE_MISMATCH) {
+            if (st->hdr[1] == UINT64_MAX) {
+                snprintf(why, sizeof(why), "the sender's part fits one "
+                         "message (at most STAGELINK_CHUNK bytes), this one is "
+                         "%zu; both sides must pass the same nbytes",
+                         sub->expected);
+            } else {
+                snprintf(why, sizeof(why), "the sender's part is %llu bytes, "
+                         "this one %zu; both sides must pass the same nbytes",
+                         (unsigned long long)st->hdr[1], sub->expected);
+            }
+            sl_sub_finish(sub, st->x.status, 0, why);
+            continue;
+        }
         if (sub->kind == SL_SUB_GATHER_RECV &&
             st->x.status == STAGELINK_ERR_SIZE_MISMATCH) {
             /* A TP peer that lost its shard relays the rest empty. */
@@ -229,8 +428,7 @@ int sl_chunked_progress(sl_comm_t *comm)
         sl_sub_finish(sub, st->x.status,
                       (st->x.status == STAGELINK_SUCCESS) ? st->x.len : 0,
                       (st->x.status == STAGELINK_ERR_SIZE_MISMATCH)
-                          ? "a chunk arrived short: the sender failed or "
-                            "passed a different nbytes"
+                          ? "a chunk arrived short: the sender failed"
                           : comm->err.msg);
     }
     return comm->staged_active != NULL || comm->deferred != NULL;
@@ -241,4 +439,6 @@ void sl_chunked_cleanup(sl_comm_t *comm)
     sl_staged_free_list(comm->staged_active);
     sl_staged_free_list(comm->staged_free);
     comm->staged_active = comm->staged_free = NULL;
+    free(comm->scratch);
+    comm->scratch = NULL;
 }

@@ -46,6 +46,7 @@ struct sl_staged;
 typedef struct sl_sub {
     struct stagelink_request *req;
     void                     *ucx_req;  /**< in flight, NULL once complete */
+    int                       finished; /**< completed (maybe inside the post) */
     struct sl_staged         *staged;   /**< chunked device transfer in flight */
     const sl_ucx_peer_t      *peer;
     sl_sub_kind_t             kind;
@@ -54,12 +55,20 @@ typedef struct sl_sub {
     size_t                    expected; /**< bytes it must carry */
 } sl_sub_t;
 
-/** A chunked device-memory transfer (staged, or direct with GPU-direct). */
+/** A transfer in chunks (staged, or in place), or the drain of a mismatch. */
 typedef struct sl_staged {
     sl_staging_xfer_t  x;
     sl_staging_slot_t *slots;
     sl_sub_t          *sub;
-    struct sl_staged  *next; /**< active list or free list */
+    struct sl_staged  *next;       /**< active list or free list */
+    int                framed;     /**< a length header precedes the chunks */
+    int                waiting;    /**< receiver: chunks wait for the header */
+    int                draining;   /**< sizes differ: discard the sender's chunks */
+    uint64_t           hdr[2];     /**< on the wire: SL_HEADER_MAGIC, length */
+    void              *hdr_req;
+    int                hdr_busy;   /**< header in flight (cleared by its callback) */
+    uint64_t           drain_left; /**< chunks of the sender still to discard */
+    void              *drain_req;
 } sl_staged_t;
 
 struct stagelink_memh {
@@ -148,6 +157,7 @@ struct stagelink_comm {
     struct stagelink_request   *deferred;
     int                         path_logged;
     uint64_t                    staged_chunks; /**< chunks moved through bounce buffers */
+    void                       *scratch;  /**< one chunk, where mismatched chunks are dropped */
     struct sl_bootstrap        *bootstrap;
 };
 
@@ -240,6 +250,9 @@ int         sl_device_copy_test(void *ctx, void *token, sl_status_t *status);
 sl_status_t sl_chunked_sub_start(sl_sub_t *sub, void *buf, size_t len,
                                  int recv);
 void        sl_chunked_cancel(sl_comm_t *comm, sl_sub_t *sub);
+/** A plain receive met a framed sender of `len` bytes: drain its chunks,
+ *  then fail the sub with a size mismatch. */
+void        sl_chunked_drain(sl_sub_t *sub, uint64_t len);
 /** Advances chunked transfers; 1 while any is active. */
 int         sl_chunked_progress(sl_comm_t *comm);
 void        sl_chunked_cleanup(sl_comm_t *comm);

@@ -33,15 +33,28 @@ void sl_req_describe_pending(const sl_req_t *req, char *out, size_t len)
 
     out[0] = '\0';
     for (i = 0; i < req->nsubs && used < len; ++i) {
-        if (req->subs[i].ucx_req != NULL) {
-            used += (size_t)snprintf(out + used, len - used, "%s%s %s rank %d",
-                                     used ? ", " : "",
-                                     sl_sub_name(req->subs[i].kind),
-                                     (req->subs[i].kind == SL_SUB_STAGE_SEND ||
-                                      req->subs[i].kind == SL_SUB_GATHER_SEND)
-                                         ? "to" : "from",
-                                     req->subs[i].peer->rank);
+        const sl_sub_t    *sub = &req->subs[i];
+        const sl_staged_t *st  = sub->staged;
+        char               state[96] = "";
+
+        if (sub->ucx_req == NULL && st == NULL) {
+            continue;
         }
+        if (st != NULL) {
+            snprintf(state, sizeof(state), " (%s, %zu of %zu chunks done)",
+                     st->waiting ? "awaiting the length header"
+                     : st->draining ? "draining a mismatched sender"
+                                    : "in chunks",
+                     (size_t)st->x.done, (size_t)st->x.nchunks);
+        }
+        used += (size_t)snprintf(out + used, len - used, "%s%s %s rank %d%s",
+                                 used ? ", " : "", sl_sub_name(sub->kind),
+                                 (sub->kind == SL_SUB_STAGE_SEND ||
+                                  sub->kind == SL_SUB_GATHER_SEND ||
+                                  sub->kind == SL_SUB_STATUS_SEND)
+                                     ? "to" : "from",
+                                 sub->peer->rank, state);
+        used = (used < len) ? used : len - 1;
     }
     if (out[0] == '\0') {
         snprintf(out, len, "the own shard to be passed to the TP group");
@@ -86,8 +99,9 @@ void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
     sl_comm_t *comm = req->comm;
     const stagelink_tag_t *tag = &req->xfer.tag;
 
-    sub->ucx_req = NULL;
-    sub->staged  = NULL;
+    sub->ucx_req  = NULL;
+    sub->staged   = NULL;
+    sub->finished = 1;
     --req->pending;
     if (req->peer_failed && sub->kind == SL_SUB_STAGE_RECV &&
         (status != STAGELINK_SUCCESS || length != sub->expected)) {
@@ -172,8 +186,17 @@ static void sl_sub_recv_cb(void *request, ucs_status_t status,
                            const ucp_tag_recv_info_t *info, void *user_data)
 {
     sl_sub_t *sub = user_data;
+    uint64_t  hdr[2];
 
     ucp_request_free(request);
+    /* A framed sender's header: its part is larger than one chunk. */
+    if (status == UCS_OK && info->length == sizeof(hdr)) {
+        memcpy(hdr, sub->buf, sizeof(hdr));
+        if (hdr[0] == SL_HEADER_MAGIC) {
+            sl_chunked_drain(sub, hdr[1]);
+            return;
+        }
+    }
     sl_sub_complete(sub, status, (status == UCS_OK) ? info->length : 0);
 }
 
@@ -185,6 +208,7 @@ static sl_sub_t *sl_sub_new(sl_req_t *req, const sl_ucx_peer_t *peer,
 
     sub->req      = req;
     sub->ucx_req  = NULL;
+    sub->finished = 0;
     sub->staged   = NULL;
     sub->peer     = peer;
     sub->kind     = kind;
@@ -217,7 +241,9 @@ static sl_status_t sl_sub_started(sl_sub_t *sub, ucs_status_ptr_t ptr)
                         "UCX refused a %s with rank %d: %s",
                         sl_sub_name(sub->kind), sub->peer->rank,
                         ucs_status_string(UCS_PTR_STATUS(ptr)));
-    } else {
+    } else if (!sub->finished) {
+        /* UCX 1.13 may run the callback inside the call (NO_IMM_CMPL with
+         * the message already there) and still return the freed request. */
         sub->ucx_req = ptr;
     }
     return STAGELINK_SUCCESS;
@@ -284,7 +310,7 @@ static sl_status_t sl_sub_post(sl_req_t *req, const sl_ucx_peer_t *peer,
     param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.cb.recv       = sl_sub_recv_cb;
     return sl_sub_started(sub, ucp_tag_recv_nbx(req->comm->worker, buf, len,
-                                                tag, SL_TAG_MASK_ALL, &param));
+                                                tag, SL_TAG_MASK_HEADER, &param));
 }
 
 sl_status_t sl_sub_post_send(sl_req_t *req, const sl_ucx_peer_t *peer,
@@ -321,10 +347,9 @@ void sl_xfer_shard_arrived(sl_req_t *req, int ok)
         req->gather_posted = 1;
         sl_req_fail(req, status, "%s", comm->err.msg);
     }
-    if (!ok) {
-        /* Nobody will fill the rest of a tensor we cannot rebuild. */
-        sl_req_cancel_subs(comm, req);
-    }
+    /* Even when our own shard failed, the peers' shards (or their failure
+     * notices) are received, not canceled: left unmatched, they would be
+     * taken by the next transfer with the same tag. */
 }
 
 /** Checks one transfer before anything is posted. */

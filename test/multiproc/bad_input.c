@@ -60,6 +60,58 @@ static stagelink_status_t init_env(const char *name, const char *value,
     return st;
 }
 
+/*
+ * Large tensors whose sizes disagree (at t = 2 their shards go in chunks:
+ * framed against framed, plain against framed, framed against plain); each
+ * is followed by a right-sized transfer with the same tag, which must
+ * arrive intact: nothing of the mismatch may be left on the wire.
+ */
+static void chunked_mismatch_cases(int stage)
+{
+    static const size_t sender[]   = {5 << 20, 3 << 20, 2 << 20};
+    static const size_t receiver[] = {3 << 20, 2 << 20, 3 << 20};
+    static const char  *what[]     = {"chunked shards of 5 MiB into 3 MiB",
+                                      "chunked 3 MiB into one-message 2 MiB",
+                                      "one-message 2 MiB into chunked 3 MiB"};
+    stagelink_request_t *r;
+    stagelink_xfer_t     x;
+    unsigned char       *buf = malloc(5 << 20);
+    size_t               i, j, n = 1 << 20;
+    int                  intact;
+
+    for (i = 0; i < 3; ++i) {
+        uint32_t mb = 400 + (uint32_t)i;
+
+        x = sl_host_xfer(stage == 0 ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV,
+                         buf, stage == 0 ? sender[i] : receiver[i], 1, mb, 0);
+        if (stage == 0) {
+            memset(buf, 0x11, sender[i]);
+            expect(P->isend(C, &x, &r), STAGELINK_SUCCESS, what[i]);
+            P->wait(C, r); /* the receiver reports the mismatch */
+        } else {
+            expect(P->irecv(C, &x, &r), STAGELINK_SUCCESS, what[i]);
+            expect(P->wait(C, r), STAGELINK_ERR_SIZE_MISMATCH, what[i]);
+        }
+        /* Same tag again, same size on both sides: must arrive whole. */
+        x.nbytes = n;
+        if (stage == 0) {
+            memset(buf, 0x5a, n);
+            expect(P->isend(C, &x, &r), STAGELINK_SUCCESS, "the same tag after it");
+            expect(P->wait(C, r), STAGELINK_SUCCESS, "the same tag after it");
+        } else {
+            memset(buf, 0, n);
+            expect(P->irecv(C, &x, &r), STAGELINK_SUCCESS, "the same tag after it");
+            expect(P->wait(C, r), STAGELINK_SUCCESS, "the same tag after it");
+            for (j = 0, intact = 1; j < n; ++j) {
+                intact &= (buf[j] == 0x5a);
+            }
+            CHECK(intact, "after '%s' the next transfer with the same tag "
+                  "arrived wrong", what[i]);
+        }
+    }
+    free(buf);
+}
+
 /* Collective steps need both stages: a barrier-free sequence where each
  * stage only waits on what the other stage posts in the same step. */
 static void cross_stage_cases(int stage, char *buf)
@@ -245,6 +297,7 @@ int main(void)
            "batch of 2 with NULL ops");
 
     cross_stage_cases(stage, buf);
+    chunked_mismatch_cases(stage);
 
     expect(P->comm_finalize(C), STAGELINK_SUCCESS, "finalize");
     x = sl_host_xfer(STAGELINK_PEER_NEXT, buf, 8, 1, 1, 0);
