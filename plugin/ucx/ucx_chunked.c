@@ -1,12 +1,14 @@
 /*
- * Chunked transfers: every message above STAGELINK_CHUNK bytes, and every
- * device message, goes on the wire as ordered chunks of that size on one
- * tag (plugin/staging decides what happens next).  Each side moves its
- * chunks its own way: in place (host memory, or device memory when UCX has
- * CUDA), or through pinned bounce buffers (device memory, UCX without
- * CUDA); the wire format depends only on the chunk size.  A TP rank also
- * forwards each chunk of its shard to its peers as soon as it has landed,
- * so the gather overlaps the shard's transfer.  SPDX-License-Identifier: MIT
+ * Chunked transfers (which messages go in chunks: sl_sub_in_chunks in
+ * ucx_xfer.c): ordered chunks of STAGELINK_CHUNK bytes on one tag, and above
+ * one chunk a 16-byte length header first, so a receiver knows the sender's
+ * size before any data and drains a mismatched sender instead of leaving
+ * its chunks on the wire (plugin/staging decides what happens next).  Each
+ * side moves its chunks its own way: in place (host memory, or device memory
+ * when UCX has CUDA), or through pinned bounce buffers (device memory, UCX
+ * without CUDA).  A TP rank forwards each chunk of its shard to its peers as
+ * soon as it has landed, so the gather overlaps the shard's transfer.
+ * SPDX-License-Identifier: MIT
  */
 #include "ucx_comm.h"
 
@@ -125,7 +127,7 @@ static sl_status_t sl_dev_net_post(void *ctx, sl_staging_slot_t *slot,
     }
     if (UCS_PTR_IS_ERR(ptr)) {
         return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
-                        "UCX refused chunk %zu of a device transfer with rank "
+                        "UCX refused chunk %zu of a chunked transfer with rank "
                         "%d: %s", slot->index, sub->peer->rank,
                         ucs_status_string(UCS_PTR_STATUS(ptr)));
     }
@@ -155,7 +157,7 @@ static void sl_hdr_send_cb(void *request, ucs_status_t status, void *user)
 
     ucp_request_free(request);
     st->hdr_req  = NULL;
-    st->hdr_busy = 0;
+    st->ctl_busy = 0;
     if (status != UCS_OK && st->x.status == STAGELINK_SUCCESS) {
         st->x.status = sl_chunk_status(status);
     }
@@ -170,7 +172,7 @@ static void sl_hdr_recv_cb(void *request, ucs_status_t status,
 
     ucp_request_free(request);
     st->hdr_req  = NULL;
-    st->hdr_busy = 0;
+    st->ctl_busy = 0;
     st->waiting  = 0;
     if (status == UCS_OK && info->length == sizeof(st->hdr) &&
         st->hdr[0] == SL_HEADER_MAGIC) {
@@ -200,7 +202,7 @@ static void sl_drain_cb(void *request, ucs_status_t status,
     ucp_request_free(request);
     st->drain_req  = NULL;
     st->drain_left = (status == UCS_OK) ? st->drain_left - 1 : 0;
-    st->hdr_busy   = 0; /* the drain's receive, likewise */
+    st->ctl_busy   = 0;
 }
 
 /* One chunk of a mismatched sender at a time into the scratch chunk, so
@@ -221,12 +223,12 @@ static int sl_drain_progress(sl_comm_t *comm, sl_staged_t *st)
                              UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
         param.cb.recv      = sl_drain_cb;
         param.user_data    = st;
-        st->hdr_busy       = 1;
+        st->ctl_busy       = 1;
         ptr = ucp_tag_recv_nbx(comm->worker, comm->scratch, comm->chunk,
                                st->sub->tag | SL_TAG_CHUNKED, UINT64_MAX,
                                &param);
         if (UCS_PTR_IS_PTR(ptr)) {
-            st->drain_req = st->hdr_busy ? ptr : NULL; /* see sl_sub_started */
+            st->drain_req = st->ctl_busy ? ptr : NULL; /* see sl_sub_started */
         } else {
             st->drain_left = 0;
         }
@@ -246,7 +248,7 @@ static void sl_hdr_post(sl_comm_t *comm, sl_staged_t *st)
                          UCP_OP_ATTR_FIELD_MEMORY_TYPE;
     param.user_data    = st;
     param.memory_type  = UCS_MEMORY_TYPE_HOST;
-    st->hdr_busy = 1;
+    st->ctl_busy = 1;
     if (st->x.recv) {
         st->waiting         = 1;
         param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
@@ -261,9 +263,9 @@ static void sl_hdr_post(sl_comm_t *comm, sl_staged_t *st)
                                st->sub->tag | SL_TAG_HEADER, &param);
     }
     if (UCS_PTR_IS_PTR(ptr)) {
-        st->hdr_req = st->hdr_busy ? ptr : NULL; /* see sl_sub_started */
+        st->hdr_req = st->ctl_busy ? ptr : NULL; /* see sl_sub_started */
     } else if (ptr == NULL) {
-        st->hdr_busy = 0;
+        st->ctl_busy = 0;
     } else {
         st->x.status = STAGELINK_ERR_TRANSPORT;
         st->waiting  = 0;
@@ -309,7 +311,7 @@ static sl_status_t sl_staged_get(sl_comm_t *comm, sl_sub_t *sub, int recv,
     st->framed          = (len > comm->chunk);
     st->waiting         = st->draining = 0;
     st->hdr_req         = st->drain_req = NULL;
-    st->hdr_busy        = 0;
+    st->ctl_busy        = 0;
     st->drain_left      = 0;
     sub->staged         = st;
     st->next            = comm->staged_active;

@@ -66,7 +66,9 @@ typedef struct sl_staged {
     int                draining;   /**< sizes differ: discard the sender's chunks */
     uint64_t           hdr[2];     /**< on the wire: SL_HEADER_MAGIC, length */
     void              *hdr_req;
-    int                hdr_busy;   /**< header in flight (cleared by its callback) */
+    int                ctl_busy;   /**< the header or a drain receive is in flight
+                                        (cleared by its callback, which UCX may
+                                        run inside the posting call) */
     uint64_t           drain_left; /**< chunks of the sender still to discard */
     void              *drain_req;
 } sl_staged_t;
