@@ -284,6 +284,12 @@ int sl_staging_progress(sl_staging_xfer_t *x)
 {
     int i;
 
+    /* A transport may complete a chunk inside the post that the loop below
+     * makes, and progress from there: the outer call finishes the work. */
+    if (x->in_progress) {
+        return 0;
+    }
+    x->in_progress = 1;
     sl_staging_copies(x);
     sl_staging_post_copied(x);
     for (i = 0; i < x->pool->nbufs; ++i) {
@@ -293,5 +299,6 @@ int sl_staging_progress(sl_staging_xfer_t *x)
     }
     sl_staging_start(x);
     sl_staging_post_copied(x);
+    x->in_progress = 0;
     return x->done == x->nchunks;
 }

@@ -95,6 +95,7 @@ typedef struct sl_staging_xfer {
     size_t                  next_post;  /**< next chunk to put on / take off the wire */
     size_t                  done;       /**< chunks finished */
     sl_status_t             status;     /**< first error */
+    int                     in_progress;/**< guards a nested progress call */
     sl_staging_slot_t      *slots;      /**< pool->nbufs entries */
     void                   *user;       /**< the caller's */
 } sl_staging_xfer_t;

@@ -50,6 +50,9 @@ static void sl_chunk_send_cb(void *request, ucs_status_t status, void *user)
     ucp_request_free(request);
     slot->net = NULL;
     sl_staging_net_done(slot, sl_chunk_status(status));
+    /* The next chunk goes out now, not after this progress call has served
+     * every pending copy (measured: sends waited for 4 receives). */
+    sl_staging_progress(slot->x);
 }
 
 /*
@@ -87,6 +90,7 @@ static void sl_chunk_recv_cb(void *request, ucs_status_t status,
         s = STAGELINK_ERR_SIZE_MISMATCH;
     }
     sl_staging_net_done(slot, s);
+    sl_staging_progress(slot->x); /* the next receive, at once */
     if (st->sub->kind == SL_SUB_STAGE_RECV && st->sub->req->forwarding) {
         sl_chunk_relay(st->sub->req, slot->x);
     }
@@ -434,6 +438,18 @@ int sl_chunked_progress(sl_comm_t *comm)
                           : comm->err.msg);
     }
     return comm->staged_active != NULL || comm->deferred != NULL;
+}
+
+int sl_chunked_copying(const sl_comm_t *comm)
+{
+    const sl_staged_t *st;
+
+    for (st = comm->staged_active; st != NULL; st = st->next) {
+        if (!st->x.direct) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 void sl_chunked_cleanup(sl_comm_t *comm)

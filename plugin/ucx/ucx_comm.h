@@ -257,6 +257,9 @@ void        sl_chunked_cancel(sl_comm_t *comm, sl_sub_t *sub);
 void        sl_chunked_drain(sl_sub_t *sub, uint64_t len);
 /** Advances chunked transfers; 1 while any is active. */
 int         sl_chunked_progress(sl_comm_t *comm);
+/** 1 while a chunked transfer goes through bounce buffers: its GPU copies
+ *  complete without waking the UCX event fd. */
+int         sl_chunked_copying(const sl_comm_t *comm);
 void        sl_chunked_cleanup(sl_comm_t *comm);
 /** Completes a sub (its request's accounting); shared with ucx_xfer.c. */
 void        sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,

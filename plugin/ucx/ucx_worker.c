@@ -313,10 +313,15 @@ void sl_ucx_worker_destroy(sl_comm_t *comm)
 
 void sl_ucx_progress(sl_comm_t *comm)
 {
-    while (ucp_worker_progress(comm->worker) != 0) {
-    }
-    sl_device_progress(comm);
-    sl_chunked_progress(comm);
+    unsigned events;
+
+    /* One UCX round at a time: a round may serve a large copy, and the
+     * chunks it freed are posted before the next one. */
+    do {
+        events = ucp_worker_progress(comm->worker);
+        sl_device_progress(comm);
+        sl_chunked_progress(comm);
+    } while (events != 0);
 }
 
 void sl_ucx_progress_cb(void *comm)
@@ -408,9 +413,9 @@ sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
         if (sl_time_now() < spin_until) {
             continue;
         }
-        if (comm->staged_active != NULL || comm->deferred != NULL) {
-            /* GPU copies, events and chunks waiting for a free slot do not
-             * wake the UCX event fd. */
+        if (comm->deferred != NULL || sl_chunked_copying(comm)) {
+            /* GPU copies and stream events do not wake the UCX event fd;
+             * chunks moved in place are UCX events and do. */
             struct timespec ts = {0, 50000};
 
             nanosleep(&ts, NULL);
