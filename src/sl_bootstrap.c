@@ -16,15 +16,30 @@
 #include <unistd.h>
 
 #define SL_BOOT_MAGIC   0x534c4e4bu /* "SLNK" */
-#define SL_BOOT_VERSION 1u
+#define SL_BOOT_VERSION 2u
 
 typedef struct sl_boot_hdr {
     uint32_t magic;
     uint32_t version;
     uint32_t rank;
     uint32_t world_size;
+    uint64_t job_key;
     uint64_t size; /**< bytes following; 0 in the hello */
 } sl_boot_hdr_t;
+
+/* A client gets this long to send its hello: a silent or byte-a-second
+ * connection (a port scanner, a stale rank of an earlier job) is dropped
+ * instead of holding the rendezvous until its deadline. */
+#define SL_BOOT_HELLO_S 2.0
+/* Connections read concurrently; a flood beyond this evicts the oldest. */
+#define SL_BOOT_PENDING 16
+
+typedef struct sl_boot_client {
+    int           fd; /**< -1: slot free */
+    size_t        got;
+    double        deadline;
+    sl_boot_hdr_t hdr;
+} sl_boot_client_t;
 
 /* How long one poll sleeps between progress calls. */
 #define SL_BOOT_PROGRESS_MS 1
@@ -178,6 +193,12 @@ out_free:
     return status;
 }
 
+static sl_boot_hdr_t sl_boot_hdr(const sl_bootstrap_t *bs, uint64_t size)
+{
+    return (sl_boot_hdr_t){SL_BOOT_MAGIC, SL_BOOT_VERSION, (uint32_t)bs->rank,
+                           (uint32_t)bs->world_size, bs->job_key, size};
+}
+
 static sl_status_t sl_boot_check_hdr(const sl_boot_hdr_t *h,
                                      const sl_bootstrap_t *bs,
                                      sl_errbuf_t *eb)
@@ -189,6 +210,14 @@ static sl_status_t sl_boot_check_hdr(const sl_boot_hdr_t *h,
                         "program or stagelink version", h->magic, h->version,
                         SL_BOOT_MAGIC, SL_BOOT_VERSION);
     }
+    if (h->job_key != bs->job_key) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "rank %u has job key %016llx, this job %016llx: a "
+                        "process of another job (or STAGELINK_JOB_KEY differs "
+                        "between ranks)", h->rank,
+                        (unsigned long long)h->job_key,
+                        (unsigned long long)bs->job_key);
+    }
     if (h->world_size != (uint32_t)bs->world_size) {
         return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
                         "rank %u says world size %u, rank %d says %d; all "
@@ -198,55 +227,171 @@ static sl_status_t sl_boot_check_hdr(const sl_boot_hdr_t *h,
     return STAGELINK_SUCCESS;
 }
 
+sl_status_t sl_bootstrap_check_hello(const sl_bootstrap_t *bs,
+                                     const void *buf, size_t len,
+                                     uint32_t *rank, sl_errbuf_t *eb)
+{
+    sl_boot_hdr_t h;
+
+    if (len != sizeof(h)) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "hello of %zu bytes, expected %zu", len, sizeof(h));
+    }
+    memcpy(&h, buf, sizeof(h));
+    SL_CHECK(sl_boot_check_hdr(&h, bs, eb));
+    if (h.size != 0) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "hello announces %llu bytes of payload, expected 0",
+                        (unsigned long long)h.size);
+    }
+    if (h.rank == 0 || h.rank >= (uint32_t)bs->world_size) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "hello from rank %u, outside 1..%d", h.rank,
+                        bs->world_size - 1);
+    }
+    if (bs->peer_fds[h.rank] >= 0) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "rank %u arrived twice: two processes were started "
+                        "with the same rank", h.rank);
+    }
+    *rank = h.rank;
+    return STAGELINK_SUCCESS;
+}
+
+static void sl_boot_drop(sl_boot_client_t *c, const char *why)
+{
+    SL_WARN(SL_SUBSYS_BOOT, "dropped a rendezvous client: %s", why);
+    close(c->fd);
+    c->fd = -1;
+}
+
+/* Reads what a pending client has sent; a complete, valid hello makes it
+ * the socket of its rank. */
+static void sl_boot_client_read(sl_bootstrap_t *bs, sl_boot_client_t *c,
+                                int *arrived)
+{
+    sl_errbuf_t drop = {{0}};
+    uint32_t    rank;
+    ssize_t     n;
+
+    n = recv(c->fd, (char *)&c->hdr + c->got, sizeof(c->hdr) - c->got,
+             MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
+        return;
+    }
+    if (n <= 0) {
+        sl_boot_drop(c, "closed before its hello");
+        return;
+    }
+    c->got += (size_t)n;
+    if (c->got < sizeof(c->hdr)) {
+        return;
+    }
+    if (sl_bootstrap_check_hello(bs, &c->hdr, sizeof(c->hdr), &rank, &drop) !=
+        STAGELINK_SUCCESS) {
+        sl_boot_drop(c, drop.msg);
+        return;
+    }
+    bs->peer_fds[rank] = c->fd;
+    c->fd              = -1;
+    ++*arrived;
+    SL_TRACE(SL_SUBSYS_BOOT, "rank %u arrived (%d/%d)", rank, *arrived,
+             bs->world_size);
+}
+
+static sl_status_t sl_boot_missing(const sl_bootstrap_t *bs, int arrived,
+                                   sl_errbuf_t *eb)
+{
+    char   list[160] = "";
+    size_t len       = 0;
+    int    r;
+
+    for (r = 1; r < bs->world_size && len + 16 < sizeof(list); ++r) {
+        if (bs->peer_fds[r] < 0) {
+            len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%d",
+                                    len ? ", " : "", r);
+        }
+    }
+    return sl_error(eb, STAGELINK_ERR_TIMEOUT,
+                    "only %d of %d ranks reached the rendezvous in %.1f s; "
+                    "missing: %s%s; check that every rank was started with "
+                    "the same MASTER_ADDR/MASTER_PORT and job key",
+                    arrived, bs->world_size, bs->timeout, list,
+                    (len + 16 >= sizeof(list)) ? ", ..." : "");
+}
+
 static sl_status_t sl_boot_accept_all(sl_bootstrap_t *bs, int lfd,
                                       double deadline, sl_errbuf_t *eb)
 {
-    int           arrived = 1;
-    sl_boot_hdr_t hdr;
-    struct pollfd pfd;
-    sl_errbuf_t   drop;
-    int           fd, rc;
+    sl_boot_client_t pend[SL_BOOT_PENDING];
+    struct pollfd    pfd[SL_BOOT_PENDING + 1];
+    sl_status_t      status = STAGELINK_SUCCESS;
+    int              arrived = 1, slot[SL_BOOT_PENDING + 1];
+    int              i, n, fd, rc, ms, oldest;
+    double           now;
 
+    for (i = 0; i < SL_BOOT_PENDING; ++i) {
+        pend[i].fd = -1;
+    }
     while (arrived < bs->world_size) {
-        pfd.fd     = lfd;
-        pfd.events = POLLIN;
-        rc         = poll(&pfd, 1, sl_deadline_ms(deadline));
-        if (rc == 0) {
-            return sl_error(eb, STAGELINK_ERR_TIMEOUT,
-                            "only %d of %d ranks reached the rendezvous in "
-                            "time; check that every rank was started",
-                            arrived, bs->world_size);
-        }
-        if (rc < 0) {
-            if (errno == EINTR) {
+        now = sl_time_now();
+        ms  = sl_deadline_ms(deadline);
+        n   = 0;
+        pfd[n++] = (struct pollfd){.fd = lfd, .events = POLLIN};
+        for (i = 0; i < SL_BOOT_PENDING; ++i) {
+            if (pend[i].fd < 0) {
                 continue;
             }
-            return sl_error(eb, STAGELINK_ERR_BOOTSTRAP, "poll: %s",
-                            strerror(errno));
+            if (now >= pend[i].deadline) {
+                sl_boot_drop(&pend[i], "no complete hello in time");
+                continue;
+            }
+            slot[n]  = i;
+            pfd[n++] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+            if (ms < 0 || (pend[i].deadline - now) * 1e3 < ms) {
+                ms = (int)((pend[i].deadline - now) * 1e3) + 1;
+            }
+        }
+        if (sl_deadline_passed(deadline)) {
+            status = sl_boot_missing(bs, arrived, eb);
+            break;
+        }
+        rc = poll(pfd, (nfds_t)n, ms);
+        if (rc < 0 && errno != EINTR) {
+            status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                              "poll on the rendezvous sockets: %s",
+                              strerror(errno));
+            break;
+        }
+        for (i = 1; rc > 0 && i < n; ++i) {
+            if (pfd[i].revents != 0) {
+                sl_boot_client_read(bs, &pend[slot[i]], &arrived);
+            }
+        }
+        if (rc <= 0 || !(pfd[0].revents & POLLIN)) {
+            continue;
         }
         fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) {
             continue;
         }
         sl_sock_tune(fd);
-        /* A stray client is dropped; the job goes on. */
-        if (sl_sock_io(NULL, fd, &hdr, sizeof(hdr), 0, deadline, &drop) !=
-                STAGELINK_SUCCESS ||
-            sl_boot_check_hdr(&hdr, bs, &drop) != STAGELINK_SUCCESS ||
-            hdr.rank == 0 || hdr.rank >= (uint32_t)bs->world_size ||
-            bs->peer_fds[hdr.rank] >= 0) {
-            SL_WARN(SL_SUBSYS_BOOT, "dropped a rendezvous client: %s",
-                    drop.msg[0] ? drop.msg : "rank out of range or duplicate");
-            drop.msg[0] = '\0';
-            close(fd);
-            continue;
+        for (i = 0, oldest = 0; i < SL_BOOT_PENDING && pend[i].fd >= 0; ++i) {
+            oldest = (pend[i].deadline < pend[oldest].deadline) ? i : oldest;
         }
-        bs->peer_fds[hdr.rank] = fd;
-        ++arrived;
-        SL_TRACE(SL_SUBSYS_BOOT, "rank %u arrived (%d/%d)", hdr.rank, arrived,
-                 bs->world_size);
+        if (i == SL_BOOT_PENDING) {
+            sl_boot_drop(&pend[oldest], "evicted by newer connections");
+            i = oldest;
+        }
+        pend[i] = (sl_boot_client_t){fd, 0, sl_time_now() + SL_BOOT_HELLO_S,
+                                     {0}};
     }
-    return STAGELINK_SUCCESS;
+    for (i = 0; i < SL_BOOT_PENDING; ++i) {
+        if (pend[i].fd >= 0) {
+            close(pend[i].fd);
+        }
+    }
+    return status;
 }
 
 sl_status_t sl_bootstrap_init(sl_bootstrap_t *bs,
@@ -265,6 +410,7 @@ sl_status_t sl_bootstrap_init(sl_bootstrap_t *bs,
     bs->rank       = launcher->rank;
     bs->world_size = launcher->world_size;
     bs->timeout    = timeout;
+    bs->job_key    = launcher->job_key;
     bs->root_fd    = -1;
     if (bs->fn != NULL || bs->world_size == 1) {
         return STAGELINK_SUCCESS;
@@ -272,9 +418,7 @@ sl_status_t sl_bootstrap_init(sl_bootstrap_t *bs,
 
     if (bs->rank != 0) {
         SL_CHECK(sl_boot_connect(launcher, deadline, &bs->root_fd, eb));
-        hello = (sl_boot_hdr_t){SL_BOOT_MAGIC, SL_BOOT_VERSION,
-                                (uint32_t)bs->rank,
-                                (uint32_t)bs->world_size, 0};
+        hello = sl_boot_hdr(bs, 0);
         SL_CHECK_GOTO(sl_sock_io(bs, bs->root_fd, &hello, sizeof(hello), 1,
                                  deadline, eb), err_close);
         SL_INFO(SL_SUBSYS_BOOT, "connected to rendezvous %s:%d",
@@ -365,8 +509,7 @@ sl_status_t sl_bootstrap_allgather(sl_bootstrap_t *bs, const void *sendbuf,
     if (bs->rank == 0) {
         return sl_boot_root_allgather(bs, recvbuf, size, deadline, eb);
     }
-    hdr = (sl_boot_hdr_t){SL_BOOT_MAGIC, SL_BOOT_VERSION, (uint32_t)bs->rank,
-                          (uint32_t)bs->world_size, size};
+    hdr = sl_boot_hdr(bs, size);
     SL_CHECK(sl_sock_io(bs, bs->root_fd, &hdr, sizeof(hdr), 1, deadline, eb));
     SL_CHECK(sl_sock_io(bs, bs->root_fd, (void *)sendbuf, size, 1, deadline,
                         eb));

@@ -12,6 +12,7 @@
 #include "sl_launcher.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 /** Largest block one rank may contribute to one allgather. */
 #define SL_BOOTSTRAP_MAX_BLOCK (1u << 20)
@@ -21,6 +22,7 @@ typedef struct sl_bootstrap {
     void                    *fn_ctx;
     int                      rank, world_size;
     double                   timeout;  /**< seconds per exchange, 0 = none */
+    uint64_t                 job_key;  /**< every message carries it */
     int                      root_fd;  /**< non-root: socket to rank 0 */
     int                     *peer_fds; /**< rank 0: socket of each rank */
     /**
@@ -36,6 +38,15 @@ sl_status_t sl_bootstrap_init(sl_bootstrap_t *bs,
                               const stagelink_config_t *config,
                               const sl_launcher_t *launcher, double timeout,
                               sl_errbuf_t *eb);
+
+/**
+ * Decodes a rank's hello at rank 0 (the bytes a stranger controls): magic,
+ * version, job key, world size, rank in range and not taken.  *rank is
+ * set on success.
+ */
+sl_status_t sl_bootstrap_check_hello(const sl_bootstrap_t *bs,
+                                     const void *buf, size_t len,
+                                     uint32_t *rank, sl_errbuf_t *eb);
 
 /** Gathers `size` bytes from every rank into recvbuf (world * size). */
 sl_status_t sl_bootstrap_allgather(sl_bootstrap_t *bs, const void *sendbuf,

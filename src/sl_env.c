@@ -44,6 +44,8 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
         "Address of rank 0's rendezvous listener; default MASTER_ADDR, else 127.0.0.1 on one node."},
     [SL_ENV_BOOTSTRAP_PORT] = {"STAGELINK_BOOTSTRAP_PORT", "",
         "Port of the rendezvous listener; default MASTER_PORT, else 29517."},
+    [SL_ENV_JOB_KEY] = {"STAGELINK_JOB_KEY", "",
+        "Shared by the ranks of one job; the rendezvous drops clients whose key differs.  Default: the launcher's job id (TORCHELASTIC_RUN_ID, SLURM_JOB_ID, OMPI_MCA_ess_base_jobid), else none."},
     [SL_ENV_UCX_NET_DEVICES] = {"UCX_NET_DEVICES", "",
         "UCX's own device list; when set, stagelink leaves the choice to it and ignores STAGELINK_NET_DEVICES."},
     [SL_ENV_RANK] = {"RANK", "", "torchrun: global rank."},
@@ -60,6 +62,9 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
     [SL_ENV_SLURM_NTASKS] = {"SLURM_NTASKS", "", "Slurm srun: number of ranks."},
     [SL_ENV_SLURM_LOCALID] = {"SLURM_LOCALID", "", "Slurm srun: rank on this node."},
     [SL_ENV_SLURM_NTASKS_PER_NODE] = {"SLURM_NTASKS_PER_NODE", "", "Slurm srun: ranks per node."},
+    [SL_ENV_TORCHELASTIC_RUN_ID] = {"TORCHELASTIC_RUN_ID", "", "torchrun: job id (a default job key)."},
+    [SL_ENV_SLURM_JOB_ID] = {"SLURM_JOB_ID", "", "Slurm: job id (a default job key)."},
+    [SL_ENV_OMPI_JOBID] = {"OMPI_MCA_ess_base_jobid", "", "Open MPI mpirun: job id (a default job key)."},
 };
 
 const char *sl_env_raw(sl_env_id_t id)

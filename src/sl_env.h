@@ -30,6 +30,7 @@ typedef enum sl_env_id {
     SL_ENV_SYSFS_ROOT,
     SL_ENV_BOOTSTRAP_ADDR,
     SL_ENV_BOOTSTRAP_PORT,
+    SL_ENV_JOB_KEY,
     SL_ENV_UCX_NET_DEVICES,
     /* Read from launchers, in the order tried. */
     SL_ENV_RANK,
@@ -46,6 +47,9 @@ typedef enum sl_env_id {
     SL_ENV_SLURM_NTASKS,
     SL_ENV_SLURM_LOCALID,
     SL_ENV_SLURM_NTASKS_PER_NODE,
+    SL_ENV_TORCHELASTIC_RUN_ID,
+    SL_ENV_SLURM_JOB_ID,
+    SL_ENV_OMPI_JOBID,
     SL_ENV_COUNT
 } sl_env_id_t;
 

@@ -37,6 +37,29 @@ static sl_status_t sl_launcher_int(sl_env_id_t id, long min, int *value,
     return STAGELINK_SUCCESS;
 }
 
+/* FNV-1a: the key tells jobs apart (a stale rank of an earlier job, a
+ * neighbour's job on the same port); it is not authentication, since a
+ * hello read off the wire can be replayed. */
+static uint64_t sl_launcher_job_key(void)
+{
+    static const sl_env_id_t ids[] = {SL_ENV_JOB_KEY, SL_ENV_TORCHELASTIC_RUN_ID,
+                                      SL_ENV_SLURM_JOB_ID, SL_ENV_OMPI_JOBID};
+    const unsigned char     *p     = NULL;
+    uint64_t                 h     = 0xcbf29ce484222325ull;
+    size_t                   i;
+
+    for (i = 0; i < SL_ARRAY_SIZE(ids) && p == NULL; ++i) {
+        p = (const unsigned char *)sl_env_raw(ids[i]);
+    }
+    if (p == NULL) {
+        return 0;
+    }
+    for (; *p != '\0'; ++p) {
+        h = (h ^ *p) * 0x100000001b3ull;
+    }
+    return h;
+}
+
 static sl_status_t sl_launcher_rendezvous(sl_launcher_t *out, sl_errbuf_t *eb)
 {
     const char *addr     = sl_env_raw(SL_ENV_BOOTSTRAP_ADDR);
@@ -64,6 +87,7 @@ static sl_status_t sl_launcher_rendezvous(sl_launcher_t *out, sl_errbuf_t *eb)
                         "characters", addr, sizeof(out->addr) - 1);
     }
     snprintf(out->addr, sizeof(out->addr), "%s", addr);
+    out->job_key = sl_launcher_job_key();
 
     if (port == NULL) {
         port     = sl_env_raw(SL_ENV_MASTER_PORT);

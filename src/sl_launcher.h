@@ -8,12 +8,15 @@
 
 #include "sl_error.h"
 
+#include <stdint.h>
+
 typedef struct sl_launcher {
     const char *source;     /**< "config", "torchrun", "mpirun", "slurm" */
     int         rank, world_size;
     int         local_rank, local_size; /**< -1 when the launcher says nothing */
     char        addr[256];  /**< rendezvous host */
     int         port;
+    uint64_t    job_key;    /**< hash of the job key; 0 when none is set */
 } sl_launcher_t;
 
 #define SL_BOOTSTRAP_DEFAULT_PORT 29517
