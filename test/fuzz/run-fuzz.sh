@@ -1,0 +1,34 @@
+#!/bin/sh
+# Builds the rendezvous-hello fuzz target with clang's libFuzzer (ASan and
+# UBSan on) and runs it for FUZZ_SECONDS (default 60 under CI=true, else
+# 10) from the seed corpus; prints executions and coverage.  Skips (77)
+# where clang cannot link libFuzzer (Debian: clang, libclang-rt-14-dev).
+#   run-fuzz.sh SOURCE_ROOT WORK_DIR
+# SPDX-License-Identifier: MIT
+set -eu
+src=$1
+work=$2
+secs=${FUZZ_SECONDS:-$([ "${CI:-}" = true ] && echo 60 || echo 10)}
+cc=${FUZZ_CC:-clang}
+mkdir -p "$work"
+if ! command -v "$cc" >/dev/null 2>&1; then
+    echo "SKIP: no $cc (install clang and libclang-rt-14-dev)"
+    exit 77
+fi
+if ! "$cc" -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=fuzzer,address,undefined \
+        -fno-sanitize-recover=undefined -I"$src/include" -I"$src/src" \
+        "$src/test/fuzz/fuzz_hello.c" "$src/src/sl_bootstrap.c" \
+        "$src/src/sl_log.c" "$src/src/sl_status.c" "$src/src/sl_env.c" \
+        -lm -o "$work/fuzz_hello" 2>"$work/build.log"; then
+    cat "$work/build.log"
+    echo "SKIP: $cc cannot build a libFuzzer target here (see above)"
+    exit 77
+fi
+# libFuzzer adds what it finds to the first corpus directory: a copy.
+rm -rf "$work/corpus"
+cp -r "$src/test/fuzz/corpus" "$work/corpus"
+STAGELINK_DEBUG=NONE "$work/fuzz_hello" -max_total_time="$secs" -max_len=256 -use_value_profile=1 \
+    -print_final_stats=1 "$work/corpus" >"$work/fuzz.log" 2>&1 || {
+    tail -n 40 "$work/fuzz.log"; echo "FAIL: the fuzzer found a crash"; exit 1; }
+grep -E 'DONE|stat::number_of_executed_units|stat::peak_rss' "$work/fuzz.log"
+echo "corpus: $(ls "$work/corpus" | wc -l) inputs after $secs s"
