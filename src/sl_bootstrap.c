@@ -15,18 +15,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define SL_BOOT_MAGIC   0x534c4e4bu /* "SLNK" */
-#define SL_BOOT_VERSION 2u
-
-typedef struct sl_boot_hdr {
-    uint32_t magic;
-    uint32_t version;
-    uint32_t rank;
-    uint32_t world_size;
-    uint64_t job_key;
-    uint64_t size; /**< bytes following; 0 in the hello */
-} sl_boot_hdr_t;
-
 /* A client gets this long to send its hello: a silent or byte-a-second
  * connection (a port scanner, a stale rank of an earlier job) is dropped
  * instead of holding the rendezvous until its deadline. */

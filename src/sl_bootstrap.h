@@ -14,6 +14,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define SL_BOOT_MAGIC   0x534c4e4bu /* "SLNK" */
+#define SL_BOOT_VERSION 2u
+
+/** Wire header of every bootstrap message; the hello is one with size 0. */
+typedef struct sl_boot_hdr {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t rank;
+    uint32_t world_size;
+    uint64_t job_key;
+    uint64_t size; /**< bytes following; 0 in the hello */
+} sl_boot_hdr_t;
+
 /** Largest block one rank may contribute to one allgather. */
 #define SL_BOOTSTRAP_MAX_BLOCK (1u << 20)
 

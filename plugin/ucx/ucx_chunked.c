@@ -106,19 +106,12 @@ static sl_status_t sl_dev_net_post(void *ctx, sl_staging_slot_t *slot,
     ucp_request_param_t param;
     ucs_status_ptr_t    ptr;
 
-    memset(&param, 0, sizeof(param));
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                         UCP_OP_ATTR_FIELD_USER_DATA |
-                         UCP_OP_ATTR_FIELD_MEMORY_TYPE;
-    param.user_data    = slot;
-    param.memory_type  = (slot->x->direct && sub->req->device)
-                             ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
-    if (slot->x->direct && sub->req->xfer.memh != NULL &&
-        sub->req->xfer.memh->ucp_memh != NULL) {
-        /* A chunk moved in place lies inside the host's registration. */
-        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        param.memh          = sub->req->xfer.memh->ucp_memh;
-    }
+    /* A chunk moved in place lies inside the host's registration; a staged
+     * one is in the plugin's own host buffer. */
+    sl_ucx_param_init(&param, slot,
+                      (slot->x->direct && sub->req->device)
+                          ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST,
+                      slot->x->direct ? sub->req->xfer.memh : NULL);
     if (slot->x->recv) {
         param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
         param.cb.recv       = sl_chunk_recv_cb;
@@ -221,13 +214,10 @@ static int sl_drain_progress(sl_comm_t *comm, sl_staged_t *st)
             st->drain_left = 0;
             return 1;
         }
-        memset(&param, 0, sizeof(param));
-        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                             UCP_OP_ATTR_FIELD_USER_DATA |
-                             UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-        param.cb.recv      = sl_drain_cb;
-        param.user_data    = st;
-        st->ctl_busy       = 1;
+        sl_ucx_param_init(&param, st, UCS_MEMORY_TYPE_HOST, NULL);
+        param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+        param.cb.recv       = sl_drain_cb;
+        st->ctl_busy        = 1;
         ptr = ucp_tag_recv_nbx(comm->worker, comm->scratch, comm->chunk,
                                st->sub->tag | SL_TAG_CHUNKED, UINT64_MAX,
                                &param);
@@ -246,12 +236,7 @@ static void sl_hdr_post(sl_comm_t *comm, sl_staged_t *st)
     ucp_request_param_t param;
     ucs_status_ptr_t    ptr;
 
-    memset(&param, 0, sizeof(param));
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                         UCP_OP_ATTR_FIELD_USER_DATA |
-                         UCP_OP_ATTR_FIELD_MEMORY_TYPE;
-    param.user_data    = st;
-    param.memory_type  = UCS_MEMORY_TYPE_HOST;
+    sl_ucx_param_init(&param, st, UCS_MEMORY_TYPE_HOST, NULL);
     st->ctl_busy = 1;
     if (st->x.recv) {
         st->waiting         = 1;

@@ -187,6 +187,14 @@ void        sl_ucx_flush(sl_comm_t *comm);
 void        sl_ucx_discard_unexpected(sl_comm_t *comm);
 /** Blocks until `req` completes or the deadline passes. */
 sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req);
+/**
+ * Parameters of one tagged operation: the caller's callback (set after),
+ * user_data, the buffer's memory type and, when the host registered the
+ * buffer, its UCX memory handle (UCX then skips its own registration).
+ */
+void        sl_ucx_param_init(ucp_request_param_t *param, void *user_data,
+                              ucs_memory_type_t mem_type,
+                              const stagelink_memh_t *memh);
 
 /* ucx_request.c: pool, in-flight tags, completion */
 sl_status_t sl_req_pool_init(sl_req_pool_t *pool, int capacity, int tp_size,

@@ -385,6 +385,22 @@ void sl_ucx_discard_unexpected(sl_comm_t *comm)
     }
 }
 
+void sl_ucx_param_init(ucp_request_param_t *param, void *user_data,
+                       ucs_memory_type_t mem_type,
+                       const stagelink_memh_t *memh)
+{
+    memset(param, 0, sizeof(*param));
+    param->op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                          UCP_OP_ATTR_FIELD_USER_DATA |
+                          UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    param->user_data    = user_data;
+    param->memory_type  = mem_type;
+    if (memh != NULL && memh->ucp_memh != NULL) {
+        param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        param->memh          = memh->ucp_memh;
+    }
+}
+
 sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
 {
     double        deadline   = sl_deadline(comm->timeout);

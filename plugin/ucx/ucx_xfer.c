@@ -217,16 +217,8 @@ static sl_sub_t *sl_sub_new(sl_req_t *req, const sl_ucx_peer_t *peer,
     sub->expected = len;
     ++req->pending;
 
-    memset(param, 0, sizeof(*param));
-    param->op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                          UCP_OP_ATTR_FIELD_USER_DATA |
-                          UCP_OP_ATTR_FIELD_MEMORY_TYPE;
-    param->user_data    = sub;
-    param->memory_type  = UCS_MEMORY_TYPE_HOST;
-    if (req->xfer.memh != NULL && req->xfer.memh->ucp_memh != NULL && len > 0) {
-        param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        param->memh          = req->xfer.memh->ucp_memh;
-    }
+    sl_ucx_param_init(param, sub, UCS_MEMORY_TYPE_HOST,
+                      (len > 0) ? req->xfer.memh : NULL);
     return sub;
 }
 

@@ -30,7 +30,7 @@
 static int open_fds(void)
 {
     DIR *d = opendir("/proc/self/fd");
-    int  n = -1; /* the directory's own descriptor */
+    int  n = 0;
 
     while (d != NULL && readdir(d) != NULL) {
         ++n;
@@ -38,7 +38,7 @@ static int open_fds(void)
     if (d != NULL) {
         closedir(d);
     }
-    return n - 2; /* . and .. */
+    return n - 3; /* ".", ".." and the directory's own descriptor */
 }
 
 static long rss_bytes(void)
