@@ -25,6 +25,8 @@ const char *stagelink_status_string(stagelink_status_t status)
     case STAGELINK_ERR_CONFIG:           return "STAGELINK_ERR_CONFIG";
     case STAGELINK_ERR_INIT:             return "STAGELINK_ERR_INIT";
     case STAGELINK_ERR_INTERNAL:         return "STAGELINK_ERR_INTERNAL";
+    case STAGELINK_ERR_PEER_FAILED:      return "STAGELINK_ERR_PEER_FAILED";
+    case STAGELINK_ERR_ABORTED:          return "STAGELINK_ERR_ABORTED";
     }
     return "STAGELINK_ERR_UNKNOWN_STATUS";
 }

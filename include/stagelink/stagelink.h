@@ -55,7 +55,9 @@ typedef enum stagelink_status {
     STAGELINK_ERR_UNSUPPORTED      = 14,      /**< valid request this build cannot serve */
     STAGELINK_ERR_CONFIG           = 15,      /**< bad environment variable or config value */
     STAGELINK_ERR_INIT             = 16,      /**< plugin init failed (see the error sentence) */
-    STAGELINK_ERR_INTERNAL         = 17
+    STAGELINK_ERR_INTERNAL         = 17,
+    STAGELINK_ERR_PEER_FAILED      = 18,      /**< a peer process or its link died (see comm_get_error) */
+    STAGELINK_ERR_ABORTED          = 19       /**< comm_abort was called on this communicator */
 } stagelink_status_t;
 
 /** Short, static name of a status ("STAGELINK_ERR_TIMEOUT"). */
@@ -264,6 +266,24 @@ typedef struct stagelink_plugin_v1 {
 
     stagelink_status_t (*get_counters)(stagelink_comm_t *comm,
                                        stagelink_counters_t *counters);
+
+    /**
+     * Gives up on the communicator without waiting for any peer: every
+     * request in flight completes with STAGELINK_ERR_ABORTED and later posts
+     * fail with it.  Callable from any thread (a host's watchdog) while the
+     * owning thread is blocked in `wait`, which then returns promptly; the
+     * owning thread still calls `comm_finalize`, which then skips the
+     * closing barrier.  Must not race with `comm_finalize` itself.
+     */
+    stagelink_status_t (*comm_abort)(stagelink_comm_t *comm);
+    /**
+     * Health of the communicator, without progressing it: STAGELINK_SUCCESS,
+     * STAGELINK_ERR_PEER_FAILED (a peer process or link died; *failed_rank
+     * is the first one seen) or STAGELINK_ERR_ABORTED.  *failed_rank is -1
+     * where no peer failed.  The sentence is in `last_error`.
+     */
+    stagelink_status_t (*comm_get_error)(stagelink_comm_t *comm,
+                                         int *failed_rank);
 } stagelink_plugin_v1_t;
 
 #ifdef __cplusplus

@@ -25,6 +25,7 @@
 #include "sl_time.h"
 
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -57,6 +58,7 @@ struct stagelink_comm {
     ncclComm_t           tp, prev, next;  /**< NULL where none */
     struct stagelink_request *reqs;
     stagelink_counters_t counters;
+    atomic_int           aborted;  /**< comm_abort, from any thread */
 };
 
 typedef struct stagelink_comm    sl_ncomm_t;
@@ -138,9 +140,14 @@ static void sl_ncomm_destroy(sl_ncomm_t *c)
     int i;
 
     if (c->api != NULL) {
-        if (c->tp) c->api->CommDestroy(c->tp);
-        if (c->prev) c->api->CommDestroy(c->prev);
-        if (c->next) c->api->CommDestroy(c->next);
+        /* After an abort the peers may never answer: NCCL's abort does not
+         * wait for them. */
+        ncclResult_t (*close)(ncclComm_t) =
+            atomic_load(&c->aborted) ? c->api->CommAbort : c->api->CommDestroy;
+
+        if (c->tp) close(c->tp);
+        if (c->prev) close(c->prev);
+        if (c->next) close(c->next);
     }
     for (i = 0; c->reqs != NULL && i < c->set.max_requests; ++i) {
         if (c->reqs[i].event != NULL) {
@@ -224,7 +231,8 @@ static stagelink_status_t sl_nccl_comm_finalize(stagelink_comm_t *c)
 
     SL_LIVE(c, "comm_finalize");
     sl_registry_remove(&sl_live, c);
-    if (sl_bootstrap_barrier(&c->bootstrap, &drop) != STAGELINK_SUCCESS) {
+    if (!atomic_load(&c->aborted) &&
+        sl_bootstrap_barrier(&c->bootstrap, &drop) != STAGELINK_SUCCESS) {
         SL_WARN(SL_SUBSYS_INIT, "finalize barrier failed (%s)", drop.msg);
     }
     sl_ncomm_destroy(c);
@@ -396,6 +404,15 @@ static sl_status_t sl_nccl_enqueue(sl_ncomm_t *c, stagelink_op_kind_t kind,
                                      c->layout.tp_index, s, &c->err);
 }
 
+static sl_status_t sl_nccl_aborted(sl_ncomm_t *c)
+{
+    if (!atomic_load(&c->aborted)) {
+        return STAGELINK_SUCCESS;
+    }
+    return sl_error(&c->err, STAGELINK_ERR_ABORTED, "the communicator was "
+                    "aborted (comm_abort); finalize it");
+}
+
 static stagelink_status_t sl_nccl_post_batch(stagelink_comm_t *c,
                                              const stagelink_op_t *ops,
                                              size_t n,
@@ -408,6 +425,7 @@ static stagelink_status_t sl_nccl_post_batch(stagelink_comm_t *c,
     size_t               i, j;
 
     SL_LIVE(c, "post_batch");
+    SL_CHECK(sl_nccl_aborted(c));
     api = c->api;
     if (n > 0 && (ops == NULL || reqs == NULL)) {
         return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG,
@@ -514,6 +532,11 @@ static stagelink_status_t sl_nccl_test(stagelink_comm_t *c,
     }
     *done = 0;
     SL_CHECK(sl_nccl_req_check(c, r));
+    if (atomic_load(&c->aborted)) {
+        *done     = 1;
+        r->in_use = 0;
+        return sl_nccl_aborted(c);
+    }
     if (!c->gpu->event_query(r->event, &status, &c->err)) {
         return STAGELINK_SUCCESS;
     }
@@ -573,6 +596,27 @@ static stagelink_status_t sl_nccl_get_counters(stagelink_comm_t *c,
     return STAGELINK_SUCCESS;
 }
 
+static stagelink_status_t sl_nccl_comm_abort(stagelink_comm_t *c)
+{
+    SL_LIVE(c, "comm_abort");
+    atomic_store(&c->aborted, 1);
+    return STAGELINK_SUCCESS;
+}
+
+static stagelink_status_t sl_nccl_comm_get_error(stagelink_comm_t *c,
+                                                 int *failed_rank)
+{
+    SL_LIVE(c, "comm_get_error");
+    if (failed_rank == NULL) {
+        return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG,
+                        "comm_get_error: failed_rank is NULL");
+    }
+    /* NCCL reports a dead peer as a transport error of the operation, not
+     * by rank. */
+    *failed_rank = -1;
+    return sl_nccl_aborted(c);
+}
+
 __attribute__((visibility("default")))
 const stagelink_plugin_v1_t stagelink_plugin_v1 = {
     .abi_version    = STAGELINK_ABI_VERSION_1,
@@ -592,4 +636,6 @@ const stagelink_plugin_v1_t stagelink_plugin_v1 = {
     .wait           = sl_nccl_wait,
     .cancel         = sl_nccl_cancel,
     .get_counters   = sl_nccl_get_counters,
+    .comm_abort     = sl_nccl_comm_abort,
+    .comm_get_error = sl_nccl_comm_get_error,
 };

@@ -264,6 +264,15 @@ void sl_staging_net_done(sl_staging_slot_t *s, sl_status_t status)
                  sl_staging_chunk_len(x, s->index));
 }
 
+void sl_staging_abandon(sl_staging_xfer_t *x, sl_status_t status)
+{
+    size_t *next = x->recv ? &x->next_post : &x->next_copy;
+
+    sl_staging_fail(x, status);
+    x->done += x->nchunks - *next;
+    *next    = x->nchunks;
+}
+
 size_t sl_staging_landed(const sl_staging_xfer_t *x)
 {
     size_t first = x->next_post, bytes;

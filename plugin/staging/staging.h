@@ -125,6 +125,12 @@ void sl_staging_xfer_init(sl_staging_xfer_t *x, const sl_staging_ops_t *ops,
  */
 int sl_staging_progress(sl_staging_xfer_t *x);
 
+/**
+ * The peer is gone: nothing more goes on or comes off the wire.  Chunks
+ * never posted count as done; those in flight finish when their network
+ * operations are canceled (receives) or purged (sends).
+ */
+void   sl_staging_abandon(sl_staging_xfer_t *x, sl_status_t status);
 /** Receiver: bytes of the leading chunks that are complete (in place). */
 size_t sl_staging_landed(const sl_staging_xfer_t *x);
 

@@ -48,6 +48,9 @@ static void sl_chunk_send_cb(void *request, ucs_status_t status, void *user)
     sl_staging_slot_t *slot = user;
 
     ucp_request_free(request);
+    if (((sl_staged_t *)slot->x->user)->detached) {
+        return;
+    }
     slot->net = NULL;
     sl_staging_net_done(slot, sl_chunk_status(status));
     /* The next chunk goes out now, not after this progress call has served
@@ -83,6 +86,9 @@ static void sl_chunk_recv_cb(void *request, ucs_status_t status,
     sl_status_t        s    = sl_chunk_status(status);
 
     ucp_request_free(request);
+    if (st->detached) {
+        return;
+    }
     slot->net = NULL;
     /* A short chunk: the sender failed or passed a different nbytes. */
     if (s == STAGELINK_SUCCESS &&
@@ -117,6 +123,9 @@ static sl_status_t sl_dev_net_post(void *ctx, sl_staging_slot_t *slot,
         param.cb.recv       = sl_chunk_recv_cb;
         ptr = ucp_tag_recv_nbx(comm->worker, host, len, sl_chunk_tag(st),
                                UINT64_MAX, &param);
+    } else if (sub->peer->failed) {
+        /* Its endpoint is closed; the request already says why. */
+        return STAGELINK_ERR_PEER_FAILED;
     } else {
         param.cb.send = sl_chunk_send_cb;
         ptr = ucp_tag_send_nbx(sub->peer->ep, host, len, sl_chunk_tag(st),
@@ -153,6 +162,9 @@ static void sl_hdr_send_cb(void *request, ucs_status_t status, void *user)
     sl_staged_t *st = user;
 
     ucp_request_free(request);
+    if (st->detached) {
+        return;
+    }
     st->hdr_req  = NULL;
     st->ctl_busy = 0;
     if (status != UCS_OK && st->x.status == STAGELINK_SUCCESS) {
@@ -168,6 +180,9 @@ static void sl_hdr_recv_cb(void *request, ucs_status_t status,
     sl_comm_t   *comm = st->sub->req->comm;
 
     ucp_request_free(request);
+    if (st->detached) {
+        return;
+    }
     st->hdr_req  = NULL;
     st->ctl_busy = 0;
     st->waiting  = 0;
@@ -197,6 +212,9 @@ static void sl_drain_cb(void *request, ucs_status_t status,
 
     (void)info;
     ucp_request_free(request);
+    if (st->detached) {
+        return;
+    }
     st->drain_req  = NULL;
     st->drain_left = (status == UCS_OK) ? st->drain_left - 1 : 0;
     st->ctl_busy   = 0;
@@ -244,6 +262,8 @@ static void sl_hdr_post(sl_comm_t *comm, sl_staged_t *st)
         param.cb.recv       = sl_hdr_recv_cb;
         ptr = ucp_tag_recv_nbx(comm->worker, &st->hdr, sizeof(st->hdr),
                                st->sub->tag, SL_TAG_MASK_HEADER, &param);
+    } else if (st->sub->peer->failed) {
+        ptr = UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET);
     } else {
         st->hdr[0]    = SL_HEADER_MAGIC;
         st->hdr[1]    = st->x.len;
@@ -357,6 +377,14 @@ void sl_chunked_cancel(sl_comm_t *comm, sl_sub_t *sub)
     if (st->x.status == STAGELINK_SUCCESS) {
         st->x.status = STAGELINK_ERR_CANCELED;
     }
+    if (sub->peer->failed) {
+        /* No more chunks will come from it, nor be taken by it. */
+        sl_staging_abandon(&st->x, STAGELINK_ERR_PEER_FAILED);
+        st->drain_left = 0;
+        if (st->drain_req != NULL) {
+            ucp_request_cancel(comm->worker, st->drain_req);
+        }
+    }
     if (st->hdr_req != NULL) {
         ucp_request_cancel(comm->worker, st->hdr_req);
     }
@@ -437,11 +465,26 @@ int sl_chunked_copying(const sl_comm_t *comm)
     return 0;
 }
 
+void sl_chunked_detach(sl_comm_t *comm, sl_sub_t *sub)
+{
+    sl_staged_t **link = &comm->staged_active, *st = sub->staged;
+
+    while (*link != st) {
+        link = &(*link)->next;
+    }
+    *link                 = st->next;
+    st->detached          = 1;
+    st->next              = comm->staged_detached;
+    comm->staged_detached = st;
+    sub->staged           = NULL;
+}
+
 void sl_chunked_cleanup(sl_comm_t *comm)
 {
     sl_staged_free_list(comm->staged_active);
     sl_staged_free_list(comm->staged_free);
-    comm->staged_active = comm->staged_free = NULL;
+    sl_staged_free_list(comm->staged_detached);
+    comm->staged_active = comm->staged_free = comm->staged_detached = NULL;
     free(comm->scratch);
     comm->scratch = NULL;
 }

@@ -16,7 +16,10 @@
 #include <stagelink/stagelink.h>
 #include <ucp/api/ucp.h>
 
+#include <poll.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct sl_gather_ops;
 
@@ -28,8 +31,17 @@ typedef struct sl_ucx_peer {
     struct stagelink_comm *comm;
     int      rank;       /**< world rank, -1 when none */
     int      inter_node; /**< on another node: its bytes cross the link */
-    ucp_ep_h ep;
+    ucp_ep_h ep;         /**< NULL once closed (after a failure: by force) */
+    int      failed;     /**< its process or link died (ucx_fault.c) */
+    char     why[160];   /**< how its failure was seen */
+    void    *close_req;  /**< forced close still in flight */
 } sl_ucx_peer_t;
+
+/** What every rank tells of its process, to watch same-node peers. */
+typedef struct sl_peer_process {
+    int64_t  pid;
+    uint64_t pid_ns; /**< inode of /proc/self/ns/pid: pids compare only within one */
+} sl_peer_process_t;
 
 typedef enum sl_sub_kind {
     SL_SUB_STAGE_SEND,
@@ -48,11 +60,13 @@ typedef struct sl_sub {
     void                     *ucx_req;  /**< in flight, NULL once complete */
     int                       finished; /**< completed (maybe inside the post) */
     struct sl_staged         *staged;   /**< chunked device transfer in flight */
-    const sl_ucx_peer_t      *peer;
+    sl_ucx_peer_t      *peer;
     sl_sub_kind_t             kind;
     uint64_t                  tag;
     void                     *buf;
     size_t                    expected; /**< bytes it must carry */
+    int                       detached; /**< given up with its UCX operation
+                                             still in flight (ucx_fault.c) */
 } sl_sub_t;
 
 /** A transfer in chunks (staged, or in place), or the drain of a mismatch. */
@@ -71,6 +85,8 @@ typedef struct sl_staged {
                                         run inside the posting call) */
     uint64_t           drain_left; /**< chunks of the sender still to discard */
     void              *drain_req;
+    int                detached;   /**< given up with operations in flight:
+                                        kept until the worker is destroyed */
 } sl_staged_t;
 
 struct stagelink_memh {
@@ -89,7 +105,7 @@ struct stagelink_request {
     stagelink_xfer_t          xfer;
     stagelink_mode_t          mode;
     int                       backward;
-    const sl_ucx_peer_t      *peer;
+    sl_ucx_peer_t      *peer;
     sl_shard_t                shard;        /**< bytes of buf on the stage path */
     int                       pending;      /**< subs in flight */
     int                       nsubs;
@@ -108,6 +124,7 @@ struct stagelink_request {
     unsigned char            *flags;        /**< tp_size status bytes */
     int                       forwarding;   /**< gather sends relay chunks as they land */
     size_t                    stage_landed; /**< bytes of the own shard in place */
+    int                       detached_subs;/**< never reused: UCX may still call back */
     char                      error[SL_ERRBUF_LEN];
     sl_sub_t                 *subs;         /**< 2 * tp_size slots */
 };
@@ -129,6 +146,7 @@ struct stagelink_comm {
     int                         local_rank, local_size;
     char                        node_id[SL_NODE_ID_LEN];
     char                      (*node_ids)[SL_NODE_ID_LEN]; /**< of every rank */
+    sl_peer_process_t          *procs;    /**< of every rank */
     double                      timeout;  /**< seconds, 0 = none */
     double                      spin;     /**< seconds of polling before sleep */
     int                         closing;  /**< in finalize: peers leave too */
@@ -156,11 +174,23 @@ struct stagelink_comm {
     void                      **events;       /**< free copy events */
     int                         nevents, events_cap;
     sl_staged_t                *staged_active, *staged_free;
+    sl_staged_t                *staged_detached; /**< see sl_staged_t.detached */
     struct stagelink_request   *deferred;
     int                         path_logged;
     uint64_t                    staged_chunks; /**< chunks moved through bounce buffers */
     void                       *scratch;  /**< one chunk, where mismatched chunks are dropped */
     struct sl_bootstrap        *bootstrap;
+    /* Faults (plugin/ucx/ucx_fault.c). */
+    sl_status_t                 fault;       /**< PEER_FAILED or ABORTED once faulty */
+    int                         failed_rank; /**< first failed peer, -1 */
+    sl_errbuf_t                 fault_err;   /**< the fault's sentence */
+    int                         fault_pending; /**< seen in a callback, not yet applied */
+    atomic_int                  aborting;    /**< comm_abort, from any thread */
+    int                         aborted;     /**< the abort was applied */
+    struct pollfd              *pfds;        /**< UCX event fd, then peers' pidfds */
+    sl_ucx_peer_t             **pfd_peer;    /**< owner of each pidfd entry */
+    int                         npfds;
+    double                      liveness_next; /**< next pidfd check of progress */
 };
 
 typedef struct stagelink_comm    sl_comm_t;
@@ -196,6 +226,26 @@ void        sl_ucx_param_init(ucp_request_param_t *param, void *user_data,
                               ucs_memory_type_t mem_type,
                               const stagelink_memh_t *memh);
 
+/* ucx_fault.c: peer failure and abort */
+/** No peer failed, no pidfd open; before anything can fail. */
+void        sl_fault_init(sl_comm_t *comm);
+/** Watches the same-node peers' processes (after the endpoints exist). */
+sl_status_t sl_fault_watch(sl_comm_t *comm, const sl_peer_process_t *procs);
+void        sl_fault_cleanup(sl_comm_t *comm);
+/** Records that `peer` died (callable from UCX callbacks); applied by
+ *  sl_fault_progress: its subs fail, its endpoint is closed by force. */
+void        sl_fault_peer_down(sl_ucx_peer_t *peer, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/** Looks at the pidfds poll() returned on (entries 1..npfds-1). */
+void        sl_fault_polled(sl_comm_t *comm);
+/** After each progress round: liveness of same-node peers, pending
+ *  failures and an abort become request errors. */
+void        sl_fault_progress(sl_comm_t *comm);
+/** Whether something may be posted to `peer` (NULL: any). */
+sl_status_t sl_fault_check(sl_comm_t *comm, sl_ucx_peer_t *peer);
+/** comm_abort: thread-safe; the owning thread applies it. */
+void        sl_fault_abort(sl_comm_t *comm);
+
 /* ucx_request.c: pool, in-flight tags, completion */
 sl_status_t sl_req_pool_init(sl_req_pool_t *pool, int capacity, int tp_size,
                              sl_errbuf_t *eb);
@@ -209,16 +259,18 @@ sl_status_t sl_req_check(sl_comm_t *comm, sl_req_t *req);
 void        sl_req_fail(sl_req_t *req, sl_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int         sl_req_done(const sl_req_t *req);
+/** "forward send", "backward receive", ... for sentences. */
+const char *sl_req_what(const sl_req_t *req);
 /** Reports a completed request's outcome into comm->err and releases it. */
 sl_status_t sl_req_finish(sl_comm_t *comm, sl_req_t *req);
 /** Cancels every sub of `req` still in flight. */
 void        sl_req_cancel_subs(sl_comm_t *comm, sl_req_t *req);
 
 /* ucx_xfer.c: posting of sub-operations */
-sl_status_t sl_sub_post_send(sl_req_t *req, const sl_ucx_peer_t *peer,
+sl_status_t sl_sub_post_send(sl_req_t *req, sl_ucx_peer_t *peer,
                              sl_sub_kind_t kind, uint64_t tag,
                              const void *buf, size_t len);
-sl_status_t sl_sub_post_recv(sl_req_t *req, const sl_ucx_peer_t *peer,
+sl_status_t sl_sub_post_recv(sl_req_t *req, sl_ucx_peer_t *peer,
                              sl_sub_kind_t kind, uint64_t tag, void *buf,
                              size_t len);
 sl_status_t sl_xfer_post(sl_comm_t *comm, stagelink_op_kind_t kind,
@@ -230,7 +282,7 @@ void        sl_req_describe_pending(const sl_req_t *req, char *out, size_t len);
 /** Own shard of a receive is in place (ok) or failed: hand it to the gather. */
 void        sl_xfer_shard_arrived(sl_req_t *req, int ok);
 /** Posts a host-memory sub whatever the request's memory (status bytes). */
-sl_status_t sl_sub_post_host(sl_req_t *req, const sl_ucx_peer_t *peer,
+sl_status_t sl_sub_post_host(sl_req_t *req, sl_ucx_peer_t *peer,
                              sl_sub_kind_t kind, uint64_t tag, void *buf,
                              size_t len, int recv);
 
@@ -260,6 +312,9 @@ int         sl_device_copy_test(void *ctx, void *token, sl_status_t *status);
 sl_status_t sl_chunked_sub_start(sl_sub_t *sub, void *buf, size_t len,
                                  int recv);
 void        sl_chunked_cancel(sl_comm_t *comm, sl_sub_t *sub);
+/** Gives up a chunked transfer whose peer died with operations in flight
+ *  that UCX will not complete; the caller finishes the sub. */
+void        sl_chunked_detach(sl_comm_t *comm, sl_sub_t *sub);
 /** A plain receive met a framed sender of `len` bytes: drain its chunks,
  *  then fail the sub with a size mismatch. */
 void        sl_chunked_drain(sl_sub_t *sub, uint64_t len);

@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static sl_registry_t sl_live = SL_REGISTRY_INITIALIZER;
 
@@ -59,9 +61,10 @@ static sl_status_t sl_comm_layout(sl_comm_t *comm,
 
 /* What every rank must know of every other before the UCX context exists. */
 typedef struct sl_rank_facts {
-    char     node_id[SL_NODE_ID_LEN];
-    uint64_t chunk; /**< with the mode, the wire format of large messages */
-    uint32_t mode;
+    char              node_id[SL_NODE_ID_LEN];
+    uint64_t          chunk; /**< with the mode, the wire format of large messages */
+    uint32_t          mode;
+    sl_peer_process_t proc;  /**< to watch same-node peers (ucx_fault.c) */
 } sl_rank_facts_t;
 
 /* Who shares our node decides local ranks and network devices, so it is
@@ -72,22 +75,29 @@ static sl_status_t sl_comm_locality(sl_comm_t *comm)
     sl_rank_facts_t  mine, *all;
     sl_locality_t    loc;
     sl_status_t      status;
+    struct stat      ns;
 
     comm->node_ids = calloc((size_t)world, SL_NODE_ID_LEN);
+    comm->procs    = calloc((size_t)world, sizeof(*comm->procs));
     all            = calloc((size_t)world, sizeof(*all));
-    if (comm->node_ids == NULL || all == NULL) {
+    if (comm->node_ids == NULL || comm->procs == NULL || all == NULL) {
         free(all);
         return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
                         "cannot allocate the facts of %d ranks", world);
     }
     memset(&mine, 0, sizeof(mine));
     memcpy(mine.node_id, comm->node_id, SL_NODE_ID_LEN);
-    mine.chunk = comm->chunk;
-    mine.mode  = (uint32_t)comm->mode;
+    mine.chunk    = comm->chunk;
+    mine.mode     = (uint32_t)comm->mode;
+    mine.proc.pid = (int64_t)getpid();
+    if (stat("/proc/self/ns/pid", &ns) == 0) {
+        mine.proc.pid_ns = (uint64_t)ns.st_ino;
+    }
     SL_CHECK_GOTO(sl_bootstrap_allgather(comm->bootstrap, &mine, all,
                                          sizeof(mine), &comm->err), out);
     for (r = 0; r < world; ++r) {
         memcpy(comm->node_ids[r], all[r].node_id, SL_NODE_ID_LEN);
+        comm->procs[r] = all[r].proc;
         if (all[r].mode != mine.mode) {
             status = sl_error(&comm->err, STAGELINK_ERR_CONFIG,
                               "rank %d runs mode %s, this rank %s: set "
@@ -124,17 +134,20 @@ out:
 static void sl_comm_destroy(sl_comm_t *comm)
 {
     sl_gather_cleanup(comm);
-    sl_chunked_cleanup(comm);
     if (comm->gpu != NULL) {
         sl_device_cleanup(comm);
     }
+    sl_fault_cleanup(comm);
     sl_ucx_worker_destroy(comm);
+    /* After the worker: detached transfers may be called back until then. */
+    sl_chunked_cleanup(comm);
     if (comm->bootstrap != NULL) {
         sl_bootstrap_cleanup(comm->bootstrap);
         free(comm->bootstrap);
     }
     sl_req_pool_cleanup(&comm->pool);
     free(comm->node_ids);
+    free(comm->procs);
     free(comm->tp_peers);
     sl_layout_cleanup(&comm->layout);
     comm->magic = 0;
@@ -163,6 +176,7 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *config,
     }
     comm->magic     = SL_COMM_MAGIC;
     comm->prev.rank = comm->next.rank = -1;
+    sl_fault_init(comm);
     comm->bootstrap = calloc(1, sizeof(*comm->bootstrap));
     if (comm->bootstrap == NULL) {
         status = sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
@@ -198,6 +212,7 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *config,
     SL_CHECK_GOTO(sl_ucx_worker_create(comm), err_destroy);
     SL_CHECK_GOTO(sl_device_init(comm), err_destroy);
     SL_CHECK_GOTO(sl_ucx_connect(comm, comm->bootstrap), err_destroy);
+    SL_CHECK_GOTO(sl_fault_watch(comm, comm->procs), err_destroy);
     comm->bootstrap->progress     = sl_ucx_progress_cb;
     comm->bootstrap->progress_arg = comm;
     SL_CHECK_GOTO(sl_gather_init(comm), err_destroy);
@@ -228,6 +243,7 @@ static stagelink_status_t sl_ucx_comm_finalize(stagelink_comm_t *comm)
 
     SL_LIVE(comm, "comm_finalize");
     sl_registry_remove(&sl_live, comm);
+    sl_ucx_progress(comm); /* applies an abort from another thread */
     comm->closing = 1;
     while ((req = comm->pool.active) != NULL) {
         ++inflight;
@@ -241,14 +257,22 @@ static stagelink_status_t sl_ucx_comm_finalize(stagelink_comm_t *comm)
         SL_WARN(SL_SUBSYS_INIT, "finalize canceled %d transfers still in "
                 "flight", inflight);
     }
-    /* A peer's rendezvous send completes only when our acknowledgement
-     * leaves: flush, and keep progressing while the others arrive. */
-    sl_ucx_flush(comm);
-    if (sl_bootstrap_barrier(comm->bootstrap, &drop) != STAGELINK_SUCCESS) {
-        SL_WARN(SL_SUBSYS_INIT, "finalize barrier failed (%s); closing "
-                "anyway", drop.msg);
+    if (comm->fault != STAGELINK_SUCCESS) {
+        /* No barrier with a dead peer or after an abort: the others see
+         * our bootstrap connection close and stop waiting for us. */
+        SL_INFO(SL_SUBSYS_INIT, "finalize without the closing barrier: %s",
+                comm->fault_err.msg);
+    } else {
+        /* A peer's rendezvous send completes only when our acknowledgement
+         * leaves: flush, and keep progressing while the others arrive. */
+        sl_ucx_flush(comm);
+        if (sl_bootstrap_barrier(comm->bootstrap, &drop) !=
+            STAGELINK_SUCCESS) {
+            SL_WARN(SL_SUBSYS_INIT, "finalize barrier failed (%s); closing "
+                    "anyway", drop.msg);
+        }
+        sl_ucx_discard_unexpected(comm);
     }
-    sl_ucx_discard_unexpected(comm);
     sl_comm_destroy(comm);
     return STAGELINK_SUCCESS;
 }
@@ -307,6 +331,7 @@ static stagelink_status_t sl_ucx_post(stagelink_comm_t *comm,
                         "the request output pointer is NULL");
     }
     *request = NULL;
+    SL_CHECK(sl_fault_check(comm, NULL));
     return sl_xfer_post(comm, kind, xfer, request);
 }
 
@@ -336,6 +361,7 @@ static stagelink_status_t sl_ucx_post_batch(stagelink_comm_t *comm,
                         "requests (%p)", count, (const void *)ops,
                         (void *)requests);
     }
+    SL_CHECK(sl_fault_check(comm, NULL));
     return sl_xfer_post_batch(comm, ops, count, requests);
 }
 
@@ -387,6 +413,32 @@ static stagelink_status_t sl_ucx_get_counters(stagelink_comm_t *comm,
     return STAGELINK_SUCCESS;
 }
 
+static stagelink_status_t sl_ucx_comm_abort(stagelink_comm_t *comm)
+{
+    SL_LIVE(comm, "comm_abort");
+    sl_fault_abort(comm);
+    return STAGELINK_SUCCESS;
+}
+
+static stagelink_status_t sl_ucx_comm_get_error(stagelink_comm_t *comm,
+                                                int *failed_rank)
+{
+    SL_LIVE(comm, "comm_get_error");
+    if (failed_rank == NULL) {
+        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
+                        "comm_get_error: failed_rank is NULL");
+    }
+    *failed_rank = comm->failed_rank;
+    if (atomic_load(&comm->aborting) && !comm->aborted) {
+        return sl_error(&comm->err, STAGELINK_ERR_ABORTED, "the "
+                        "communicator was aborted (comm_abort); finalize it");
+    }
+    if (comm->fault != STAGELINK_SUCCESS) {
+        return sl_error(&comm->err, comm->fault, "%s", comm->fault_err.msg);
+    }
+    return STAGELINK_SUCCESS;
+}
+
 __attribute__((visibility("default")))
 const stagelink_plugin_v1_t stagelink_plugin_v1 = {
     .abi_version    = STAGELINK_ABI_VERSION_1,
@@ -406,4 +458,6 @@ const stagelink_plugin_v1_t stagelink_plugin_v1 = {
     .wait           = sl_ucx_wait_req,
     .cancel         = sl_ucx_cancel,
     .get_counters   = sl_ucx_get_counters,
+    .comm_abort     = sl_ucx_comm_abort,
+    .comm_get_error = sl_ucx_comm_get_error,
 };

@@ -100,6 +100,7 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->gather_next   = NULL;
     req->forwarding    = 0;
     req->stage_landed  = 0;
+    req->detached_subs = 0;
     req->error[0]      = '\0';
 
     req->prev = NULL;
@@ -125,10 +126,13 @@ void sl_req_put(sl_comm_t *comm, sl_req_t *req)
     if (req->next != NULL) {
         req->next->prev = req->prev;
     }
-    req->magic      = 0;
+    req->magic = 0;
+    --pool->in_use;
+    if (req->detached_subs > 0) {
+        return; /* its subs may still be called back: never reused */
+    }
     req->next       = pool->free_list;
     pool->free_list = req;
-    --pool->in_use;
 }
 
 sl_status_t sl_req_check(sl_comm_t *comm, sl_req_t *req)
@@ -159,6 +163,15 @@ void sl_req_fail(sl_req_t *req, sl_status_t status, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(req->error, sizeof(req->error), fmt, ap);
     va_end(ap);
+}
+
+const char *sl_req_what(const sl_req_t *req)
+{
+    static const char *const what[2][2] = {
+        {"forward send", "forward receive"},
+        {"backward send", "backward receive"}};
+
+    return what[req->backward != 0][req->kind == STAGELINK_OP_RECV];
 }
 
 int sl_req_done(const sl_req_t *req)

@@ -116,13 +116,9 @@ static ucs_status_t sl_ucx_address(sl_comm_t *comm, int net_only,
 
 static void sl_ucx_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
-    const sl_ucx_peer_t *peer = arg;
-
     (void)ep;
-    /* In finalize the peers close and exit too; that is no failure. */
-    sl_log(peer->comm->closing ? SL_LOG_INFO : SL_LOG_WARN, SL_SUBSYS_NET,
-           "endpoint to rank %d failed: %s", peer->rank,
-           ucs_status_string(status));
+    sl_fault_peer_down(arg, "UCX reported \"%s\" on its endpoint",
+                       ucs_status_string(status));
 }
 
 static sl_status_t sl_ucx_ep_create(sl_comm_t *comm, sl_ucx_peer_t *peer,
@@ -152,7 +148,8 @@ static sl_status_t sl_ucx_ep_create(sl_comm_t *comm, sl_ucx_peer_t *peer,
                                  ? blob + card->full_len : blob);
     /* UCX 1.13's shared-memory transports cannot report peer failure, so
      * PEER mode would push same-node traffic onto TCP loopback (measured:
-     * 1.8 instead of ~10 GB/s).  Same-node peers rely on the deadline. */
+     * 1.8 instead of ~10 GB/s).  Same-node peers are watched through their
+     * pidfd instead (ucx_fault.c). */
     params.err_mode        = peer->inter_node ? UCP_ERR_HANDLING_MODE_PEER
                                               : UCP_ERR_HANDLING_MODE_NONE;
     params.err_handler.cb  = sl_ucx_ep_error;
@@ -271,11 +268,14 @@ static void sl_ucx_ep_close(sl_comm_t *comm, sl_ucx_peer_t *peer)
     double              deadline = sl_deadline(comm->timeout);
     ucs_status_t        ucs;
 
-    if (peer->ep == NULL) {
+    if (peer->ep == NULL && peer->close_req == NULL) {
         return;
     }
     memset(&param, 0, sizeof(param));
-    req = ucp_ep_close_nbx(peer->ep, &param);
+    /* Closed by force after a failure: only its completion is left. */
+    req = (peer->ep != NULL) ? ucp_ep_close_nbx(peer->ep, &param)
+                             : peer->close_req;
+    peer->close_req = NULL;
     if (UCS_PTR_IS_PTR(req)) {
         do {
             ucp_worker_progress(comm->worker);
@@ -322,6 +322,7 @@ void sl_ucx_progress(sl_comm_t *comm)
         sl_device_progress(comm);
         sl_chunked_progress(comm);
     } while (events != 0);
+    sl_fault_progress(comm);
 }
 
 void sl_ucx_progress_cb(void *comm)
@@ -405,7 +406,10 @@ sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
 {
     double        deadline   = sl_deadline(comm->timeout);
     double        spin_until = sl_time_now() + comm->spin;
-    struct pollfd pfd;
+    struct pollfd efd_only   = {.fd = comm->efd, .events = POLLIN};
+    struct pollfd *pfds      = (comm->npfds > 0) ? comm->pfds : &efd_only;
+    int           npfds      = (comm->npfds > 0) ? comm->npfds : 1;
+    int           ready;
     ucs_status_t  ucs;
 
     for (;;) {
@@ -418,12 +422,10 @@ sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
 
             sl_req_describe_pending(req, pending, sizeof(pending));
             return sl_error(&comm->err, STAGELINK_ERR_TIMEOUT,
-                            "%s %s of microbatch %u chunk %u did not complete "
+                            "%s of microbatch %u chunk %u did not complete "
                             "in %.1f s, waiting for: %s; the request stays in "
                             "flight: wait again or cancel it",
-                            req->backward ? "backward" : "forward",
-                            (req->kind == STAGELINK_OP_SEND) ? "send" : "receive",
-                            req->xfer.tag.microbatch, req->xfer.tag.chunk,
+                            sl_req_what(req), req->xfer.tag.microbatch, req->xfer.tag.chunk,
                             comm->timeout, pending);
         }
         if (sl_time_now() < spin_until) {
@@ -447,12 +449,15 @@ sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
                             "ucp_worker_arm failed: %s",
                             ucs_status_string(ucs));
         }
-        pfd.fd     = comm->efd;
-        pfd.events = POLLIN;
-        if (poll(&pfd, 1, sl_deadline_ms(deadline)) < 0 && errno != EINTR) {
+        /* Same-node peers' pidfds wake us too when one of them dies. */
+        ready = poll(pfds, (nfds_t)npfds, sl_deadline_ms(deadline));
+        if (ready < 0 && errno != EINTR) {
             return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
                             "poll on the UCX event fd failed: %s",
                             strerror(errno));
+        }
+        if (ready > 0 && npfds > 1) {
+            sl_fault_polled(comm);
         }
     }
 }

@@ -152,7 +152,7 @@ void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
 /* UCX's outcome of one operation, in stagelink's terms. */
 static void sl_sub_complete(sl_sub_t *sub, ucs_status_t ucs, size_t length)
 {
-    char why[160];
+    char why[256];
 
     switch (ucs) {
     case UCS_OK:
@@ -167,11 +167,25 @@ static void sl_sub_complete(sl_sub_t *sub, ucs_status_t ucs, size_t length)
                  sub->expected);
         sl_sub_finish(sub, STAGELINK_ERR_SIZE_MISMATCH, 0, why);
         return;
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_UNREACHABLE:
+        /* Seen on the operation before (or instead of) the endpoint's
+         * error callback. */
+        sl_fault_peer_down(sub->peer, "UCX reported \"%s\" on a transfer",
+                           ucs_status_string(ucs));
+        break;
     default:
-        snprintf(why, sizeof(why), "UCX: %s", ucs_status_string(ucs));
-        sl_sub_finish(sub, STAGELINK_ERR_TRANSPORT, 0, why);
+        break;
+    }
+    if (sub->peer->failed) {
+        snprintf(why, sizeof(why), "that rank failed (%s); finalize the "
+                 "communicator", sub->peer->why);
+        sl_sub_finish(sub, STAGELINK_ERR_PEER_FAILED, 0, why);
         return;
     }
+    snprintf(why, sizeof(why), "UCX: %s", ucs_status_string(ucs));
+    sl_sub_finish(sub, STAGELINK_ERR_TRANSPORT, 0, why);
 }
 
 static void sl_sub_send_cb(void *request, ucs_status_t status, void *user_data)
@@ -179,6 +193,9 @@ static void sl_sub_send_cb(void *request, ucs_status_t status, void *user_data)
     sl_sub_t *sub = user_data;
 
     ucp_request_free(request);
+    if (sub->detached) {
+        return;
+    }
     sl_sub_complete(sub, status, sub->expected);
 }
 
@@ -189,6 +206,9 @@ static void sl_sub_recv_cb(void *request, ucs_status_t status,
     uint64_t  hdr[2];
 
     ucp_request_free(request);
+    if (sub->detached) {
+        return;
+    }
     /* A framed sender's header: its part is larger than one chunk. */
     if (status == UCS_OK && info->length == sizeof(hdr)) {
         memcpy(hdr, sub->buf, sizeof(hdr));
@@ -200,7 +220,7 @@ static void sl_sub_recv_cb(void *request, ucs_status_t status,
     sl_sub_complete(sub, status, (status == UCS_OK) ? info->length : 0);
 }
 
-static sl_sub_t *sl_sub_new(sl_req_t *req, const sl_ucx_peer_t *peer,
+static sl_sub_t *sl_sub_new(sl_req_t *req, sl_ucx_peer_t *peer,
                             sl_sub_kind_t kind, uint64_t tag, size_t len,
                             ucp_request_param_t *param)
 {
@@ -215,6 +235,7 @@ static sl_sub_t *sl_sub_new(sl_req_t *req, const sl_ucx_peer_t *peer,
     sub->tag      = tag;
     sub->buf      = NULL;
     sub->expected = len;
+    sub->detached = 0;
     ++req->pending;
 
     sl_ucx_param_init(param, sub, UCS_MEMORY_TYPE_HOST,
@@ -279,14 +300,20 @@ static sl_status_t sl_sub_chunked(sl_sub_t *sub, void *buf, size_t len,
     return status;
 }
 
-static sl_status_t sl_sub_post(sl_req_t *req, const sl_ucx_peer_t *peer,
+static sl_status_t sl_sub_post(sl_req_t *req, sl_ucx_peer_t *peer,
                                sl_sub_kind_t kind, uint64_t tag, void *buf,
                                size_t len, int recv, int device)
 {
     ucp_request_param_t param;
     sl_sub_t           *sub = sl_sub_new(req, peer, kind, tag, len, &param);
+    sl_status_t         status;
 
     sub->buf = buf;
+    status   = sl_fault_check(req->comm, peer);
+    if (status != STAGELINK_SUCCESS) {
+        sl_sub_finish(sub, status, 0, req->comm->err.msg);
+        return status;
+    }
     if (sl_sub_in_chunks(req->comm, kind, len, device)) {
         return sl_sub_chunked(sub, buf, len, recv);
     }
@@ -305,21 +332,21 @@ static sl_status_t sl_sub_post(sl_req_t *req, const sl_ucx_peer_t *peer,
                                                 tag, SL_TAG_MASK_HEADER, &param));
 }
 
-sl_status_t sl_sub_post_send(sl_req_t *req, const sl_ucx_peer_t *peer,
+sl_status_t sl_sub_post_send(sl_req_t *req, sl_ucx_peer_t *peer,
                              sl_sub_kind_t kind, uint64_t tag,
                              const void *buf, size_t len)
 {
     return sl_sub_post(req, peer, kind, tag, (void *)buf, len, 0, req->device);
 }
 
-sl_status_t sl_sub_post_recv(sl_req_t *req, const sl_ucx_peer_t *peer,
+sl_status_t sl_sub_post_recv(sl_req_t *req, sl_ucx_peer_t *peer,
                              sl_sub_kind_t kind, uint64_t tag, void *buf,
                              size_t len)
 {
     return sl_sub_post(req, peer, kind, tag, buf, len, 1, req->device);
 }
 
-sl_status_t sl_sub_post_host(sl_req_t *req, const sl_ucx_peer_t *peer,
+sl_status_t sl_sub_post_host(sl_req_t *req, sl_ucx_peer_t *peer,
                              sl_sub_kind_t kind, uint64_t tag, void *buf,
                              size_t len, int recv)
 {

@@ -8,9 +8,10 @@
  *   stagelink_run -n 2 -- cycles [CYCLES]
  * SPDX-License-Identifier: MIT
  */
+#include "resources.h"
+
 #include <stagelink/loader.h>
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,34 +27,6 @@
 #define CHECK_RSS 1
 #endif
 #define N_ELEMS    16384
-
-static int open_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    int  n = 0;
-
-    while (d != NULL && readdir(d) != NULL) {
-        ++n;
-    }
-    if (d != NULL) {
-        closedir(d);
-    }
-    return n - 3; /* ".", ".." and the directory's own descriptor */
-}
-
-static long rss_bytes(void)
-{
-    long  pages = 0, resident = 0;
-    FILE *f     = fopen("/proc/self/statm", "r");
-
-    if (f != NULL && fscanf(f, "%ld %ld", &pages, &resident) != 2) {
-        resident = 0;
-    }
-    if (f != NULL) {
-        fclose(f);
-    }
-    return resident * sysconf(_SC_PAGESIZE);
-}
 
 static int cycle(const stagelink_plugin_v1_t *sl, stagelink_loader_t *loader,
                  int k, char *err, size_t errlen)

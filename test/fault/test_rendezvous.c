@@ -9,6 +9,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "check.h"
+#include "loopback.h"
 #include "sl_bootstrap.h"
 #include "sl_time.h"
 
@@ -37,20 +38,6 @@ typedef struct {
 
 static results_t *res;
 static int        port;
-
-static int free_port(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    socklen_t          len = sizeof(a);
-    int                fd  = socket(AF_INET, SOCK_STREAM, 0), p;
-
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, (struct sockaddr *)&a, sizeof(a));
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    p = ntohs(a.sin_port);
-    close(fd);
-    return p;
-}
 
 /* One rank: rendezvous, then an allgather of the ranks' numbers. */
 static void run_rank(int slot, rank_spec_t spec)

@@ -27,8 +27,9 @@ fi
 # libFuzzer adds what it finds to the first corpus directory: a copy.
 rm -rf "$work/corpus"
 cp -r "$src/test/fuzz/corpus" "$work/corpus"
+# A crashing input lands in the work directory, never in the source tree.
 STAGELINK_DEBUG=NONE "$work/fuzz_hello" -max_total_time="$secs" -max_len=256 -use_value_profile=1 \
-    -print_final_stats=1 "$work/corpus" >"$work/fuzz.log" 2>&1 || {
+    -artifact_prefix="$work/" -print_final_stats=1 "$work/corpus" >"$work/fuzz.log" 2>&1 || {
     tail -n 40 "$work/fuzz.log"; echo "FAIL: the fuzzer found a crash"; exit 1; }
 grep -E 'DONE|stat::number_of_executed_units|stat::peak_rss' "$work/fuzz.log"
 echo "corpus: $(ls "$work/corpus" | wc -l) inputs after $secs s"

@@ -1,0 +1,332 @@
+/*
+ * Faults: how a dead peer or an abort becomes an error on every request it
+ * touches, promptly instead of at the deadline.
+ *
+ * A peer on another node is watched by UCX itself (PEER error mode: its
+ * endpoint's error callback).  A peer on this node cannot be: UCX 1.13's
+ * shared-memory transports do not report peer failure, and PEER mode would
+ * move same-node traffic onto TCP (see ucx_worker.c).  Its process is
+ * watched instead through a pidfd, which becomes readable when the process
+ * exits and sits in the same poll() as the UCX event fd.
+ *
+ * Failures are seen inside UCX callbacks and applied after progress
+ * returns: canceling requests and closing endpoints from inside an
+ * endpoint's own error callback is not allowed.
+ * SPDX-License-Identifier: MIT
+ */
+#include "ucx_comm.h"
+
+#include "sl_log.h"
+#include "sl_time.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* How often a caller that never sleeps (a host looping on `test`) has the
+ * same-node peers' pidfds looked at. */
+#define SL_FAULT_LIVENESS_PERIOD 1e-3
+
+static sl_ucx_peer_t *sl_fault_peer_at(sl_comm_t *comm, int i)
+{
+    if (i == 0) {
+        return &comm->prev;
+    }
+    if (i == 1) {
+        return &comm->next;
+    }
+    return &comm->tp_peers[i - 2];
+}
+
+static int sl_fault_npeers(const sl_comm_t *comm)
+{
+    return 2 + ((comm->tp_peers != NULL) ? comm->layout.tp_size : 0);
+}
+
+void sl_fault_init(sl_comm_t *comm)
+{
+    comm->failed_rank = -1;
+    comm->fault       = STAGELINK_SUCCESS;
+    atomic_init(&comm->aborting, 0);
+}
+
+sl_status_t sl_fault_watch(sl_comm_t *comm, const sl_peer_process_t *procs)
+{
+    const sl_peer_process_t *me = &procs[comm->layout.rank];
+    int                      max = 1 + sl_fault_npeers(comm), i, n = 0;
+
+    comm->pfds     = calloc((size_t)max, sizeof(*comm->pfds));
+    comm->pfd_peer = calloc((size_t)max, sizeof(*comm->pfd_peer));
+    if (comm->pfds == NULL || comm->pfd_peer == NULL) {
+        return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate %d poll entries", max);
+    }
+    comm->pfds[n].fd     = comm->efd;
+    comm->pfds[n].events = POLLIN;
+    ++n;
+    for (i = 0; i < sl_fault_npeers(comm); ++i) {
+        sl_ucx_peer_t           *peer = sl_fault_peer_at(comm, i);
+        const sl_peer_process_t *p;
+        int                      fd;
+
+        if (peer->ep == NULL || peer->inter_node) {
+            continue;
+        }
+        p = &procs[peer->rank];
+        if (p->pid_ns != me->pid_ns) {
+            /* Another container of this node: its pid means nothing here. */
+            SL_INFO(SL_SUBSYS_NET, "rank %d is on this node in another pid "
+                    "namespace: its death is seen at the deadline only",
+                    peer->rank);
+            continue;
+        }
+        fd = (int)syscall(SYS_pidfd_open, (pid_t)p->pid, 0);
+        if (fd < 0) {
+            /* ESRCH: it died during init, which the first transfer reports. */
+            if (errno == ESRCH) {
+                sl_fault_peer_down(peer, "its process (pid %d) exited during "
+                                   "init", (int)p->pid);
+                continue;
+            }
+            SL_INFO(SL_SUBSYS_NET, "cannot watch rank %d (pid %d): %s; its "
+                    "death is seen at the deadline only", peer->rank,
+                    (int)p->pid, strerror(errno));
+            continue;
+        }
+        comm->pfds[n].fd     = fd;
+        comm->pfds[n].events = POLLIN;
+        comm->pfd_peer[n]    = peer;
+        ++n;
+    }
+    comm->npfds = n;
+    return STAGELINK_SUCCESS;
+}
+
+void sl_fault_cleanup(sl_comm_t *comm)
+{
+    int i;
+
+    for (i = 1; i < comm->npfds; ++i) {
+        close(comm->pfds[i].fd);
+    }
+    free(comm->pfds);
+    free(comm->pfd_peer);
+    comm->pfds     = NULL;
+    comm->pfd_peer = NULL;
+    comm->npfds    = 0;
+}
+
+void sl_fault_peer_down(sl_ucx_peer_t *peer, const char *fmt, ...)
+{
+    sl_comm_t *comm = peer->comm;
+    va_list    ap;
+
+    if (peer->failed) {
+        return;
+    }
+    peer->failed = 1;
+    va_start(ap, fmt);
+    vsnprintf(peer->why, sizeof(peer->why), fmt, ap);
+    va_end(ap);
+    comm->fault_pending = 1;
+    if (comm->fault == STAGELINK_SUCCESS) {
+        comm->fault       = STAGELINK_ERR_PEER_FAILED;
+        comm->failed_rank = peer->rank;
+        snprintf(comm->fault_err.msg, sizeof(comm->fault_err.msg),
+                 "rank %d (%s) failed: %s; transfers with it cannot "
+                 "complete: finalize the communicator and restart the job "
+                 "(from a checkpoint)", peer->rank,
+                 peer->inter_node ? "on another node" : "on this node",
+                 peer->why);
+    }
+    /* In finalize the peers close and exit too; that is no failure. */
+    sl_log(comm->closing ? SL_LOG_INFO : SL_LOG_WARN, SL_SUBSYS_NET,
+           "rank %d is gone: %s", peer->rank, peer->why);
+}
+
+/* Sends cannot be canceled in UCX; closing the endpoint by force completes
+ * them (with an error) without waiting for the dead peer. */
+static void sl_fault_close_ep(sl_ucx_peer_t *peer)
+{
+    ucp_request_param_t param;
+    ucs_status_ptr_t    req;
+
+    if (peer->ep == NULL) {
+        return;
+    }
+    memset(&param, 0, sizeof(param));
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags        = UCP_EP_CLOSE_FLAG_FORCE;
+    req = ucp_ep_close_nbx(peer->ep, &param);
+    peer->ep = NULL;
+    if (UCS_PTR_IS_PTR(req)) {
+        peer->close_req = req;
+    }
+}
+
+/* Fails and cancels every sub of every request that involves `peer`.  Subs
+ * with the other peers go on: a receiver whose stage shard failed still
+ * tells its TP group, so they fail at once too. */
+static void sl_fault_fail_subs(sl_comm_t *comm, sl_ucx_peer_t *peer)
+{
+    sl_req_t *req;
+    int       i;
+
+    for (req = comm->pool.active; req != NULL; req = req->next) {
+        for (i = 0; i < req->nsubs; ++i) {
+            sl_sub_t *sub = &req->subs[i];
+
+            if (sub->peer != peer ||
+                (sub->ucx_req == NULL && sub->staged == NULL)) {
+                continue;
+            }
+            sl_req_fail(req, STAGELINK_ERR_PEER_FAILED, "%s of "
+                        "microbatch %u chunk %u: %s", sl_req_what(req),
+                        req->xfer.tag.microbatch, req->xfer.tag.chunk,
+                        comm->fault_err.msg);
+            if (sub->ucx_req != NULL) {
+                ucp_request_cancel(comm->worker, sub->ucx_req);
+            } else {
+                sl_chunked_cancel(comm, sub);
+            }
+        }
+    }
+}
+
+/*
+ * What UCX will not complete after the forced close: sends to a same-node
+ * peer (UCX 1.13 purges an endpoint's operations only in PEER mode) and
+ * whatever else is still in flight with `peer` (NULL: with anyone).  The
+ * subs finish now; their UCX operations stay, pointing at memory that is
+ * never reused, so a late callback finds it and returns.
+ */
+static void sl_fault_detach(sl_comm_t *comm, const sl_ucx_peer_t *peer,
+                            sl_status_t status, const char *why)
+{
+    sl_req_t *req;
+    int       i;
+
+    for (req = comm->pool.active; req != NULL; req = req->next) {
+        for (i = 0; i < req->nsubs; ++i) {
+            sl_sub_t *sub = &req->subs[i];
+
+            if ((peer != NULL && sub->peer != peer) ||
+                (sub->ucx_req == NULL && sub->staged == NULL)) {
+                continue;
+            }
+            if (sub->staged != NULL) {
+                sl_chunked_detach(comm, sub);
+            } else {
+                sub->detached = 1;
+                ++req->detached_subs;
+            }
+            sl_sub_finish(sub, status, 0, why);
+        }
+    }
+}
+
+static void sl_fault_abort_all(sl_comm_t *comm)
+{
+    sl_req_t *req;
+    int       i;
+
+    for (req = comm->pool.active; req != NULL; req = req->next) {
+        sl_req_fail(req, STAGELINK_ERR_ABORTED, "%s of microbatch %u "
+                    "chunk %u: the communicator was aborted (comm_abort)",
+                    sl_req_what(req), req->xfer.tag.microbatch, req->xfer.tag.chunk);
+        sl_req_cancel_subs(comm, req);
+    }
+    for (i = 0; i < sl_fault_npeers(comm); ++i) {
+        sl_fault_close_ep(sl_fault_peer_at(comm, i));
+    }
+    sl_fault_detach(comm, NULL, STAGELINK_ERR_ABORTED, comm->fault_err.msg);
+}
+
+static void sl_fault_apply(sl_comm_t *comm)
+{
+    int i;
+
+    comm->fault_pending = 0;
+    if (atomic_load_explicit(&comm->aborting, memory_order_acquire) &&
+        !comm->aborted) {
+        comm->aborted = 1;
+        comm->fault   = STAGELINK_ERR_ABORTED;
+        snprintf(comm->fault_err.msg, sizeof(comm->fault_err.msg),
+                 "the communicator was aborted (comm_abort); finalize it");
+        SL_WARN(SL_SUBSYS_NET, "aborted: failing every transfer in flight");
+        sl_fault_abort_all(comm);
+        return;
+    }
+    for (i = 0; i < sl_fault_npeers(comm); ++i) {
+        sl_ucx_peer_t *peer = sl_fault_peer_at(comm, i);
+
+        if (peer->failed && peer->ep != NULL) {
+            sl_fault_fail_subs(comm, peer);
+            sl_fault_close_ep(peer);
+            sl_fault_detach(comm, peer, STAGELINK_ERR_PEER_FAILED,
+                            comm->fault_err.msg);
+        }
+    }
+}
+
+void sl_fault_polled(sl_comm_t *comm)
+{
+    int i;
+
+    for (i = 1; i < comm->npfds; ++i) {
+        if (comm->pfds[i].revents != 0 && !comm->pfd_peer[i]->failed) {
+            sl_fault_peer_down(comm->pfd_peer[i], "its process exited "
+                               "(seen through its pidfd)");
+        }
+    }
+}
+
+void sl_fault_progress(sl_comm_t *comm)
+{
+    double now;
+
+    if (comm->npfds > 1) {
+        now = sl_time_now();
+        if (now >= comm->liveness_next) {
+            comm->liveness_next = now + SL_FAULT_LIVENESS_PERIOD;
+            if (poll(comm->pfds + 1, (nfds_t)(comm->npfds - 1), 0) > 0) {
+                comm->pfds[0].revents = 0;
+                sl_fault_polled(comm);
+            }
+        }
+    }
+    if (comm->fault_pending ||
+        atomic_load_explicit(&comm->aborting, memory_order_relaxed)) {
+        if (!comm->aborted) {
+            sl_fault_apply(comm);
+        }
+    }
+}
+
+sl_status_t sl_fault_check(sl_comm_t *comm, sl_ucx_peer_t *peer)
+{
+    if (comm->aborted ||
+        atomic_load_explicit(&comm->aborting, memory_order_relaxed)) {
+        return sl_error(&comm->err, STAGELINK_ERR_ABORTED, "the "
+                        "communicator was aborted (comm_abort): nothing can "
+                        "be posted on it; finalize it");
+    }
+    if (peer != NULL && peer->failed) {
+        return sl_error(&comm->err, STAGELINK_ERR_PEER_FAILED,
+                        "rank %d cannot be reached: %s", peer->rank,
+                        peer->why);
+    }
+    return STAGELINK_SUCCESS;
+}
+
+void sl_fault_abort(sl_comm_t *comm)
+{
+    atomic_store_explicit(&comm->aborting, 1, memory_order_release);
+    /* Wakes the owning thread if it sleeps in poll() on the event fd. */
+    ucp_worker_signal(comm->worker);
+}

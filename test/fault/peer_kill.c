@@ -1,0 +1,375 @@
+/*
+ * Peers that die: real ranks (forked processes, the plugin loaded through
+ * the public loader) where one rank is SIGKILLed before, during (a 64 MiB
+ * message mid-rendezvous, either side) or after a transfer, or where a
+ * watchdog thread aborts a communicator blocked in wait.  Each survivor
+ * must get an error (PEER_FAILED naming the dead rank where it talked to
+ * it) within the deadline, then finalize within the deadline with the
+ * descriptors it had before init.
+ *
+ * Every scenario runs with both placements: all ranks on one node (the
+ * dead process is seen through its pidfd) and each stage on its own node
+ * by STAGELINK_NODE_ID (network transports, seen by UCX's PEER mode).
+ *   peer_kill [SCENARIO]   (all when none)
+ * SPDX-License-Identifier: MIT
+ */
+#include "check.h"
+#include "loopback.h"
+#include "resources.h"
+#include "sl_time.h"
+
+#include <stagelink/loader.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define DEADLINE  2.0             /* STAGELINK_TIMEOUT of every rank */
+#define BIG       (64u << 20)     /* rendezvous on every transport */
+#define MAX_RANKS 4
+
+typedef enum when {
+    BEFORE,        /* the victim dies right after init */
+    DURING_SEND,   /* the sender dies after starting the rendezvous of
+                      64 MiB (its request to send is out, no data moved) */
+    DURING_RECV,   /* the receiver dies with 64 MiB posted, before it
+                      answers the sender's request to send */
+    AFTER,         /* one transfer completes, then the victim dies */
+    ABORT,         /* nobody dies: a watchdog aborts a blocked wait */
+    TP_DURING_SEND /* t = 2: a sender dies, its TP group must hear of it */
+} when_t;
+
+typedef struct scenario {
+    const char *name;
+    when_t      when;
+    int         world, tp, victim;
+} scenario_t;
+
+static const scenario_t scenarios[] = {
+    {"before",         BEFORE,         2, 1, 0},
+    {"during-send",    DURING_SEND,    2, 1, 0},
+    {"during-recv",    DURING_RECV,    2, 1, 1},
+    {"after",          AFTER,          2, 1, 1},
+    {"abort",          ABORT,          2, 1, -1},
+    {"tp-during-send", TP_DURING_SEND, 4, 2, 0},
+};
+
+/* What each rank reports, in memory shared with the parent. */
+typedef struct rank_report {
+    int    reached;      /* got past init */
+    int    op_status;    /* the transfer that had to fail (or succeed) */
+    double op_secs;      /* from its post to its error */
+    int    err_status;   /* comm_get_error afterwards */
+    int    failed_rank;
+    int    fin_status;
+    double fin_secs;
+    int    fds_before, fds_after;
+    char   msg[1024];
+} rank_report_t;
+
+typedef struct shared {
+    rank_report_t r[MAX_RANKS];
+    pid_t         pid[MAX_RANKS];
+    atomic_int    posted;  /* survivors about to post their transfer */
+    atomic_int    started; /* the victim's side of the rendezvous is out */
+    atomic_int    flowing; /* the victim's first bytes reached a survivor */
+} shared_t;
+
+static shared_t *shm;
+
+typedef struct watchdog {
+    const stagelink_plugin_v1_t *sl;
+    stagelink_comm_t            *comm;
+} watchdog_t;
+
+static void *watchdog_main(void *arg)
+{
+    watchdog_t *w = arg;
+
+    usleep(300000);
+    w->sl->comm_abort(w->comm);
+    return NULL;
+}
+
+/*
+ * The victim's side of a transfer goes as far as the scenario says, then
+ * it dies.  It never progresses after the survivors post, so whatever they
+ * wait for really needs the dead process (a CMA read of a sender's memory
+ * needs no progress of it: that sender dies before the receiver posts).
+ */
+static void die_mid_transfer(const scenario_t *sc,
+                             const stagelink_plugin_v1_t *sl,
+                             stagelink_comm_t *comm, stagelink_request_t *req)
+{
+    double until     = sl_time_now() + DEADLINE;
+    int    survivors = sc->world - 1, done = 0, i;
+
+    if (sc->when == DURING_SEND) {
+        for (i = 0; i < 20 && !done; ++i) { /* the request to send goes out */
+            sl->test(comm, req, &done);
+        }
+        atomic_store(&shm->started, 1);
+        raise(SIGKILL);
+    }
+    /* DURING_RECV: dies before the sender's request to send is answered;
+     * TP_DURING_SEND: once its first chunk landed, with most still to go
+     * (chunks flow only while both sides progress). */
+    while (sl_time_now() < until && !done &&
+           (sc->when == DURING_RECV ? atomic_load(&shm->posted) < survivors
+                                    : !atomic_load(&shm->flowing))) {
+        sl->test(comm, req, &done);
+        usleep(50);
+    }
+    raise(SIGKILL);
+}
+
+/* A DURING_SEND receiver posts once the sender is dead. */
+static void await_victim_death(int victim)
+{
+    int           fd = (int)syscall(SYS_pidfd_open, shm->pid[victim], 0);
+    struct pollfd p  = {.fd = fd, .events = POLLIN};
+
+    while (!atomic_load(&shm->started)) {
+        usleep(100);
+    }
+    if (fd >= 0) {
+        poll(&p, 1, (int)(DEADLINE * 1e3));
+        close(fd);
+    }
+}
+
+static void run_rank(const scenario_t *sc, int rank, int port, int split)
+{
+    rank_report_t               *me = &shm->r[rank];
+    const stagelink_plugin_v1_t *sl;
+    stagelink_loader_t          *loader;
+    stagelink_config_t           cfg = {.struct_size = sizeof(cfg)};
+    stagelink_comm_t            *comm;
+    stagelink_comm_info_t        info;
+    stagelink_request_t         *req = NULL;
+    stagelink_xfer_t             x;
+    char                         env[32], err[1024];
+    int                          sender, st, done = 0;
+    unsigned char               *buf;
+    double                       t0;
+    pthread_t                    dog;
+    watchdog_t                   w;
+
+    alarm(30); /* a hang shows as a signal, never as a stuck test */
+    snprintf(env, sizeof(env), "%d", port);
+    setenv("STAGELINK_BOOTSTRAP_ADDR", "127.0.0.1", 1);
+    setenv("STAGELINK_BOOTSTRAP_PORT", env, 1);
+    setenv("STAGELINK_TIMEOUT", "2", 1);
+    if (split) {
+        snprintf(env, sizeof(env), "node-%d", rank / sc->tp);
+        setenv("STAGELINK_NODE_ID", env, 1);
+    }
+    me->fds_before = open_fds();
+    buf = malloc(BIG);
+    memset(buf, rank + 1, BIG);
+    if (stagelink_loader_open(NULL, &loader, err, sizeof(err)) !=
+        STAGELINK_SUCCESS) {
+        snprintf(me->msg, sizeof(me->msg), "%.1000s", err);
+        _exit(1);
+    }
+    sl = stagelink_loader_plugin(loader);
+    cfg.rank       = rank;
+    cfg.world_size = sc->world;
+    cfg.tp_size    = sc->tp;
+    cfg.mode       = STAGELINK_MODE_SCATTER_GATHER;
+    cfg.flags      = STAGELINK_CONFIG_RANK_SET;
+    if (stagelink_loader_comm_init(loader, &cfg, &comm, err, sizeof(err)) !=
+        STAGELINK_SUCCESS) {
+        snprintf(me->msg, sizeof(me->msg), "%.1000s", err);
+        _exit(1);
+    }
+    me->reached = 1;
+    sl->comm_info(comm, &info);
+    sender = info.next_rank >= 0;
+    x = (stagelink_xfer_t){.peer   = sender ? STAGELINK_PEER_NEXT
+                                            : STAGELINK_PEER_PREV,
+                           .buf    = buf,
+                           .nbytes = (size_t)BIG * (size_t)sc->tp,
+                           .elem_size = 1};
+    if (sc->tp > 1) {
+        /* The whole tensor, of which each TP rank moves BIG bytes. */
+        buf = realloc(buf, x.nbytes);
+        x.buf = buf;
+    }
+
+    if (sc->when == BEFORE && rank == sc->victim) {
+        raise(SIGKILL);
+    }
+    if (sc->when == AFTER) {
+        st = sender ? sl->isend(comm, &x, &req) : sl->irecv(comm, &x, &req);
+        if (st == STAGELINK_SUCCESS) {
+            st = sl->wait(comm, req);
+        }
+        if (st != STAGELINK_SUCCESS) {
+            snprintf(me->msg, sizeof(me->msg), "first transfer: %s: %s",
+                     stagelink_status_string(st), sl->last_error(comm));
+            me->op_status = st;
+            _exit(1);
+        }
+        if (rank == sc->victim) {
+            raise(SIGKILL);
+        }
+        x.tag.microbatch = 1;
+        usleep(100000); /* the survivor's next transfer meets a dead peer */
+    } else if (sc->when == BEFORE) {
+        usleep(100000);
+    }
+    if (sc->when == ABORT) {
+        if (sender) {
+            /* Never sends: the receiver stays blocked until the abort. */
+            goto finalize;
+        }
+        w = (watchdog_t){sl, comm};
+        pthread_create(&dog, NULL, watchdog_main, &w);
+    }
+
+    if (sc->when == DURING_SEND && rank != sc->victim) {
+        await_victim_death(sc->victim);
+    }
+    atomic_fetch_add(&shm->posted, rank != sc->victim);
+    t0 = sl_time_now();
+    st = sender ? sl->isend(comm, &x, &req) : sl->irecv(comm, &x, &req);
+    if (rank == sc->victim) {
+        die_mid_transfer(sc, sl, comm, req);
+    }
+    if (sc->when == TP_DURING_SEND && !sender) {
+        /* Tells the victim when its bytes (value victim + 1) arrive. */
+        while (st == STAGELINK_SUCCESS && !done &&
+               !atomic_load(&shm->flowing)) {
+            st = sl->test(comm, req, &done);
+            if (buf[0] == sc->victim + 1) {
+                atomic_store(&shm->flowing, 1);
+            }
+        }
+    }
+    if (st == STAGELINK_SUCCESS && !done) {
+        st = sl->wait(comm, req);
+    }
+    me->op_secs   = sl_time_now() - t0;
+    me->op_status = st;
+    snprintf(me->msg, sizeof(me->msg), "%s", sl->last_error(comm));
+    if (sc->when == ABORT) {
+        pthread_join(dog, NULL);
+    }
+    me->err_status = sl->comm_get_error(comm, &me->failed_rank);
+
+finalize:
+    t0             = sl_time_now();
+    me->fin_status = sl->comm_finalize(comm);
+    me->fin_secs   = sl_time_now() - t0;
+    stagelink_loader_close(loader);
+    free(buf);
+    me->fds_after = open_fds();
+    _exit(0);
+}
+
+static void run_scenario(const scenario_t *sc, int split)
+{
+    const char *where = split ? "two nodes" : "one node";
+    pid_t       pid[MAX_RANKS];
+    int         port = free_port(), r, wst;
+
+    memset(shm, 0, sizeof(*shm));
+    for (r = 0; r < sc->world; ++r) {
+        shm->r[r].op_status = -1;
+        if ((pid[r] = fork()) == 0) {
+            run_rank(sc, r, port, split);
+        }
+        shm->pid[r] = pid[r];
+    }
+    for (r = 0; r < sc->world; ++r) {
+        rank_report_t *rr = &shm->r[r];
+
+        waitpid(pid[r], &wst, 0);
+        if (r == sc->victim) {
+            CHECK(WIFSIGNALED(wst) && WTERMSIG(wst) == SIGKILL,
+                  "%s, %s: the victim rank %d did not die as planned "
+                  "(status %#x: %s)", sc->name, where, r, wst, rr->msg);
+            continue;
+        }
+        CHECK(WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
+              "%s, %s: survivor rank %d ended with status %#x (%s)",
+              sc->name, where, r, wst, rr->msg);
+        printf("%-15s %-9s rank %d: %-26s in %.3f s, finalize %.3f s: %s\n",
+               sc->name, where, r,
+               (sc->when == ABORT && r == 0)
+                   ? "(never sent)"
+                   : stagelink_status_string((stagelink_status_t)rr->op_status),
+               rr->op_secs, rr->fin_secs, rr->msg);
+        CHECK(rr->fin_status == STAGELINK_SUCCESS && rr->fin_secs < DEADLINE,
+              "%s, %s: rank %d finalize gave %d after %.3f s", sc->name,
+              where, r, rr->fin_status, rr->fin_secs);
+        CHECK(rr->fds_after == rr->fds_before,
+              "%s, %s: rank %d holds %d descriptors after finalize, %d "
+              "before init", sc->name, where, r, rr->fds_after,
+              rr->fds_before);
+        if (sc->when == ABORT) {
+            if (r == 1) {
+                CHECK(rr->op_status == STAGELINK_ERR_ABORTED &&
+                      rr->err_status == STAGELINK_ERR_ABORTED &&
+                      rr->op_secs < 0.3 + DEADLINE / 2,
+                      "%s, %s: the aborted wait gave %d / %d after %.3f s",
+                      sc->name, where, rr->op_status, rr->err_status,
+                      rr->op_secs);
+            }
+            continue;
+        }
+        /* Rank 1 of the TP case sends to a live rank: it may succeed. */
+        if (sc->when == TP_DURING_SEND && r == 1) {
+            continue;
+        }
+        CHECK(rr->op_status != STAGELINK_SUCCESS && rr->op_secs < DEADLINE,
+              "%s, %s: rank %d: transfer gave %d after %.3f s (must fail "
+              "within %.1f s)", sc->name, where, r, rr->op_status,
+              rr->op_secs, DEADLINE);
+        /* Ranks that talked to the victim name it; in the TP case rank 3
+         * hears of it from its TP peer (rank 2). */
+        if (sc->when != TP_DURING_SEND || r == 2) {
+            CHECK(rr->op_status == STAGELINK_ERR_PEER_FAILED &&
+                  rr->err_status == STAGELINK_ERR_PEER_FAILED &&
+                  rr->failed_rank == sc->victim,
+                  "%s, %s: rank %d: status %d, comm_get_error %d with "
+                  "failed rank %d (victim %d)", sc->name, where, r,
+                  rr->op_status, rr->err_status, rr->failed_rank,
+                  sc->victim);
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    size_t i;
+    int    split;
+
+    shm = mmap(NULL, sizeof(*shm), PROT_READ | PROT_WRITE,
+               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (shm == MAP_FAILED) {
+        perror("mmap");
+        return 1;
+    }
+    setenv("STAGELINK_DEBUG", "NONE", 0);
+    for (i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); ++i) {
+        if (argc > 1 && strcmp(argv[1], scenarios[i].name) != 0) {
+            continue;
+        }
+        for (split = 0; split < 2; ++split) {
+            run_scenario(&scenarios[i], split);
+        }
+    }
+    return check_summary();
+}
