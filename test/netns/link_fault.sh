@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Faults between two simulated nodes (namespaces joined by a veth pair, the
+# link at 2 Gbit/s so 64 MiB takes ~0.3 s), with stagelink_soak moving
+# checked 64 MiB tensors back and forth, STAGELINK_TIMEOUT=2:
+#  1. the link goes down mid-transfer for 4 s and comes back: every wait
+#     that passes the deadline returns TIMEOUT within it (no hang), is
+#     waited on again, and once the link is back the transfers complete
+#     with every byte intact;
+#  2. the rank of node 1 is SIGKILLed mid-transfer: the rank of node 0
+#     returns PEER_FAILED naming it within the deadline and exits.
+#   link_fault.sh BUILD_DIR SOURCE_DIR
+# SPDX-License-Identifier: MIT
+set -euo pipefail
+build=$1
+src=$2
+run=$build/tools/stagelink_run
+soak=$build/tools/stagelink_soak
+rate=2gbit
+deadline=2
+export STAGELINK_PLUGIN_PATH=$build/plugin STAGELINK_TIMEOUT=$deadline
+. "$src/tools/netns-lib.sh"
+setup_nodes 2
+out=$(mktemp -d)
+trap 'cleanup; rm -rf "$out"' EXIT
+fail() { echo "FAIL: $*"; cat "$out"/*.log; exit 1; }
+
+# The soak process of node $1, once it runs.
+soak_pid() {
+    local p
+    for p in $(ip netns pids "${tag}n$1"); do
+        if [ "$(cat "/proc/$p/comm" 2>/dev/null)" = stagelink_soak ]; then
+            echo "$p"
+            return
+        fi
+    done
+}
+
+echo "# 1. link down for 4 s mid-transfer, then up"
+run_job 1 "$soak" -s 64M -n 16 -r 10 >"$out/flap.log" 2>&1 &
+job=$!
+sleep 2.5
+ip -n "${tag}n0" link set "${tag}e0" down
+echo "# link down at $(date +%T.%N)"
+sleep 4
+ip -n "${tag}n0" link set "${tag}e0" up
+echo "# link up at $(date +%T.%N)"
+wait "$job" || fail "the soak did not survive the link going down and up"
+cat "$out/flap.log"
+grep -q "0 mismatches" "$out/flap.log" || fail "bytes differ after the flap"
+timeouts=$(grep -c "wait timed out" "$out/flap.log" || true)
+[ "$timeouts" -ge 1 ] || fail "no wait timed out while the link was down 4 s"
+# Each timed-out wait ended at the deadline, not later.
+awk -v d=$deadline '/wait timed out after/ { t = $(NF-6) + 0;
+    if (t > d + 0.5) { print "a wait took " t " s"; bad = 1 } }
+    END { exit bad }' "$out/flap.log" || fail "a timed-out wait overran the deadline"
+echo "# $timeouts waits timed out within ${deadline} s and were retried; all transfers completed intact"
+
+echo "# 2. node 1's rank SIGKILLed mid-transfer"
+run_job 1 "$soak" -s 64M -n 1000 >"$out/kill.log" 2>&1 &
+job=$!
+sleep 2.5
+victim=$(soak_pid 1)
+[ -n "$victim" ] || fail "no soak process on node 1"
+killed=$(date +%s.%N)
+kill -9 "$victim"
+wait "$job" && fail "the job succeeded although a rank was killed"
+cat "$out/kill.log"
+grep -q "STAGELINK_ERR_PEER_FAILED.*rank 1" "$out/kill.log" ||
+    fail "rank 0 did not report rank 1 as failed"
+errored=$(sed -n 's/^rank 0: iteration [0-9]*: error at \([0-9.]*\)$/\1/p' "$out/kill.log")
+[ -n "$errored" ] || fail "rank 0 reported no error time"
+awk -v k="$killed" -v e="$errored" -v d=$deadline 'BEGIN {
+    printf "# rank 0 failed %.3f s after the kill (deadline %d s)\n", e - k, d;
+    exit !(e - k < d) }' || fail "rank 0 took longer than the deadline"
