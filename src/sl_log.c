@@ -12,7 +12,8 @@
 static pthread_once_t sl_log_once = PTHREAD_ONCE_INIT;
 static sl_log_level_t sl_log_current_level;
 static unsigned       sl_log_subsys_mask;
-static int            sl_log_rank = -1;
+/* Per thread: a process may drive several communicators, one a thread. */
+static _Thread_local int sl_log_rank = -1;
 static char           sl_log_host[64];
 
 static const char *const sl_log_levels[] = {"NONE", "WARN", "INFO", "TRACE",

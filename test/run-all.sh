@@ -1,7 +1,8 @@
 #!/bin/sh
-# README's test command: every suite with warnings as errors, then every
-# suite again under AddressSanitizer and UBSan (but fuzz: its target is
-# built with both sanitizers already).
+# README's test command: every suite with warnings as errors; valgrind
+# memcheck on the unit suite and on two- and four-rank transfers; then
+# every suite again under AddressSanitizer and UBSan (but fuzz: its target
+# is built with both sanitizers already).
 set -eu
 cd "$(dirname "$0")/.."
 rm -rf build-test build-sanitize
@@ -9,6 +10,12 @@ meson setup build-test -Dwarning_level=3 -Dwerror=true
 meson test -C build-test --print-errorlogs --num-processes 2
 # Skipped tests say why (the gpu suite without a GPU, netns without rights).
 grep -h '^SKIP' build-test/meson-logs/testlog.txt | sort | uniq -c || true
+
+meson test -C build-test --setup valgrind --print-errorlogs --num-processes 2 \
+    --suite unit
+meson test -C build-test --setup valgrind --print-errorlogs --num-processes 2 \
+    minimal-host t1-p2-sweep t2-p2-scatter_gather-sweep t2-p2-chunked-inflight \
+    bad-input-t1 threads-t1
 
 meson setup build-sanitize -Db_sanitize=address,undefined -Db_lundef=false \
     -Dwarning_level=3 -Dwerror=true

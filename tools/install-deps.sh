@@ -7,4 +7,4 @@ apt-get install -y -qq --no-install-recommends \
     gcc g++ libc6-dev binutils pkg-config meson ninja-build \
     libucx-dev ucx-utils libibverbs-dev rdma-core \
     openmpi-bin libopenmpi-dev \
-    iproute2 gnuplot-nox clang libclang-rt-14-dev >/dev/null
+    iproute2 gnuplot-nox clang libclang-rt-14-dev valgrind >/dev/null
