@@ -7,6 +7,7 @@
 #include "../unit/check.h"
 #include "host.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,6 +160,41 @@ static void cross_stage_cases(int stage, char *buf)
     }
 }
 
+/* Transfer descriptors, each wrong in one field, sent to a real neighbour
+ * so that each fails for its own reason. */
+typedef struct xfer_case {
+    const char          *what;
+    int                  peer;      /* 1: peer value 5 */
+    int                  null_buf;
+    size_t               nbytes, elem_size;
+    uint16_t             chunk;
+    uint8_t              reserved;
+    int                  against_peer; /* direction contradicting the peer */
+    stagelink_mem_type_t mem_type;
+    stagelink_status_t   want;
+} xfer_case_t;
+
+static const xfer_case_t xfer_cases[] = {
+    {"NULL buffer, 8 bytes", 0, 1, 8, 1, 0, 0, 0, STAGELINK_MEM_HOST,
+     STAGELINK_ERR_INVALID_ARG},
+    {"7 bytes of 2-byte elements", 0, 0, 7, 2, 0, 0, 0, STAGELINK_MEM_HOST,
+     STAGELINK_ERR_INVALID_ARG},
+    {"element size larger than the tensor", 0, 0, 8, 16, 0, 0, 0,
+     STAGELINK_MEM_HOST, STAGELINK_ERR_INVALID_ARG},
+    {"peer 5", 1, 0, 8, 1, 0, 0, 0, STAGELINK_MEM_HOST,
+     STAGELINK_ERR_INVALID_ARG},
+    {"chunk 2048", 0, 0, 8, 1, STAGELINK_TAG_MAX_CHUNK + 1, 0, 0,
+     STAGELINK_MEM_HOST, STAGELINK_ERR_INVALID_ARG},
+    {"reserved tag field", 0, 0, 8, 1, 0, 1, 0, STAGELINK_MEM_HOST,
+     STAGELINK_ERR_INVALID_ARG},
+    {"direction contradicting the peer", 0, 0, 8, 1, 0, 0, 1,
+     STAGELINK_MEM_HOST, STAGELINK_ERR_INVALID_ARG},
+    {"CUDA memory in a host-only build", 0, 0, 8, 1, 0, 0, 0,
+     STAGELINK_MEM_CUDA, STAGELINK_ERR_UNSUPPORTED},
+    {"memory type 42", 0, 0, 8, 1, 0, 0, 0, (stagelink_mem_type_t)42,
+     STAGELINK_ERR_INVALID_ARG},
+};
+
 /* Each variable with a value comm_init must refuse, and the status. */
 static const struct {
     const char        *name, *value;
@@ -207,6 +243,10 @@ int main(void)
     /* Init-time refusals: each rank fails before the rendezvous. */
     memset(&cfg, 0, sizeof(cfg));
     expect(init_with(&cfg), STAGELINK_ERR_INVALID_ARG, "config struct_size 0");
+    cfg.struct_size = offsetof(stagelink_config_t, flags);
+    expect(init_with(&cfg), STAGELINK_ERR_INVALID_ARG,
+           "config of an older, shorter ABI");
+    cfg.struct_size = 0;
     expect(P->comm_init(NULL, &C), STAGELINK_ERR_INVALID_ARG, "NULL config");
     cfg.struct_size = sizeof(cfg);
     cfg.tp_size     = tp;
@@ -238,32 +278,22 @@ int main(void)
      * reason, not for a missing peer. */
     peer = (stage == 0) ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV;
     expect(P->isend(C, NULL, &req), STAGELINK_ERR_INVALID_ARG, "NULL transfer");
-    x = sl_host_xfer(peer, NULL, 8, 1, 1, 0);
-    expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG, "NULL buffer, 8 bytes");
-    x = sl_host_xfer(peer, buf, 7, 1, 1, 0);
-    x.elem_size = 2;
-    expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG,
-           "7 bytes of 2-byte elements");
-    x = sl_host_xfer((stagelink_peer_t)5, buf, 8, 1, 1, 0);
-    expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG, "peer 5");
+    for (i = 0; i < sizeof(xfer_cases) / sizeof(xfer_cases[0]); ++i) {
+        const xfer_case_t *c = &xfer_cases[i];
+
+        x = sl_host_xfer(c->peer == 1 ? (stagelink_peer_t)5 : peer,
+                         c->null_buf ? NULL : buf, c->nbytes, 1, 1, 0);
+        x.elem_size     = c->elem_size;
+        x.tag.chunk     = c->chunk;
+        x.tag.reserved  = c->reserved;
+        x.tag.direction = (uint8_t)(c->against_peer
+                                        ? ((stage == 0) ? STAGELINK_DIR_BACKWARD
+                                                        : STAGELINK_DIR_FORWARD)
+                                        : STAGELINK_DIR_AUTO);
+        x.mem_type      = c->mem_type;
+        expect(P->isend(C, &x, &req), c->want, c->what);
+    }
     x = sl_host_xfer(peer, buf, 8, 1, 1, 0);
-    x.tag.chunk = STAGELINK_TAG_MAX_CHUNK + 1;
-    expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG, "chunk 2048");
-    x.tag.chunk    = 0;
-    x.tag.reserved = 1;
-    expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG, "reserved tag field");
-    x.tag.reserved  = 0;
-    x.tag.direction = (stage == 0) ? STAGELINK_DIR_BACKWARD
-                                   : STAGELINK_DIR_FORWARD;
-    expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG,
-           "direction contradicting the peer");
-    x.tag.direction = STAGELINK_DIR_AUTO;
-    x.mem_type      = STAGELINK_MEM_CUDA;
-    expect(P->isend(C, &x, &req), STAGELINK_ERR_UNSUPPORTED,
-           "CUDA memory in a host-only build");
-    x.mem_type = (stagelink_mem_type_t)42;
-    expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG, "memory type 42");
-    x.mem_type = STAGELINK_MEM_HOST;
     expect(P->isend(C, &x, NULL), STAGELINK_ERR_INVALID_ARG, "NULL request pointer");
     x = sl_host_xfer(stage == 0 ? STAGELINK_PEER_PREV : STAGELINK_PEER_NEXT, buf, 8, 1, 1, 0);
     expect(stage == 0 ? P->irecv(C, &x, &req) : P->isend(C, &x, &req),
@@ -276,6 +306,15 @@ int main(void)
     expect(P->wait(C, NULL), STAGELINK_ERR_INVALID_ARG, "wait on NULL request");
     expect(P->get_counters(C, NULL), STAGELINK_ERR_INVALID_ARG, "NULL counters");
     expect(P->comm_info(C, NULL), STAGELINK_ERR_INVALID_ARG, "NULL info");
+    expect(P->comm_get_error(C, NULL), STAGELINK_ERR_INVALID_ARG,
+           "comm_get_error with NULL rank");
+    {
+        int failed = 0;
+
+        expect(P->comm_get_error(C, &failed), STAGELINK_SUCCESS,
+               "comm_get_error of a healthy communicator");
+        CHECK(failed == -1, "healthy communicator names failed rank %d", failed);
+    }
     expect(P->mem_register(C, NULL, 8, STAGELINK_MEM_HOST, &memh),
            STAGELINK_ERR_INVALID_ARG, "register a NULL buffer");
     expect(P->mem_register(C, buf, 64, STAGELINK_MEM_HOST, &memh),
@@ -305,6 +344,20 @@ int main(void)
     expect(P->comm_finalize(C), STAGELINK_ERR_INVALID_STATE, "finalize twice");
     C = NULL;
     expect(P->comm_finalize(NULL), STAGELINK_ERR_INVALID_STATE, "finalize NULL");
+    expect(P->comm_abort(NULL), STAGELINK_ERR_INVALID_STATE, "abort NULL");
+
+    /* An aborted communicator refuses posts and still finalizes. */
+    if (P->comm_init(&cfg, &C) != STAGELINK_SUCCESS) {
+        fprintf(stderr, "init: %s\n", P->last_error(NULL));
+        return 1;
+    }
+    expect(P->comm_abort(C), STAGELINK_SUCCESS, "abort");
+    x = sl_host_xfer(peer, buf, 8, 1, 1, 0);
+    expect(P->isend(C, &x, &req), STAGELINK_ERR_ABORTED, "send after abort");
+    expect(P->post_batch(C, ops, 1, reqs), STAGELINK_ERR_ABORTED,
+           "batch after abort");
+    expect(P->comm_finalize(C), STAGELINK_SUCCESS, "finalize after abort");
+    expect(P->comm_abort(C), STAGELINK_ERR_INVALID_STATE, "abort after finalize");
     stagelink_loader_close(loader);
     return check_summary();
 }
