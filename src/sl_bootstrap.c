@@ -86,6 +86,7 @@ static sl_status_t sl_sock_io(const sl_bootstrap_t *bs, int fd, void *buf,
 static sl_status_t sl_boot_resolve(const sl_launcher_t *l, int passive,
                                    struct addrinfo **res, sl_errbuf_t *eb)
 {
+    const char     *host = passive ? l->bind : l->addr;
     struct addrinfo hints;
     char            port[16];
     int             rc;
@@ -95,11 +96,11 @@ static sl_status_t sl_boot_resolve(const sl_launcher_t *l, int passive,
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags    = passive ? AI_PASSIVE : 0;
     snprintf(port, sizeof(port), "%d", l->port);
-    rc = getaddrinfo(l->addr, port, &hints, res);
+    rc = getaddrinfo(host, port, &hints, res);
     if (rc != 0) {
         return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
                         "cannot resolve rendezvous address %s:%d: %s",
-                        l->addr, l->port, gai_strerror(rc));
+                        host, l->port, gai_strerror(rc));
     }
     return STAGELINK_SUCCESS;
 }
@@ -131,8 +132,9 @@ static sl_status_t sl_boot_listen(const sl_launcher_t *l, int *fd_out,
         listen(fd, SOMAXCONN) != 0) {
         status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
                           "rank 0 cannot listen on %s:%d: %s; pick a free "
-                          "MASTER_PORT or an address of this host",
-                          l->addr, l->port, strerror(errno));
+                          "MASTER_PORT or an address of this host "
+                          "(STAGELINK_BOOTSTRAP_BIND)",
+                          l->bind, l->port, strerror(errno));
         close(fd);
         goto out_free;
     }

@@ -30,6 +30,7 @@ typedef enum sl_env_id {
     SL_ENV_SYSFS_ROOT,
     SL_ENV_BOOTSTRAP_ADDR,
     SL_ENV_BOOTSTRAP_PORT,
+    SL_ENV_BOOTSTRAP_BIND,
     SL_ENV_JOB_KEY,
     SL_ENV_UCX_NET_DEVICES,
     /* Read from launchers, in the order tried. */

@@ -64,6 +64,7 @@ static sl_status_t sl_launcher_rendezvous(sl_launcher_t *out, sl_errbuf_t *eb)
 {
     const char *addr     = sl_env_raw(SL_ENV_BOOTSTRAP_ADDR);
     const char *port     = sl_env_raw(SL_ENV_BOOTSTRAP_PORT);
+    const char *bind;
     sl_env_id_t port_var = SL_ENV_BOOTSTRAP_PORT;
     long        v;
 
@@ -87,6 +88,13 @@ static sl_status_t sl_launcher_rendezvous(sl_launcher_t *out, sl_errbuf_t *eb)
                         "characters", addr, sizeof(out->addr) - 1);
     }
     snprintf(out->addr, sizeof(out->addr), "%s", addr);
+    bind = sl_env_raw(SL_ENV_BOOTSTRAP_BIND);
+    if (bind != NULL && strlen(bind) >= sizeof(out->bind)) {
+        return sl_error(eb, STAGELINK_ERR_CONFIG,
+                        "STAGELINK_BOOTSTRAP_BIND \"%.40s...\" is longer than "
+                        "%zu characters", bind, sizeof(out->bind) - 1);
+    }
+    snprintf(out->bind, sizeof(out->bind), "%s", bind != NULL ? bind : addr);
     out->job_key = sl_launcher_job_key();
 
     if (port == NULL) {

@@ -15,6 +15,7 @@ typedef struct sl_launcher {
     int         rank, world_size;
     int         local_rank, local_size; /**< -1 when the launcher says nothing */
     char        addr[256];  /**< rendezvous host */
+    char        bind[256];  /**< where rank 0 listens: addr unless set apart */
     int         port;
     uint64_t    job_key;    /**< hash of the job key; 0 when none is set */
 } sl_launcher_t;

@@ -54,6 +54,7 @@ static void run_rank(int slot, rank_spec_t spec)
     alarm(30); /* a hang shows as a signal, never as a stuck test */
     memset(&cfg, 0, sizeof(cfg));
     strcpy(l.addr, "127.0.0.1");
+    strcpy(l.bind, "127.0.0.1");
     st = sl_bootstrap_init(&bs, &cfg, &l, TIMEOUT_S, &eb);
     if (st == STAGELINK_SUCCESS) {
         st = sl_bootstrap_allgather(&bs, &spec.rank, all, sizeof(int), &eb);

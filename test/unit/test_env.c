@@ -93,7 +93,13 @@ static void test_launchers(void)
     CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 && l.rank == 3 &&
           l.world_size == 8 && l.local_rank == 1 && l.local_size == 2 &&
           strcmp(l.addr, "198.18.0.1") == 0 && l.port == 29999 &&
+          strcmp(l.bind, "198.18.0.1") == 0 &&
           strcmp(l.source, "torchrun") == 0, "torchrun: %s", eb.msg);
+    setenv("STAGELINK_BOOTSTRAP_BIND", "0.0.0.0", 1);
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 &&
+          strcmp(l.bind, "0.0.0.0") == 0 && strcmp(l.addr, "198.18.0.1") == 0,
+          "bind address apart from the rendezvous address: %s", l.bind);
+    unsetenv("STAGELINK_BOOTSTRAP_BIND");
     setenv("MASTER_PORT", "70000", 1);
     CHECK(sl_launcher_detect(&cfg, &l, &eb) == STAGELINK_ERR_CONFIG,
           "port 70000 accepted");
