@@ -285,6 +285,7 @@ static void run_scenario(const scenario_t *sc, int split)
     int         port = free_port(), r, wst;
 
     memset(shm, 0, sizeof(*shm));
+    fflush(stdout); /* or the children inherit the lines still buffered */
     for (r = 0; r < sc->world; ++r) {
         shm->r[r].op_status = -1;
         if ((pid[r] = fork()) == 0) {
