@@ -10,6 +10,9 @@
  * Every scenario runs with both placements: all ranks on one node (the
  * dead process is seen through its pidfd) and each stage on its own node
  * by STAGELINK_NODE_ID (network transports, seen by UCX's PEER mode).
+ * With PEER_KILL_NETNS="NS0 NS1" (and PEER_KILL_ADDR, node 0's address)
+ * each stage's ranks run in their own network namespace instead: two
+ * simulated nodes (test/netns/peer_kill.sh).
  *   peer_kill [SCENARIO]   (all when none)
  * SPDX-License-Identifier: MIT
  */
@@ -31,6 +34,10 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -85,7 +92,18 @@ typedef struct shared {
     atomic_int    flowing; /* the victim's first bytes reached a survivor */
 } shared_t;
 
+typedef enum placement {
+    ONE_NODE,  /* same node: pidfds */
+    NODE_ID,   /* one node per stage by STAGELINK_NODE_ID: UCX PEER mode */
+    NETNS      /* one network namespace per stage: a real link between */
+} placement_t;
+
+static const char *const placement_names[] = {"one node", "two nodes",
+                                              "two netns"};
+
 static shared_t *shm;
+static char      netns[2][64]; /* PEER_KILL_NETNS */
+static char      netns_addr[64];
 
 typedef struct watchdog {
     const stagelink_plugin_v1_t *sl;
@@ -148,7 +166,29 @@ static void await_victim_death(int victim)
     }
 }
 
-static void run_rank(const scenario_t *sc, int rank, int port, int split)
+/* Moves this rank into its stage's namespace ("node"), as `ip netns exec`
+ * does: UCX lists interfaces from /sys/class/net, which shows the
+ * namespace's own only once sysfs is mounted again from inside it. */
+static void enter_netns(const char *name, rank_report_t *me)
+{
+    char path[128];
+    int  fd;
+
+    snprintf(path, sizeof(path), "/var/run/netns/%s", name);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0 || unshare(CLONE_NEWNS) != 0 ||
+        mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0 ||
+        umount2("/sys", MNT_DETACH) != 0 ||
+        mount(name, "/sys", "sysfs", 0, NULL) != 0) {
+        snprintf(me->msg, sizeof(me->msg), "cannot enter %s: %s", path,
+                 strerror(errno));
+        _exit(1);
+    }
+    close(fd);
+}
+
+static void run_rank(const scenario_t *sc, int rank, int port,
+                     placement_t where)
 {
     rank_report_t               *me = &shm->r[rank];
     const stagelink_plugin_v1_t *sl;
@@ -167,10 +207,13 @@ static void run_rank(const scenario_t *sc, int rank, int port, int split)
 
     alarm(30); /* a hang shows as a signal, never as a stuck test */
     snprintf(env, sizeof(env), "%d", port);
-    setenv("STAGELINK_BOOTSTRAP_ADDR", "127.0.0.1", 1);
+    setenv("STAGELINK_BOOTSTRAP_ADDR",
+           (where == NETNS) ? netns_addr : "127.0.0.1", 1);
     setenv("STAGELINK_BOOTSTRAP_PORT", env, 1);
     setenv("STAGELINK_TIMEOUT", "2", 1);
-    if (split) {
+    if (where == NETNS) {
+        enter_netns(netns[rank / sc->tp], me);
+    } else if (where == NODE_ID) {
         snprintf(env, sizeof(env), "node-%d", rank / sc->tp);
         setenv("STAGELINK_NODE_ID", env, 1);
     }
@@ -278,9 +321,9 @@ finalize:
     _exit(0);
 }
 
-static void run_scenario(const scenario_t *sc, int split)
+static void run_scenario(const scenario_t *sc, placement_t placement)
 {
-    const char *where = split ? "two nodes" : "one node";
+    const char *where = placement_names[placement];
     pid_t       pid[MAX_RANKS];
     int         port = free_port(), r, wst;
 
@@ -289,7 +332,7 @@ static void run_scenario(const scenario_t *sc, int split)
     for (r = 0; r < sc->world; ++r) {
         shm->r[r].op_status = -1;
         if ((pid[r] = fork()) == 0) {
-            run_rank(sc, r, port, split);
+            run_rank(sc, r, port, placement);
         }
         shm->pid[r] = pid[r];
     }
@@ -354,8 +397,9 @@ static void run_scenario(const scenario_t *sc, int split)
 
 int main(int argc, char **argv)
 {
-    size_t i;
-    int    split;
+    const char *names = getenv("PEER_KILL_NETNS");
+    placement_t first = ONE_NODE, last = NODE_ID, p;
+    size_t      i;
 
     shm = mmap(NULL, sizeof(*shm), PROT_READ | PROT_WRITE,
                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -364,12 +408,22 @@ int main(int argc, char **argv)
         return 1;
     }
     setenv("STAGELINK_DEBUG", "NONE", 0);
+    if (names != NULL) {
+        if (sscanf(names, "%63s %63s", netns[0], netns[1]) != 2 ||
+            getenv("PEER_KILL_ADDR") == NULL) {
+            fprintf(stderr, "PEER_KILL_NETNS needs two names and "
+                    "PEER_KILL_ADDR node 0's address\n");
+            return 2;
+        }
+        snprintf(netns_addr, sizeof(netns_addr), "%s", getenv("PEER_KILL_ADDR"));
+        first = last = NETNS;
+    }
     for (i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); ++i) {
         if (argc > 1 && strcmp(argv[1], scenarios[i].name) != 0) {
             continue;
         }
-        for (split = 0; split < 2; ++split) {
-            run_scenario(&scenarios[i], split);
+        for (p = first; p <= last; ++p) {
+            run_scenario(&scenarios[i], p);
         }
     }
     return check_summary();
