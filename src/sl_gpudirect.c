@@ -1,25 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 #include "sl_gpudirect.h"
+#include "sl_sysfs.h"
 
 #include <stdio.h>
 #include <string.h>
 
+/* A module's version file: present means loaded. */
 static int sl_read_version(const char *root, const char *path, char *out,
                            size_t len)
 {
-    char  full[512];
-    FILE *f;
-    int   ok;
-
-    snprintf(full, sizeof(full), "%s%s", root, path);
-    f = fopen(full, "r");
-    if (f == NULL) {
+    if (!sl_sysfs_read(root, path, out, len)) {
         return 0;
     }
-    ok = (fgets(out, (int)len, f) != NULL);
-    fclose(f);
-    out[strcspn(out, "\n")] = '\0';
-    if (!ok) {
+    if (out[0] == '\0') {
         snprintf(out, len, "unknown");
     }
     return 1;

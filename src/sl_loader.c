@@ -7,6 +7,7 @@
 #include "sl_env.h"
 #include "sl_gpudirect.h"
 #include "sl_log.h"
+#include "sl_topo.h"
 
 #include <stagelink/loader.h>
 
@@ -230,17 +231,32 @@ const char *stagelink_version(void)
 
 size_t stagelink_system_report(char *buf, size_t len)
 {
-    sl_gpudirect_t gd;
-    char           gpudirect[512];
-    int            n;
+    const char     *root = sl_env_get(SL_ENV_SYSFS_ROOT);
+    sl_gpudirect_t  gd;
+    sl_topo_t      *topo;
+    char            gpudirect[512];
+    int             n;
 
-    sl_gpudirect_detect(sl_env_get(SL_ENV_SYSFS_ROOT), &gd);
+    sl_gpudirect_detect(root, &gd);
     sl_gpudirect_describe(&gd, gpudirect, sizeof(gpudirect));
     n = snprintf(buf, len,
-                 "build: CUDA %s, NCCL %s, UCX %s\n"
+                 "build: CUDA %s, NCCL %s, libibverbs %s, UCX %s\n"
                  "%s\n",
                  SL_BUILD_CUDA ? "yes (static runtime)" : "no",
                  SL_BUILD_NCCL ? "yes (opened at run time)" : "no",
+                 SL_BUILD_VERBS ? "yes" : "no (sysfs only)",
                  SL_BUILD_UCX_VERSION, gpudirect);
-    return (n < 0) ? 0 : (size_t)n;
+    if (n < 0) {
+        return 0;
+    }
+    topo = calloc(1, sizeof(*topo));
+    if (topo == NULL) {
+        return (size_t)n;
+    }
+    sl_topo_discover_nics(root, topo);
+    sl_topo_discover_gpus(root, topo);
+    n += (int)sl_topo_report(topo, buf + ((size_t)n < len ? (size_t)n : len),
+                             (size_t)n < len ? len - (size_t)n : 0);
+    free(topo);
+    return (size_t)n;
 }

@@ -1,8 +1,12 @@
 /*
  * stagelink_info: what this installation is and will do, in the manner of
- * ucx_info.  Without options: version, build features, GPU-direct support,
- * the plugin the loader finds and every variable.  -c: the variables only; -m: as a Markdown table (the one
- * in README.md is made with it).  SPDX-License-Identifier: MIT
+ * ucx_info and ibv_devinfo.  Without options: version, build features,
+ * GPU-direct support, RDMA devices and ports, GPUs, the NIC each local rank
+ * would use, what the plugin the loader finds reports (UCX version,
+ * transports, memory types, GPU runtime), and every variable.  Works with
+ * none of it present (exit 0) and says what is missing.  -c: the variables
+ * only; -m: as a Markdown table (the one in README.md is made with it).
+ * SPDX-License-Identifier: MIT
  */
 #include <stagelink/loader.h>
 
@@ -40,6 +44,7 @@ int main(int argc, char **argv)
     stagelink_loader_t          *loader;
     const stagelink_plugin_v1_t *p;
     char                         err[4096];
+    static char                  report[16384];
     int                          opt, config_only = 0, markdown = 0;
 
     while ((opt = getopt(argc, argv, "cmh")) != -1) {
@@ -57,13 +62,17 @@ int main(int argc, char **argv)
     }
     printf("# stagelink %s (ABI v%u)\n", stagelink_version(),
            STAGELINK_ABI_VERSION_1);
-    stagelink_system_report(err, sizeof(err));
-    printf("%s", err);
+    stagelink_system_report(report, sizeof(report));
+    printf("%s", report);
     if (stagelink_loader_open(NULL, &loader, err, sizeof(err)) ==
         STAGELINK_SUCCESS) {
         p = stagelink_loader_plugin(loader);
         printf("# plugin: %s %s from %s\n", p->name, p->version,
                stagelink_loader_path(loader));
+        if (p->describe != NULL) {
+            p->describe(report, sizeof(report));
+            printf("%s", report);
+        }
         stagelink_loader_close(loader);
     } else {
         printf("# plugin: none loaded: %s\n", err);

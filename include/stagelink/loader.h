@@ -67,8 +67,10 @@ STAGELINK_EXPORT const stagelink_env_var_t *stagelink_env_var(size_t index);
 
 /**
  * What this build and machine offer, one fact a line: build features
- * (CUDA, NCCL, the UCX it was built against) and GPU-direct RDMA support.
- * Returns the bytes needed (as snprintf).
+ * (CUDA, NCCL, libibverbs, the UCX it was built against), GPU-direct RDMA
+ * support, the RDMA devices and ports, the GPUs on the PCI bus, and the
+ * NIC each local rank would use (rail affinity).  Read under
+ * STAGELINK_SYSFS_ROOT when set.  Returns the bytes needed (as snprintf).
  */
 STAGELINK_EXPORT size_t stagelink_system_report(char *buf, size_t len);
 

@@ -284,6 +284,13 @@ typedef struct stagelink_plugin_v1 {
      */
     stagelink_status_t (*comm_get_error)(stagelink_comm_t *comm,
                                          int *failed_rank);
+    /**
+     * What the plugin sees on this machine, one fact a line, without a
+     * communicator (for stagelink_info): its transport library and version,
+     * the transports and memory types it would use, the GPU runtime's view.
+     * Returns the bytes needed (as snprintf).
+     */
+    size_t (*describe)(char *buf, size_t len);
 } stagelink_plugin_v1_t;
 
 #ifdef __cplusplus

@@ -16,6 +16,9 @@ typedef struct sl_gpu_ops {
     const char *name;
     /** 1 when a device is usable, else 0 with the runtime's reason in `why`. */
     int         (*probe)(char *why, size_t len);
+    /** PCI addresses of the visible devices ("0000:1B:00.0"), at most
+     *  `max`; their count, and in *current the calling thread's device. */
+    int         (*pci_bus_ids)(char (*ids)[16], int max, int *current);
     /** Memory type of `ptr`; host for memory the runtime does not know. */
     stagelink_mem_type_t (*classify)(const void *ptr);
     void       *(*host_alloc)(size_t len, void *ctx);  /**< pinned */

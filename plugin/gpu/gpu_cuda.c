@@ -36,6 +36,24 @@ static int sl_cuda_probe(char *why, size_t len)
     return 1;
 }
 
+static int sl_cuda_pci_bus_ids(char (*ids)[16], int max, int *current)
+{
+    int count = 0, i;
+
+    if (cudaGetDeviceCount(&count) != cudaSuccess ||
+        cudaGetDevice(current) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    for (i = 0; i < count && i < max; ++i) {
+        if (cudaDeviceGetPCIBusId(ids[i], 16, i) != cudaSuccess) {
+            cudaGetLastError();
+            return i;
+        }
+    }
+    return i;
+}
+
 static stagelink_mem_type_t sl_cuda_classify(const void *ptr)
 {
     struct cudaPointerAttributes attr;
@@ -129,6 +147,7 @@ static sl_status_t sl_cuda_copy_async(void *dst, const void *src, size_t len,
 const sl_gpu_ops_t sl_gpu_default_ops = {
     .name              = "cuda",
     .probe             = sl_cuda_probe,
+    .pci_bus_ids       = sl_cuda_pci_bus_ids,
     .classify          = sl_cuda_classify,
     .host_alloc        = sl_cuda_host_alloc,
     .host_free         = sl_cuda_host_free,

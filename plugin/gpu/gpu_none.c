@@ -1,7 +1,7 @@
 /*
  * A build without CUDA: every pointer is host memory and no device is
  * usable.  Only probe and classify are ever called (the staging path is
- * never taken without a device).  SPDX-License-Identifier: MIT
+ * never taken without a device, nor are GPUs asked for their address).  SPDX-License-Identifier: MIT
  */
 #include "gpu.h"
 

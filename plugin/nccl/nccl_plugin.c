@@ -617,6 +617,25 @@ static stagelink_status_t sl_nccl_comm_get_error(stagelink_comm_t *c,
     return sl_nccl_aborted(c);
 }
 
+static size_t sl_nccl_describe(char *buf, size_t len)
+{
+    const sl_nccl_api_t *api;
+    sl_errbuf_t          eb;
+    char                 gpu[160];
+    int                  version = 0, n;
+
+    sl_gpu_default_ops.probe(gpu, sizeof(gpu));
+    if (sl_nccl_api_get(&api, &eb) != STAGELINK_SUCCESS) {
+        n = snprintf(buf, len, "NCCL: %s\nGPU: %s\n", eb.msg, gpu);
+    } else {
+        api->GetVersion(&version);
+        n = snprintf(buf, len, "NCCL %d.%d.%d from %s\nGPU: %s\n",
+                     version / 10000, version / 100 % 100, version % 100,
+                     api->path, gpu);
+    }
+    return (n < 0) ? 0 : (size_t)n;
+}
+
 __attribute__((visibility("default")))
 const stagelink_plugin_v1_t stagelink_plugin_v1 = {
     .abi_version    = STAGELINK_ABI_VERSION_1,
@@ -638,4 +657,5 @@ const stagelink_plugin_v1_t stagelink_plugin_v1 = {
     .get_counters   = sl_nccl_get_counters,
     .comm_abort     = sl_nccl_comm_abort,
     .comm_get_error = sl_nccl_comm_get_error,
+    .describe       = sl_nccl_describe,
 };

@@ -22,6 +22,7 @@
 #include <sys/types.h>
 
 struct sl_gather_ops;
+struct sl_topo;
 
 #define SL_COMM_MAGIC 0x534c434du /* "SLCM" */
 #define SL_REQ_MAGIC  0x534c5251u /* "SLRQ" */
@@ -289,6 +290,10 @@ sl_status_t sl_sub_post_host(sl_req_t *req, sl_ucx_peer_t *peer,
 /* ucx_device.c: device memory */
 /** Whether a GPU is usable: known before any exchange. */
 void        sl_device_probe(sl_comm_t *comm);
+/** The node's GPUs into `t` (CUDA's visible devices, else the PCI bus);
+ *  the index of this rank's GPU, -1 when none is known. */
+int         sl_device_topo_gpus(sl_comm_t *comm, const char *root,
+                                struct sl_topo *t);
 /** What UCX can do with device memory (after the worker exists). */
 sl_status_t sl_device_init(sl_comm_t *comm);
 void        sl_device_cleanup(sl_comm_t *comm);

@@ -13,6 +13,8 @@
  */
 #include "ucx_comm.h"
 
+#include "sl_topo.h"
+
 #include "sl_log.h"
 
 #include <stdlib.h>
@@ -22,6 +24,25 @@ void sl_device_probe(sl_comm_t *comm)
 {
     comm->gpu        = &sl_gpu_default_ops;
     comm->gpu_usable = comm->gpu->probe(comm->gpu_why, sizeof(comm->gpu_why));
+}
+
+int sl_device_topo_gpus(sl_comm_t *comm, const char *root, sl_topo_t *t)
+{
+    char ids[SL_TOPO_MAX_GPUS][16];
+    int  n, i, current = -1;
+
+    if (comm->gpu_usable && root[0] == '\0' &&
+        (n = comm->gpu->pci_bus_ids(ids, SL_TOPO_MAX_GPUS, &current)) > 0) {
+        t->ngpus = 0;
+        for (i = 0; i < n; ++i) {
+            sl_topo_gpu_add(t, root, ids[i]);
+        }
+        snprintf(t->gpu_source, sizeof(t->gpu_source), "CUDA, %d visible", n);
+        return (current >= 0 && current < n) ? current : -1;
+    }
+    /* No usable runtime (or a fake tree): local rank i drives GPU i. */
+    sl_topo_discover_gpus(root, t);
+    return (t->ngpus > 0) ? comm->local_rank % t->ngpus : -1;
 }
 
 sl_status_t sl_device_init(sl_comm_t *comm)

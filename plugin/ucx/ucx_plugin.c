@@ -413,6 +413,73 @@ static stagelink_status_t sl_ucx_get_counters(stagelink_comm_t *comm,
     return STAGELINK_SUCCESS;
 }
 
+/* "tl/dev" of each line "#  resource N : md M dev D flags -- tl/dev". */
+static void sl_ucx_resources(FILE *info, char *out, size_t len)
+{
+    char   line[256], *tl;
+    size_t used = 0;
+    int    n;
+
+    out[0] = '\0';
+    while (fgets(line, sizeof(line), info) != NULL) {
+        if (strstr(line, " resource ") == NULL ||
+            (tl = strstr(line, "-- ")) == NULL) {
+            continue;
+        }
+        tl += 3;
+        tl[strcspn(tl, " \n")] = '\0';
+        n = snprintf(out + used, len - used, "%s%s", used ? " " : "", tl);
+        if (n < 0 || (size_t)n >= len - used) {
+            break;
+        }
+        used += (size_t)n;
+    }
+}
+
+static size_t sl_ucx_describe(char *buf, size_t len)
+{
+    ucp_params_t       params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
+                                 .features   = UCP_FEATURE_TAG |
+                                               UCP_FEATURE_WAKEUP};
+    ucp_context_attr_t attr   = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+    ucp_context_h      ctx;
+    char               resources[1024] = "", gpu[160], *text = NULL;
+    size_t             text_len = 0;
+    FILE              *info;
+    ucs_status_t       ucs;
+    int                n;
+
+    sl_gpu_default_ops.probe(gpu, sizeof(gpu));
+    ucs = ucp_init(&params, NULL, &ctx);
+    if (ucs == UCS_OK) {
+        info = open_memstream(&text, &text_len);
+        if (info != NULL) {
+            ucp_context_print_info(ctx, info);
+            fclose(info);
+            info = fmemopen(text, text_len, "r");
+            if (info != NULL) {
+                sl_ucx_resources(info, resources, sizeof(resources));
+                fclose(info);
+            }
+            free(text);
+        }
+        ucp_context_query(ctx, &attr);
+        ucp_cleanup(ctx);
+    }
+    n = snprintf(buf, len, "UCX %s at run time%s%s\n"
+                 "UCX transports (UCX_TLS, UCX_NET_DEVICES apply): %s\n"
+                 "UCX memory types: host%s (device buffers %s)\n"
+                 "GPU: %s\n", ucp_get_version_string(),
+                 ucs == UCS_OK ? "" : ": cannot create a context: ",
+                 ucs == UCS_OK ? "" : ucs_status_string(ucs),
+                 resources[0] ? resources : "none",
+                 (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) ? ", cuda" : "",
+                 (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA))
+                     ? "go GPU-direct" : "are staged through host memory",
+                 gpu);
+    return (n < 0) ? 0 : (size_t)n;
+}
+
 static stagelink_status_t sl_ucx_comm_abort(stagelink_comm_t *comm)
 {
     SL_LIVE(comm, "comm_abort");
@@ -460,4 +527,5 @@ const stagelink_plugin_v1_t stagelink_plugin_v1 = {
     .get_counters   = sl_ucx_get_counters,
     .comm_abort     = sl_ucx_comm_abort,
     .comm_get_error = sl_ucx_comm_get_error,
+    .describe       = sl_ucx_describe,
 };

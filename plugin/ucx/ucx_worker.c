@@ -25,17 +25,38 @@ typedef struct sl_rank_card {
     uint32_t net_len;  /**< network-only worker address */
 } sl_rank_card_t;
 
+/* The rail: the NIC nearest this rank's GPU, unless the user chose. */
+static sl_status_t sl_ucx_rail(sl_comm_t *comm,
+                               char devices[SL_TOPO_DEVICES_LEN], char *why,
+                               size_t why_len)
+{
+    const char   *root = sl_env_get(SL_ENV_SYSFS_ROOT);
+    sl_locality_t loc  = {comm->local_rank, comm->local_size};
+    sl_topo_t    *topo = calloc(1, sizeof(*topo));
+    sl_status_t   status;
+    int           gpu;
+
+    if (topo == NULL) {
+        return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate the topology");
+    }
+    sl_topo_discover_nics(root, topo);
+    gpu    = sl_device_topo_gpus(comm, root, topo);
+    status = sl_topo_net_devices(topo, gpu, &loc, devices, why, why_len,
+                                 &comm->err);
+    free(topo);
+    return status;
+}
+
 sl_status_t sl_ucx_worker_create(sl_comm_t *comm)
 {
     ucp_params_t        params;
     ucp_worker_params_t wparams;
     ucp_config_t       *config;
-    char                devices[SL_TOPO_DEVICES_LEN];
-    const char         *why;
-    sl_locality_t       loc = {comm->local_rank, comm->local_size};
+    char                devices[SL_TOPO_DEVICES_LEN], why[256];
     ucs_status_t        ucs;
 
-    SL_CHECK(sl_topo_net_devices(&loc, devices, &why, &comm->err));
+    SL_CHECK(sl_ucx_rail(comm, devices, why, sizeof(why)));
 
     ucs = ucp_config_read(NULL, NULL, &config);
     if (ucs != UCS_OK) {

@@ -56,9 +56,30 @@ static sl_status_t f_copy(void *dst, const void *src, size_t len, void *stream,
     return STAGELINK_SUCCESS;
 }
 
+/* A fake device has no PCI address: rail affinity falls back to the bus. */
+static int f_pci_bus_ids(char (*ids)[16], int max, int *current)
+{
+    (void)ids;
+    (void)max;
+    *current = 0;
+    return 0;
+}
+
 static const sl_gpu_ops_t fake_gpu = {
-    "fake", f_probe, f_classify, f_host_alloc, f_host_free, f_create,
-    f_destroy, f_create, f_destroy, f_record, f_query, f_wait, f_copy,
+    .name              = "fake",
+    .probe             = f_probe,
+    .pci_bus_ids       = f_pci_bus_ids,
+    .classify          = f_classify,
+    .host_alloc        = f_host_alloc,
+    .host_free         = f_host_free,
+    .stream_create     = f_create,
+    .stream_destroy    = f_destroy,
+    .event_create      = f_create,
+    .event_destroy     = f_destroy,
+    .event_record      = f_record,
+    .event_query       = f_query,
+    .stream_wait_event = f_wait,
+    .copy_async        = f_copy,
 };
 
 int main(void)

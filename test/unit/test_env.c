@@ -170,9 +170,6 @@ static void test_topo(void)
 {
     static const char ids[5][SL_NODE_ID_LEN] = {"a", "b", "a", "b", "a"};
     sl_locality_t     loc;
-    sl_errbuf_t       eb;
-    char              dev[SL_TOPO_DEVICES_LEN];
-    const char       *why;
 
     sl_topo_locality(ids, 5, 4, &loc);
     CHECK(loc.local_rank == 2 && loc.local_size == 3, "rank 4 on node a: %d/%d",
@@ -181,15 +178,6 @@ static void test_topo(void)
     CHECK(loc.local_rank == 1 && loc.local_size == 2, "rank 3 on node b: %d/%d",
           loc.local_rank, loc.local_size);
 
-    clear_launchers();
-    CHECK(sl_topo_net_devices(&loc, dev, &why, &eb) == 0 && dev[0] == '\0',
-          "no preference gave %s", dev);
-    setenv("STAGELINK_NET_DEVICES", "mlx5_1:1", 1);
-    CHECK(sl_topo_net_devices(&loc, dev, &why, &eb) == 0 &&
-          strcmp(dev, "mlx5_1:1") == 0, "override gave %s", dev);
-    setenv("UCX_NET_DEVICES", "mlx5_0:1", 1);
-    CHECK(sl_topo_net_devices(&loc, dev, &why, &eb) == 0 && dev[0] == '\0' &&
-          strstr(why, "UCX_NET_DEVICES"), "UCX_NET_DEVICES must win: %s", why);
     clear_launchers();
 }
 

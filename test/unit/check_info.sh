@@ -1,0 +1,46 @@
+#!/bin/sh
+# stagelink_info on this machine (no RDMA device, no GPU: a report, exit 0),
+# with no plugin to load, with -c, and on the fake DGX tree (the rails).
+#   check_info.sh STAGELINK_INFO TOPO_DIR
+# SPDX-License-Identifier: MIT
+set -eu
+info=$1
+topo=$2
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+fail() { echo "FAIL: $*"; cat "$out"; exit 1; }
+has() { grep -q -- "$1" "$out" || fail "no \"$1\" in the report"; }
+
+"$info" >"$out" 2>/dev/null || fail "stagelink_info exited with $?"
+cat "$out" | sed -n '1,12p'
+has "^build: CUDA .* libibverbs"
+has "^RDMA devices: "
+has "^GPUs: "
+has "local rank 0: "
+has "^# plugin: ucx"
+has "^UCX transports"
+has "^UCX memory types: host"
+has "^STAGELINK_SYSFS_ROOT"
+if grep -q "^RDMA devices: no RDMA devices" "$out"; then
+    has "local rank 0: UCX chooses"
+fi
+
+STAGELINK_PLUGIN_PATH=/nonexistent STAGELINK_PLUGIN=nosuch "$info" >"$out" 2>/dev/null ||
+    fail "stagelink_info without a plugin exited with $?"
+has "^# plugin: none loaded: "
+
+"$info" -c >"$out" 2>/dev/null
+has "^STAGELINK_TIMEOUT"
+grep -q "^RDMA devices" "$out" && fail "-c printed more than the configuration"
+
+STAGELINK_SYSFS_ROOT=$topo/dgx-h100 "$info" >"$out" 2>/dev/null
+has "^RDMA devices: sysfs tree"
+has "mlx5_8 *port 1 down"
+has "^GPUs: 8"
+has "local rank 2: mlx5_3:1 (GPU 2 (0000:23:00.0): 2 NICs on the same PCIe switch, rail 0"
+has "local rank 7: mlx5_6:1"
+
+STAGELINK_SYSFS_ROOT=$topo/empty "$info" >"$out" 2>/dev/null
+has "^RDMA devices: no RDMA devices in the sysfs tree"
+has "local rank 0: UCX chooses"
+echo "stagelink_info: all reports as expected"
