@@ -10,7 +10,18 @@ int sl_host_open(sl_host_t *host, int tp_size, int pp_size,
                  stagelink_mode_t mode)
 {
     stagelink_config_t config;
-    char               err[1024];
+
+    memset(&config, 0, sizeof(config));
+    config.struct_size = sizeof(config);
+    config.tp_size     = tp_size;
+    config.pp_size     = pp_size;
+    config.mode        = mode;
+    return sl_host_open_config(host, &config);
+}
+
+int sl_host_open_config(sl_host_t *host, const stagelink_config_t *config)
+{
+    char err[1024];
 
     memset(host, 0, sizeof(*host));
     if (stagelink_loader_open(NULL, &host->loader, err, sizeof(err)) !=
@@ -19,13 +30,7 @@ int sl_host_open(sl_host_t *host, int tp_size, int pp_size,
         return -1;
     }
     host->plugin = stagelink_loader_plugin(host->loader);
-
-    memset(&config, 0, sizeof(config));
-    config.struct_size = sizeof(config);
-    config.tp_size     = tp_size;
-    config.pp_size     = pp_size;
-    config.mode        = mode;
-    if (stagelink_loader_comm_init(host->loader, &config, &host->comm, err,
+    if (stagelink_loader_comm_init(host->loader, config, &host->comm, err,
                                    sizeof(err)) != STAGELINK_SUCCESS) {
         fprintf(stderr, "%s\n", err);
         stagelink_loader_close(host->loader);

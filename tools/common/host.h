@@ -18,6 +18,9 @@ typedef struct sl_host {
 int sl_host_open(sl_host_t *host, int tp_size, int pp_size,
                  stagelink_mode_t mode);
 
+/** The same with a whole config (explicit placement, ...). */
+int sl_host_open_config(sl_host_t *host, const stagelink_config_t *config);
+
 void sl_host_close(sl_host_t *host);
 
 /** Prints "what: STATUS: sentence" when status is not success; returns it. */

@@ -14,11 +14,12 @@ typedef struct sl_sched_op {
     int      send;       /**< 1 send, 0 receive */
     int      backward;   /**< 0 activations forward, 1 gradients back */
     uint32_t microbatch;
-    uint16_t chunk;
+    uint16_t chunk;      /**< the tag's chunk: the receiving model chunk */
+    uint16_t local;      /**< this rank's model chunk the tensor belongs to */
 } sl_sched_op_t;
 
 typedef struct sl_sched_step {
-    sl_sched_op_t ops[2];
+    sl_sched_op_t ops[4]; /**< the interleaved steady state sends and receives both ways */
     int           nops;
 } sl_sched_step_t;
 
@@ -28,5 +29,18 @@ typedef struct sl_sched_step {
 /** Fills `steps` for `stage` of `nstages`; returns how many. */
 int sl_schedule_1f1b(int stage, int nstages, int microbatches, int chunks,
                      sl_sched_step_t *steps);
+
+/**
+ * Megatron-LM's interleaved 1F1B schedule for pipeline rank `rank` of `p`,
+ * each rank holding `v` model chunks: p * v virtual stages in a ring, the
+ * last rank's chunk c feeding the first rank's chunk c + 1 (so every rank
+ * has both neighbours; the host wires rank p - 1 to rank 0).  Steps follow
+ * forward_backward_pipelining_with_interleaving: warm-up, steady 1F1B,
+ * cool-down, each p2p call one step.  Needs microbatches % p == 0.
+ * A tag's chunk is the receiving model chunk; receives of one model chunk
+ * arrive in microbatch order.
+ */
+int sl_schedule_interleaved(int rank, int p, int microbatches, int v,
+                            sl_sched_step_t *steps);
 
 #endif
