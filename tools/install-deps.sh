@@ -7,4 +7,5 @@ apt-get install -y -qq --no-install-recommends \
     gcc g++ libc6-dev binutils pkg-config meson ninja-build \
     libucx-dev ucx-utils libibverbs-dev rdma-core \
     openmpi-bin libopenmpi-dev \
-    iproute2 gnuplot-nox clang libclang-rt-14-dev valgrind >/dev/null
+    iproute2 gnuplot-nox clang libclang-rt-14-dev valgrind \
+    python3-numpy python3-torch >/dev/null

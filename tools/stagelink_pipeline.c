@@ -128,9 +128,14 @@ static int run_step(pipe_run_t *r, const sl_sched_step_t *st)
     int                pr = r->stage, i;
     stagelink_op_t     ops[4];
 
-    /* The compute that produced what this step sends. */
+    /* Every forward unit costs c and every backward unit 2c: after its
+     * input arrives, or, at the two ends of the virtual pipeline (data in,
+     * loss), before what it sends. */
     for (i = 0; i < st->nops; ++i) {
-        if (st->ops[i].send) {
+        int vs = virtual_stage(o, pr, st->ops[i].local);
+
+        if (st->ops[i].send &&
+            (st->ops[i].backward ? vs == o->pp * o->v - 1 : vs == 0)) {
             compute(o->compute_us * (st->ops[i].backward ? 2 : 1));
         }
     }
@@ -195,6 +200,7 @@ static int run_step(pipe_run_t *r, const sl_sched_step_t *st)
                     op->microbatch, op->chunk, at, r->sizes[i], from);
             return -1;
         }
+        compute(o->compute_us * (op->backward ? 2 : 1));
     }
     return 0;
 }
@@ -254,14 +260,7 @@ static int run_mode(const pipe_opts_t *o, stagelink_mode_t mode,
     nsteps = (o->v > 1) ? sl_schedule_interleaved(r.stage, o->pp, o->m,
                                                   o->v, steps)
                         : sl_schedule_1f1b(r.stage, o->pp, o->m, 1, steps);
-    for (s = 0; s < nsteps; ++s) {
-        for (i = 0; i < steps[s].nops; ++i) {
-            if (steps[s].ops[i].send) {
-                compute_sum += o->compute_us * 1e-6 *
-                               (steps[s].ops[i].backward ? 2 : 1);
-            }
-        }
-    }
+    compute_sum = o->compute_us * 1e-6 * 3 * o->m * o->v;
     h.plugin->get_counters(h.comm, &c0);
     for (it = 0; it <= o->iters && rc == 0; ++it) {
         if (it == 1) { /* the first step warms up and is not counted */

@@ -1,0 +1,96 @@
+"""The ctypes binding between two pipeline stages (t = WORLD_SIZE / 2):
+bytearray, bytes, numpy and torch buffers forward and back, byte for byte;
+errors become StagelinkError with the library's status and sentence.
+Run by stagelink_run with /usr/bin/python3 (Debian's numpy and torch).
+SPDX-License-Identifier: MIT
+"""
+import os
+import sys
+
+try:
+    import numpy as np
+    import torch
+except ImportError as e:  # only where Debian's packages are absent
+    print("SKIP: %s (install python3-numpy and python3-torch)" % e)
+    sys.exit(77)
+
+import stagelink
+
+world = int(os.environ["WORLD_SIZE"])
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+
+
+with stagelink.Communicator(tp_size=world // 2) as comm:
+    stage = comm.info["pp_index"]
+    first = stage == 0
+
+    # bytearray and bytes (sends only), forward.
+    payload = bytes(range(256)) * 37
+    if first:
+        comm.send(payload, microbatch=1)
+        comm.send(bytearray(payload), microbatch=2)
+    else:
+        for mb in (1, 2):
+            got = bytearray(len(payload))
+            comm.recv(got, microbatch=mb)
+            check(bytes(got) == payload, "bytes/bytearray microbatch %d" % mb)
+
+    # numpy float32 forward, whole elements per TP shard.
+    a = np.arange(10007, dtype=np.float32) * 0.5
+    if first:
+        comm.send(a, microbatch=3)
+    else:
+        b = np.zeros_like(a)
+        comm.recv(b, microbatch=3)
+        check(np.array_equal(a, b), "numpy float32")
+
+    # torch tensors: activations forward, gradients back (both in flight).
+    torch.manual_seed(7)
+    act = torch.randn(33, 129)
+    grad = torch.randn(33, 129, dtype=torch.float64)
+    if first:
+        reqs = [comm.isend(act, microbatch=4),
+                comm.irecv(g := torch.zeros_like(grad), peer="next",
+                           microbatch=4)]
+        for r in reqs:
+            r.wait()
+        check(torch.equal(g, grad), "torch gradient back")
+    else:
+        x = torch.empty_like(act)
+        reqs = [comm.irecv(x, microbatch=4),
+                comm.isend(grad, peer="prev", microbatch=4)]
+        while not all(r.test() for r in reqs):
+            pass
+        check(torch.equal(x, act), "torch activation forward")
+
+    # Errors carry the status and the library's sentence.
+    try:
+        comm.isend(act, peer="prev" if first else "next", microbatch=9)
+        check(False, "a send past the pipeline's end was accepted")
+    except stagelink.StagelinkError as e:
+        check(e.status == "ERR_NO_PEER" and "stage" in str(e), str(e))
+    if first:
+        comm.send(bytearray(8), microbatch=5)
+    else:
+        try:
+            comm.recv(bytearray(16), microbatch=5)
+            check(False, "a 16-byte receive of an 8-byte send succeeded")
+        except stagelink.StagelinkError as e:
+            check(e.status == "ERR_SIZE_MISMATCH", str(e))
+    try:
+        comm.isend(memoryview(bytearray(4)).toreadonly())
+        check(False, "a read-only memoryview was accepted")
+    except ValueError:
+        pass
+    check(comm.counters()["transfers_completed"] >= 5, "counters")
+    print("rank %d (stage %d, %s plugin, stagelink %s): %s" % (
+        comm.info["rank"], stage, comm.plugin, stagelink.version(),
+        "all checks passed" if not failures else "%d failed" % len(failures)))
+
+sys.exit(1 if failures else 0)
