@@ -250,25 +250,34 @@ class Communicator:
             raise StagelinkError(status,
                                  self._vt.last_error(self._comm).decode())
 
-    def _post(self, fn, buf, peer, microbatch, chunk, elem_size):
+    def _post(self, fn, buf, peer, microbatch, chunk, elem_size, stream):
         addr, nbytes, itemsize, mem, keep = _buffer(buf)
+        if stream is None and mem == MEM_CUDA:
+            # The stream that produced the tensor orders the transfer.
+            import torch
+            stream = torch.cuda.current_stream(buf.device).cuda_stream
         xfer = _Xfer(peer=PEERS[peer], buf=addr, nbytes=nbytes,
                      elem_size=elem_size or itemsize, mem_type=mem,
-                     tag=_Tag(microbatch=microbatch, chunk=chunk))
+                     stream=stream, tag=_Tag(microbatch=microbatch,
+                                             chunk=chunk))
         handle = ctypes.c_void_p()
         self._check(fn(self._comm, ctypes.byref(xfer), ctypes.byref(handle)))
         return Request(self, handle, keep)
 
-    def isend(self, buf, peer="next", microbatch=0, chunk=0, elem_size=None):
+    def isend(self, buf, peer="next", microbatch=0, chunk=0, elem_size=None,
+              stream=None):
         """Starts sending `buf` to the next ("next") or previous ("prev")
-        stage; the tag is (microbatch, chunk); shards fall on elements."""
+        stage; the tag is (microbatch, chunk); shards fall on elements.
+        A CUDA tensor is ordered on `stream` (a cudaStream_t as an int;
+        default: torch's current stream of its device)."""
         return self._post(self._vt.isend, buf, peer, microbatch, chunk,
-                          elem_size)
+                          elem_size, stream)
 
-    def irecv(self, buf, peer="prev", microbatch=0, chunk=0, elem_size=None):
+    def irecv(self, buf, peer="prev", microbatch=0, chunk=0, elem_size=None,
+              stream=None):
         """Starts receiving into `buf` (the full tensor) from a stage."""
         return self._post(self._vt.irecv, buf, peer, microbatch, chunk,
-                          elem_size)
+                          elem_size, stream)
 
     def send(self, buf, **kw):
         self.isend(buf, **kw).wait()

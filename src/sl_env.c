@@ -46,6 +46,8 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
         "Port of the rendezvous listener; default MASTER_PORT, else 29517."},
     [SL_ENV_BOOTSTRAP_BIND] = {"STAGELINK_BOOTSTRAP_BIND", "",
         "Address rank 0's listener binds to; default the rendezvous address itself (the interface MASTER_ADDR names), so the port is not open on other networks.  0.0.0.0 listens on all."},
+    [SL_ENV_LIBRARY] = {"STAGELINK_LIBRARY", "",
+        "Path of libstagelink for the Python binding (python/stagelink.py, which reads it); default: the dynamic loader's search for libstagelink.so.1."},
     [SL_ENV_JOB_KEY] = {"STAGELINK_JOB_KEY", "",
         "Shared by the ranks of one job; the rendezvous drops clients whose key differs.  Default: the launcher's job id (TORCHELASTIC_RUN_ID, SLURM_JOB_ID, OMPI_MCA_ess_base_jobid), else none."},
     [SL_ENV_UCX_NET_DEVICES] = {"UCX_NET_DEVICES", "",
