@@ -232,7 +232,11 @@ int main(int argc, char **argv)
             counts(&total1, &ours1);
             printf(", heap allocations: %lu by stagelink, %lu by the rest "
                    "(UCX)", ours1 - ours0, (total1 - total0) - (ours1 - ours0));
-            rc |= (ours1 != ours0);
+            if (ours1 != ours0) {
+                fprintf(stderr, "soak: stagelink allocated %lu times on the "
+                        "transfer path\n", ours1 - ours0);
+                rc = 1;
+            }
         }
         printf("\n");
         if (fds1 != fds0) {

@@ -147,7 +147,7 @@ struct stagelink_comm {
     int                         local_rank, local_size;
     char                        node_id[SL_NODE_ID_LEN];
     char                      (*node_ids)[SL_NODE_ID_LEN]; /**< of every rank */
-    sl_peer_process_t          *procs;    /**< of every rank */
+    sl_peer_process_t          *procs;    /**< of every rank; init only */
     double                      timeout;  /**< seconds, 0 = none */
     double                      spin;     /**< seconds of polling before sleep */
     int                         closing;  /**< in finalize: peers leave too */
@@ -230,13 +230,17 @@ void        sl_ucx_param_init(ucp_request_param_t *param, void *user_data,
 /* ucx_fault.c: peer failure and abort */
 /** No peer failed, no pidfd open; before anything can fail. */
 void        sl_fault_init(sl_comm_t *comm);
-/** Watches the same-node peers' processes (after the endpoints exist). */
+/** Watches the same-node peers' processes (after the endpoints exist);
+ *  from then on pfds holds the UCX event fd and the pidfds. */
 sl_status_t sl_fault_watch(sl_comm_t *comm, const sl_peer_process_t *procs);
 void        sl_fault_cleanup(sl_comm_t *comm);
 /** Records that `peer` died (callable from UCX callbacks); applied by
  *  sl_fault_progress: its subs fail, its endpoint is closed by force. */
 void        sl_fault_peer_down(sl_ucx_peer_t *peer, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/** The sentence of a failed peer: who, where, how it was seen, what to do. */
+void        sl_fault_describe(const sl_ucx_peer_t *peer, char *buf,
+                              size_t len);
 /** Looks at the pidfds poll() returned on (entries 1..npfds-1). */
 void        sl_fault_polled(sl_comm_t *comm);
 /** After each progress round: liveness of same-node peers, pending

@@ -112,13 +112,24 @@ void sl_fault_cleanup(sl_comm_t *comm)
     int i;
 
     for (i = 1; i < comm->npfds; ++i) {
-        close(comm->pfds[i].fd);
+        int fd = comm->pfds[i].fd;
+
+        close(fd >= 0 ? fd : -fd - 1); /* negative once seen (polled) */
     }
     free(comm->pfds);
     free(comm->pfd_peer);
     comm->pfds     = NULL;
     comm->pfd_peer = NULL;
     comm->npfds    = 0;
+}
+
+void sl_fault_describe(const sl_ucx_peer_t *peer, char *buf, size_t len)
+{
+    snprintf(buf, len, "rank %d (%s) failed: %s; transfers with it cannot "
+             "complete: finalize the communicator and restart the job (from "
+             "a checkpoint)", peer->rank,
+             peer->inter_node ? "on another node" : "on this node",
+             peer->why);
 }
 
 void sl_fault_peer_down(sl_ucx_peer_t *peer, const char *fmt, ...)
@@ -137,12 +148,8 @@ void sl_fault_peer_down(sl_ucx_peer_t *peer, const char *fmt, ...)
     if (comm->fault == STAGELINK_SUCCESS) {
         comm->fault       = STAGELINK_ERR_PEER_FAILED;
         comm->failed_rank = peer->rank;
-        snprintf(comm->fault_err.msg, sizeof(comm->fault_err.msg),
-                 "rank %d (%s) failed: %s; transfers with it cannot "
-                 "complete: finalize the communicator and restart the job "
-                 "(from a checkpoint)", peer->rank,
-                 peer->inter_node ? "on another node" : "on this node",
-                 peer->why);
+        sl_fault_describe(peer, comm->fault_err.msg,
+                          sizeof(comm->fault_err.msg));
     }
     /* In finalize the peers close and exit too; that is no failure. */
     sl_log(comm->closing ? SL_LOG_INFO : SL_LOG_WARN, SL_SUBSYS_NET,
@@ -172,7 +179,8 @@ static void sl_fault_close_ep(sl_ucx_peer_t *peer)
 /* Fails and cancels every sub of every request that involves `peer`.  Subs
  * with the other peers go on: a receiver whose stage shard failed still
  * tells its TP group, so they fail at once too. */
-static void sl_fault_fail_subs(sl_comm_t *comm, sl_ucx_peer_t *peer)
+static void sl_fault_fail_subs(sl_comm_t *comm, sl_ucx_peer_t *peer,
+                               const char *why)
 {
     sl_req_t *req;
     int       i;
@@ -187,8 +195,7 @@ static void sl_fault_fail_subs(sl_comm_t *comm, sl_ucx_peer_t *peer)
             }
             sl_req_fail(req, STAGELINK_ERR_PEER_FAILED, "%s of "
                         "microbatch %u chunk %u: %s", sl_req_what(req),
-                        req->xfer.tag.microbatch, req->xfer.tag.chunk,
-                        comm->fault_err.msg);
+                        req->xfer.tag.microbatch, req->xfer.tag.chunk, why);
             if (sub->ucx_req != NULL) {
                 ucp_request_cancel(comm->worker, sub->ucx_req);
             } else {
@@ -266,10 +273,13 @@ static void sl_fault_apply(sl_comm_t *comm)
         sl_ucx_peer_t *peer = sl_fault_peer_at(comm, i);
 
         if (peer->failed && peer->ep != NULL) {
-            sl_fault_fail_subs(comm, peer);
+            char why[SL_ERRBUF_LEN];
+
+            /* This peer's own sentence: the first failure may be another. */
+            sl_fault_describe(peer, why, sizeof(why));
+            sl_fault_fail_subs(comm, peer, why);
             sl_fault_close_ep(peer);
-            sl_fault_detach(comm, peer, STAGELINK_ERR_PEER_FAILED,
-                            comm->fault_err.msg);
+            sl_fault_detach(comm, peer, STAGELINK_ERR_PEER_FAILED, why);
         }
     }
 }
@@ -279,7 +289,10 @@ void sl_fault_polled(sl_comm_t *comm)
     int i;
 
     for (i = 1; i < comm->npfds; ++i) {
-        if (comm->pfds[i].revents != 0 && !comm->pfd_peer[i]->failed) {
+        if (comm->pfds[i].fd >= 0 && comm->pfds[i].revents != 0) {
+            /* Seen once: a negative fd takes it out of later polls, which
+             * would otherwise return at once for as long as we wait. */
+            comm->pfds[i].fd = -comm->pfds[i].fd - 1;
             sl_fault_peer_down(comm->pfd_peer[i], "its process exited "
                                "(seen through its pidfd)");
         }
@@ -295,7 +308,6 @@ void sl_fault_progress(sl_comm_t *comm)
         if (now >= comm->liveness_next) {
             comm->liveness_next = now + SL_FAULT_LIVENESS_PERIOD;
             if (poll(comm->pfds + 1, (nfds_t)(comm->npfds - 1), 0) > 0) {
-                comm->pfds[0].revents = 0;
                 sl_fault_polled(comm);
             }
         }

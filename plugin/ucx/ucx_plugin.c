@@ -213,6 +213,8 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *config,
     SL_CHECK_GOTO(sl_device_init(comm), err_destroy);
     SL_CHECK_GOTO(sl_ucx_connect(comm, comm->bootstrap), err_destroy);
     SL_CHECK_GOTO(sl_fault_watch(comm, comm->procs), err_destroy);
+    free(comm->procs);
+    comm->procs = NULL;
     comm->bootstrap->progress     = sl_ucx_progress_cb;
     comm->bootstrap->progress_arg = comm;
     SL_CHECK_GOTO(sl_gather_init(comm), err_destroy);

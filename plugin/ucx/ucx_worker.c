@@ -427,9 +427,6 @@ sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
 {
     double        deadline   = sl_deadline(comm->timeout);
     double        spin_until = sl_time_now() + comm->spin;
-    struct pollfd efd_only   = {.fd = comm->efd, .events = POLLIN};
-    struct pollfd *pfds      = (comm->npfds > 0) ? comm->pfds : &efd_only;
-    int           npfds      = (comm->npfds > 0) ? comm->npfds : 1;
     int           ready;
     ucs_status_t  ucs;
 
@@ -471,13 +468,14 @@ sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
                             ucs_status_string(ucs));
         }
         /* Same-node peers' pidfds wake us too when one of them dies. */
-        ready = poll(pfds, (nfds_t)npfds, sl_deadline_ms(deadline));
+        ready = poll(comm->pfds, (nfds_t)comm->npfds,
+                     sl_deadline_ms(deadline));
         if (ready < 0 && errno != EINTR) {
             return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
                             "poll on the UCX event fd failed: %s",
                             strerror(errno));
         }
-        if (ready > 0 && npfds > 1) {
+        if (ready > 0 && comm->npfds > 1) {
             sl_fault_polled(comm);
         }
     }

@@ -152,7 +152,7 @@ void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
 /* UCX's outcome of one operation, in stagelink's terms. */
 static void sl_sub_complete(sl_sub_t *sub, ucs_status_t ucs, size_t length)
 {
-    char why[256];
+    char why[SL_ERRBUF_LEN];
 
     switch (ucs) {
     case UCS_OK:
@@ -179,8 +179,7 @@ static void sl_sub_complete(sl_sub_t *sub, ucs_status_t ucs, size_t length)
         break;
     }
     if (sub->peer->failed) {
-        snprintf(why, sizeof(why), "that rank failed (%s); finalize the "
-                 "communicator", sub->peer->why);
+        sl_fault_describe(sub->peer, why, sizeof(why));
         sl_sub_finish(sub, STAGELINK_ERR_PEER_FAILED, 0, why);
         return;
     }

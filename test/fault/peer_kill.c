@@ -119,13 +119,46 @@ static void *watchdog_main(void *arg)
     return NULL;
 }
 
+/* The victim's thread: dies the moment a survivor saw its bytes. */
+static void *kill_when_flowing(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&shm->flowing)) {
+        usleep(20);
+    }
+    raise(SIGKILL);
+    return NULL;
+}
+
+/* A receiver's thread: the first byte of the victim's shard (its value is
+ * victim + 1) has landed, seen while the main thread may be inside one
+ * long progress call. */
+typedef struct flow_watch {
+    const volatile unsigned char *byte;
+    unsigned char                 value;
+    atomic_int                    stop;
+} flow_watch_t;
+
+static void *watch_flow(void *arg)
+{
+    flow_watch_t *w = arg;
+
+    while (!atomic_load(&w->stop) && !atomic_load(&shm->flowing)) {
+        if (*w->byte == w->value) {
+            atomic_store(&shm->flowing, 1);
+        }
+        usleep(20);
+    }
+    return NULL;
+}
+
 /*
  * The victim's side of a transfer goes as far as the scenario says, then
  * it dies.  It never progresses after the survivors post, so whatever they
  * wait for really needs the dead process (a CMA read of a sender's memory
  * needs no progress of it: that sender dies before the receiver posts).
  */
-static void die_mid_transfer(const scenario_t *sc,
+static void die_mid_transfer(const scenario_t *sc, placement_t where,
                              const stagelink_plugin_v1_t *sl,
                              stagelink_comm_t *comm, stagelink_request_t *req)
 {
@@ -139,12 +172,28 @@ static void die_mid_transfer(const scenario_t *sc,
         atomic_store(&shm->started, 1);
         raise(SIGKILL);
     }
-    /* DURING_RECV: dies before the sender's request to send is answered;
-     * TP_DURING_SEND: once its first chunk landed, with most still to go
-     * (chunks flow only while both sides progress). */
+    if (sc->when == TP_DURING_SEND && where == ONE_NODE) {
+        /* It dies between its calls into UCX, never in the middle of
+         * writing into a survivor's shared-memory FIFO (which would wedge
+         * that FIFO: see README). */
+        while (sl_time_now() < until && !done &&
+               !atomic_load(&shm->flowing)) {
+            sl->test(comm, req, &done);
+            usleep(50);
+        }
+        raise(SIGKILL);
+    }
+    if (sc->when == TP_DURING_SEND) {
+        /* Over the network chunks move only while it progresses: it dies
+         * the moment a receiver saw its first bytes, from a thread, since
+         * one progress call may move many chunks. */
+        pthread_t killer;
+
+        pthread_create(&killer, NULL, kill_when_flowing, NULL);
+    }
+    /* DURING_RECV: dies before the sender's request to send is answered. */
     while (sl_time_now() < until && !done &&
-           (sc->when == DURING_RECV ? atomic_load(&shm->posted) < survivors
-                                    : !atomic_load(&shm->flowing))) {
+           (sc->when != DURING_RECV || atomic_load(&shm->posted) < survivors)) {
         sl->test(comm, req, &done);
         usleep(50);
     }
@@ -199,7 +248,9 @@ static void run_rank(const scenario_t *sc, int rank, int port,
     stagelink_request_t         *req = NULL;
     stagelink_xfer_t             x;
     char                         env[32], err[1024];
-    int                          sender, st, done = 0;
+    int                          sender, st;
+    pthread_t                    watcher;
+    flow_watch_t                 watch;
     unsigned char               *buf;
     double                       t0;
     pthread_t                    dog;
@@ -218,8 +269,9 @@ static void run_rank(const scenario_t *sc, int rank, int port,
         setenv("STAGELINK_NODE_ID", env, 1);
     }
     me->fds_before = open_fds();
-    buf = malloc(BIG);
-    memset(buf, rank + 1, BIG);
+    /* The whole tensor, of which each TP rank moves BIG bytes. */
+    buf = malloc((size_t)BIG * (size_t)sc->tp);
+    memset(buf, rank + 1, (size_t)BIG * (size_t)sc->tp);
     if (stagelink_loader_open(NULL, &loader, err, sizeof(err)) !=
         STAGELINK_SUCCESS) {
         snprintf(me->msg, sizeof(me->msg), "%.1000s", err);
@@ -244,11 +296,6 @@ static void run_rank(const scenario_t *sc, int rank, int port,
                            .buf    = buf,
                            .nbytes = (size_t)BIG * (size_t)sc->tp,
                            .elem_size = 1};
-    if (sc->tp > 1) {
-        /* The whole tensor, of which each TP rank moves BIG bytes. */
-        buf = realloc(buf, x.nbytes);
-        x.buf = buf;
-    }
 
     if (sc->when == BEFORE && rank == sc->victim) {
         raise(SIGKILL);
@@ -288,20 +335,20 @@ static void run_rank(const scenario_t *sc, int rank, int port,
     t0 = sl_time_now();
     st = sender ? sl->isend(comm, &x, &req) : sl->irecv(comm, &x, &req);
     if (rank == sc->victim) {
-        die_mid_transfer(sc, sl, comm, req);
+        die_mid_transfer(sc, where, sl, comm, req);
     }
     if (sc->when == TP_DURING_SEND && !sender) {
-        /* Tells the victim when its bytes (value victim + 1) arrive. */
-        while (st == STAGELINK_SUCCESS && !done &&
-               !atomic_load(&shm->flowing)) {
-            st = sl->test(comm, req, &done);
-            if (buf[0] == sc->victim + 1) {
-                atomic_store(&shm->flowing, 1);
-            }
-        }
+        watch.byte  = buf;
+        watch.value = (unsigned char)(sc->victim + 1);
+        atomic_init(&watch.stop, 0);
+        pthread_create(&watcher, NULL, watch_flow, &watch);
     }
-    if (st == STAGELINK_SUCCESS && !done) {
+    if (st == STAGELINK_SUCCESS) {
         st = sl->wait(comm, req);
+    }
+    if (sc->when == TP_DURING_SEND && !sender) {
+        atomic_store(&watch.stop, 1);
+        pthread_join(watcher, NULL);
     }
     me->op_secs   = sl_time_now() - t0;
     me->op_status = st;

@@ -12,7 +12,7 @@ fail() { echo "FAIL: $*"; cat "$out"; exit 1; }
 has() { grep -q -- "$1" "$out" || fail "no \"$1\" in the report"; }
 
 "$info" >"$out" 2>/dev/null || fail "stagelink_info exited with $?"
-cat "$out" | sed -n '1,12p'
+sed -n '1,12p' "$out"
 has "^build: CUDA .* libibverbs"
 has "^RDMA devices: "
 has "^GPUs: "

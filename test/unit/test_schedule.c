@@ -77,7 +77,7 @@ static void check(int p, int m, int v)
         }
     }
     /* Each microbatch crosses p*v - 1 virtual boundaries, both ways. */
-    CHECK(sends == 2 * m * (p * v - 1) - (v == 1 ? 0 : 0),
+    CHECK(sends == 2 * m * (p * v - 1),
           "p=%d m=%d v=%d: %d sends, want %d", p, m, v, sends,
           2 * m * (p * v - 1));
     do {
