@@ -1,7 +1,10 @@
 /*
  * The host-side loader: finds a plugin by short name or path, dlopens it
  * RTLD_NOW|RTLD_LOCAL, resolves stagelink_plugin_v1 and checks its ABI.
- * Every failure says what was tried.  SPDX-License-Identifier: MIT
+ * Every failure says what was tried.  The host is given the loader's own
+ * full-size copy of the vtable, so a plugin built against an older v1
+ * header (a shorter vtable: entries are only ever appended) still loads;
+ * the entries it lacks are stubs here.  SPDX-License-Identifier: MIT
  */
 #include "sl_build.h"
 #include "sl_env.h"
@@ -13,15 +16,33 @@
 
 #include <dlfcn.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define SL_LOADER_PATH_MAX 4096
 
+/*
+ * The first v1 vtable ended with get_counters; every v1 plugin has at least
+ * that much.  Entries after it were appended later and are optional.
+ */
+#define SL_PLUGIN_V1_MIN_SIZE offsetof(stagelink_plugin_v1_t, comm_abort)
+
+/* A vtable holds only pointers after its two 32-bit words. */
+#define SL_PLUGIN_V1_ALIGN _Alignof(void *)
+
+/* Whether a vtable of `size` bytes holds the whole entry `field`. */
+#define SL_PLUGIN_V1_HAS(size, field) \
+    ((size) >= offsetof(stagelink_plugin_v1_t, field) + \
+                   sizeof(((stagelink_plugin_v1_t *)0)->field))
+
 struct stagelink_loader {
     void                        *handle;
-    const stagelink_plugin_v1_t *plugin;
+    const stagelink_plugin_v1_t *plugin; /**< &vtable */
+    /** The plugin's entries, and stubs for those it predates. */
+    stagelink_plugin_v1_t        vtable;
     char                         path[SL_LOADER_PATH_MAX];
 };
 
@@ -45,6 +66,81 @@ static stagelink_status_t sl_loader_fail(char *err, size_t errlen,
         snprintf(err, errlen, "%s", msg);
     }
     return status;
+}
+
+/*
+ * Stubs for the entries a plugin built against an older v1 header lacks.
+ * A stub gets no loader and cannot reach the plugin's error sentences
+ * (last_error stays the plugin's own), so it says why in the log, once.
+ */
+static void sl_loader_stub_note(atomic_flag *once, const char *entry)
+{
+    if (!atomic_flag_test_and_set(once)) {
+        SL_WARN(SL_SUBSYS_INIT, "%s: the plugin predates the %s entry of the "
+                "v1 vtable (built against an older stagelink.h); rebuild it "
+                "to get it", stagelink_status_string(STAGELINK_ERR_UNSUPPORTED),
+                entry);
+    }
+}
+
+static stagelink_status_t sl_loader_stub_comm_abort(stagelink_comm_t *comm)
+{
+    static atomic_flag once = ATOMIC_FLAG_INIT;
+
+    (void)comm;
+    sl_loader_stub_note(&once, "comm_abort");
+    return STAGELINK_ERR_UNSUPPORTED;
+}
+
+static stagelink_status_t sl_loader_stub_comm_get_error(stagelink_comm_t *comm,
+                                                        int *failed_rank)
+{
+    static atomic_flag once = ATOMIC_FLAG_INIT;
+
+    (void)comm;
+    if (failed_rank != NULL) {
+        *failed_rank = -1;
+    }
+    sl_loader_stub_note(&once, "comm_get_error");
+    return STAGELINK_ERR_UNSUPPORTED;
+}
+
+static size_t sl_loader_stub_describe(char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "this plugin predates the describe entry of "
+                     "the v1 vtable (built against an older stagelink.h): "
+                     "it cannot describe what it sees\n");
+
+    return (n < 0) ? 0 : (size_t)n;
+}
+
+/*
+ * The host's copy: the plugin's entries as far as its vtable goes (its
+ * struct_size stays, so a host can tell), stubs for the rest.
+ */
+static void sl_loader_fill(stagelink_loader_t *loader,
+                           const stagelink_plugin_v1_t *plugin)
+{
+    stagelink_plugin_v1_t *vt   = &loader->vtable;
+    size_t                 size = plugin->struct_size;
+
+    memcpy(vt, plugin, size < sizeof(*vt) ? size : sizeof(*vt));
+    if (!SL_PLUGIN_V1_HAS(size, comm_abort)) {
+        vt->comm_abort = sl_loader_stub_comm_abort;
+    }
+    if (!SL_PLUGIN_V1_HAS(size, comm_get_error)) {
+        vt->comm_get_error = sl_loader_stub_comm_get_error;
+    }
+    if (!SL_PLUGIN_V1_HAS(size, describe)) {
+        vt->describe = sl_loader_stub_describe;
+    }
+    if (size < sizeof(*vt)) {
+        SL_INFO(SL_SUBSYS_INIT, "%s: vtable of %zu bytes from an older v1 "
+                "header (this host's: %zu); entries past it answer %s",
+                loader->path, size, sizeof(*vt),
+                stagelink_status_string(STAGELINK_ERR_UNSUPPORTED));
+    }
+    loader->plugin = vt;
 }
 
 /* Appends "candidate: dlerror" to the list of attempts. */
@@ -148,8 +244,7 @@ stagelink_status_t stagelink_loader_open(const char *name,
                                 STAGELINK_ABI_VERSION_1);
         goto err_close;
     }
-    if (plugin->abi_version != STAGELINK_ABI_VERSION_1 ||
-        plugin->struct_size < sizeof(stagelink_plugin_v1_t)) {
+    if (plugin->abi_version != STAGELINK_ABI_VERSION_1) {
         status = sl_loader_fail(err, errlen, STAGELINK_ERR_VERSION_MISMATCH,
                                 "%s: %s has ABI version %u (vtable %u bytes), "
                                 "this host needs version %u (%zu bytes); "
@@ -160,7 +255,23 @@ stagelink_status_t stagelink_loader_open(const char *name,
                                 sizeof(stagelink_plugin_v1_t));
         goto err_close;
     }
-    loader->plugin = plugin;
+    /* Older v1 plugins have a shorter vtable, never one without the
+     * original entries or with a part of a pointer. */
+    if (plugin->struct_size < SL_PLUGIN_V1_MIN_SIZE ||
+        plugin->struct_size % SL_PLUGIN_V1_ALIGN != 0) {
+        status = sl_loader_fail(err, errlen, STAGELINK_ERR_VERSION_MISMATCH,
+                                "%s: %s declares a vtable of %u bytes, but a "
+                                "version %u vtable is at least %zu bytes "
+                                "(abi_version through get_counters) and a "
+                                "multiple of %zu (this host's is %zu bytes); "
+                                "the plugin's struct_size is wrong: rebuild it",
+                                loader->path, STAGELINK_PLUGIN_SYMBOL_V1,
+                                plugin->struct_size, STAGELINK_ABI_VERSION_1,
+                                SL_PLUGIN_V1_MIN_SIZE, SL_PLUGIN_V1_ALIGN,
+                                sizeof(stagelink_plugin_v1_t));
+        goto err_close;
+    }
+    sl_loader_fill(loader, plugin);
     SL_INFO(SL_SUBSYS_INIT, "loaded plugin %s %s from %s",
             plugin->name ? plugin->name : "?",
             plugin->version ? plugin->version : "?", loader->path);

@@ -25,7 +25,8 @@ typedef struct stagelink_loader stagelink_loader_t;
  * the dynamic loader's own search (LD_LIBRARY_PATH, ...).
  *
  * The library is opened with RTLD_NOW|RTLD_LOCAL, `stagelink_plugin_v1` is
- * resolved and its ABI version and size are checked.  On failure `err`
+ * resolved and its ABI version and size are checked (a v1 vtable must
+ * reach at least through `get_counters`).  On failure `err`
  * (may be NULL) receives a sentence naming every path tried or both
  * versions, and *loader is NULL.
  */
@@ -33,7 +34,13 @@ STAGELINK_EXPORT stagelink_status_t stagelink_loader_open(const char *name,
                                          stagelink_loader_t **loader,
                                          char *err, size_t errlen);
 
-/** The checked vtable of a loaded plugin. */
+/**
+ * The checked vtable of a loaded plugin: the loader's own full-size copy,
+ * valid until stagelink_loader_close.  Every entry the plugin has is the
+ * plugin's own; a plugin built against an older v1 header (a smaller
+ * struct_size, which the copy keeps) gets loader stubs for the entries it
+ * predates, answering STAGELINK_ERR_UNSUPPORTED.
+ */
 STAGELINK_EXPORT const stagelink_plugin_v1_t *
 stagelink_loader_plugin(const stagelink_loader_t *loader);
 

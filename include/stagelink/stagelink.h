@@ -213,13 +213,28 @@ typedef struct stagelink_op {
  * Version 1 of the plugin vtable.  `abi_version` and `struct_size` come
  * first so a host can check them before touching anything else.
  *
+ * The v1 vtable only ever grows by appending: no entry is removed,
+ * reordered or changes its type, so a plugin built against an older v1
+ * header is a prefix of this struct with a smaller `struct_size`.  The
+ * original v1 ended with `get_counters`; `comm_abort`, `comm_get_error`
+ * and `describe` were appended later.  A host checks `struct_size`
+ * through the loader (stagelink/loader.h), not by reading the plugin's
+ * symbol itself: the loader refuses a vtable shorter than that original
+ * prefix (or not a whole number of pointers) and hands out a full-size
+ * copy in which every entry the plugin predates is a loader stub
+ * answering STAGELINK_ERR_UNSUPPORTED (`describe`: a one-line sentence
+ * saying so); the copy keeps the plugin's `struct_size`.  So an appended
+ * entry must be optional: a host has to cope with that answer from an old
+ * plugin.  A change every plugin must implement, or any other change to
+ * existing entries, needs a new ABI (`stagelink_plugin_v2`).
+ *
  * Requests: every post returns a request that must be completed by `test`
  * (until it reports done) or `wait`; completion releases it.  Every call
  * returning an error leaves a sentence in `last_error(comm)`.
  */
 typedef struct stagelink_plugin_v1 {
     uint32_t    abi_version;  /**< STAGELINK_ABI_VERSION_1 */
-    uint32_t    struct_size;  /**< sizeof(stagelink_plugin_v1_t) */
+    uint32_t    struct_size;  /**< sizeof(stagelink_plugin_v1_t) the plugin was built with */
     const char *name;         /**< "ucx", "nccl" */
     const char *version;      /**< plugin version string */
 
@@ -266,6 +281,10 @@ typedef struct stagelink_plugin_v1 {
 
     stagelink_status_t (*get_counters)(stagelink_comm_t *comm,
                                        stagelink_counters_t *counters);
+
+    /* End of the original v1 vtable: the entries below were appended and
+     * are stubs (STAGELINK_ERR_UNSUPPORTED) for plugins that predate them.
+     * Append new entries after `describe`, never in between. */
 
     /**
      * Gives up on the communicator without waiting for any peer: every
