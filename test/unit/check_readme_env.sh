@@ -1,12 +1,20 @@
 #!/bin/sh
-# README lists every variable of the one table (stagelink_info -c).
+# README lists every variable of the one table (stagelink_info -m); a table
+# that yields no variable at all is a failure, not a pass.
 # Usage: check_readme_env.sh STAGELINK_INFO README.md
 set -eu
-missing=0
-for name in $("$1" -m | sed -n 's/^| `\([A-Z_]*\)`.*/\1/p'); do
+table=$("$1" -m) || { echo "$1 -m failed"; exit 1; }
+missing=0 checked=0
+for name in $(printf '%s\n' "$table" | sed -n 's/^| `\([A-Z_]*\)`.*/\1/p'); do
+    checked=$((checked + 1))
     if ! grep -q "\`$name\`" "$2"; then
         echo "README.md does not list $name"
         missing=1
     fi
 done
+if [ "$checked" -eq 0 ]; then
+    echo "no variable found in the table of $1 -m: nothing was checked"
+    exit 1
+fi
+echo "$checked variables checked"
 exit $missing
