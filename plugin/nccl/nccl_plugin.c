@@ -293,14 +293,41 @@ static stagelink_status_t sl_nccl_mem_deregister(stagelink_comm_t *c,
     return STAGELINK_SUCCESS;
 }
 
-/* Checks one transfer; *backward, *comm and *peer say where it goes. */
+/* Whether a transfer runs backward (gradients): sends to the previous
+ * stage and receives from the next one. */
+static int sl_nccl_backward(stagelink_op_kind_t kind, const stagelink_xfer_t *x)
+{
+    return (kind == STAGELINK_OP_SEND) != (x->peer == STAGELINK_PEER_NEXT);
+}
+
+/* The two-rank communicator of a (checked) transfer and the peer's rank in it. */
+static void sl_nccl_route(const sl_ncomm_t *c, const stagelink_xfer_t *x,
+                          ncclComm_t *pair, int *peer)
+{
+    int to_next = (x->peer == STAGELINK_PEER_NEXT);
+
+    *pair = to_next ? c->next : c->prev;
+    *peer = to_next ? 1 : 0;
+}
+
+/* Same (kind, direction, microbatch, chunk): they cannot both be in flight. */
+static int sl_nccl_same_tag(stagelink_op_kind_t kind_a, int backward_a,
+                            stagelink_tag_t a, stagelink_op_kind_t kind_b,
+                            int backward_b, stagelink_tag_t b)
+{
+    return kind_a == kind_b && backward_a == backward_b &&
+           a.microbatch == b.microbatch && a.chunk == b.chunk;
+}
+
+/*
+ * Checks one transfer, before any request slot is claimed for it (so the
+ * scan for a tag in flight cannot meet the transfer's own request).
+ */
 static sl_status_t sl_nccl_check_xfer(sl_ncomm_t *c, stagelink_op_kind_t kind,
-                                      const stagelink_xfer_t *x,
-                                      int *backward, ncclComm_t *pair,
-                                      int *peer)
+                                      const stagelink_xfer_t *x)
 {
     const char *op = (kind == STAGELINK_OP_SEND) ? "send" : "receive";
-    int         to_next, i;
+    int         to_next, backward, i;
 
     if (x == NULL || (x->peer != STAGELINK_PEER_NEXT &&
                       x->peer != STAGELINK_PEER_PREV)) {
@@ -308,8 +335,6 @@ static sl_status_t sl_nccl_check_xfer(sl_ncomm_t *c, stagelink_op_kind_t kind,
                         "%s: NULL transfer or bad peer", op);
     }
     to_next = (x->peer == STAGELINK_PEER_NEXT);
-    *pair   = to_next ? c->next : c->prev;
-    *peer   = to_next ? 1 : 0;
     if ((to_next ? c->layout.next_rank : c->layout.prev_rank) < 0) {
         return sl_error(&c->err, STAGELINK_ERR_NO_PEER,
                         "%s: rank %d is the %s pipeline stage", op,
@@ -330,15 +355,49 @@ static sl_status_t sl_nccl_check_xfer(sl_ncomm_t *c, stagelink_op_kind_t kind,
                         "%s: the NCCL plugin moves device memory only; use "
                         "STAGELINK_PLUGIN=ucx for host buffers", op);
     }
-    *backward = ((kind == STAGELINK_OP_SEND) != to_next);
+    backward = sl_nccl_backward(kind, x);
     for (i = 0; i < c->set.max_requests; ++i) {
         const sl_nreq_t *r = &c->reqs[i];
-        if (r->in_use && r->kind == kind && r->backward == *backward &&
-            r->tag.microbatch == x->tag.microbatch &&
-            r->tag.chunk == x->tag.chunk) {
+        if (r->in_use &&
+            sl_nccl_same_tag(r->kind, r->backward, r->tag, kind, backward,
+                             x->tag)) {
             return sl_error(&c->err, STAGELINK_ERR_TAG_IN_USE,
                             "a %s with microbatch %u chunk %u is already in "
                             "flight", op, x->tag.microbatch, x->tag.chunk);
+        }
+    }
+    return STAGELINK_SUCCESS;
+}
+
+/*
+ * Checks a whole batch before anything of it is claimed or enqueued: each
+ * transfer, and no (kind, direction, microbatch, chunk) twice in it.
+ */
+static sl_status_t sl_nccl_check_batch(sl_ncomm_t *c, const stagelink_op_t *ops,
+                                       size_t n)
+{
+    size_t i, j;
+
+    for (i = 0; i < n; ++i) {
+        SL_CHECK(sl_nccl_check_xfer(c, ops[i].kind, &ops[i].xfer));
+        for (j = 0; j < i; ++j) {
+            if (sl_nccl_same_tag(ops[j].kind,
+                                 sl_nccl_backward(ops[j].kind, &ops[j].xfer),
+                                 ops[j].xfer.tag, ops[i].kind,
+                                 sl_nccl_backward(ops[i].kind, &ops[i].xfer),
+                                 ops[i].xfer.tag)) {
+                return sl_error(&c->err, STAGELINK_ERR_TAG_IN_USE,
+                                "operations %zu and %zu of the batch are both "
+                                "a %s %s with microbatch %u chunk %u; a tag "
+                                "can be in flight only once; nothing of the "
+                                "batch was posted", j, i,
+                                sl_nccl_backward(ops[i].kind, &ops[i].xfer)
+                                    ? "backward" : "forward",
+                                (ops[i].kind == STAGELINK_OP_SEND) ? "send"
+                                                                   : "receive",
+                                ops[i].xfer.tag.microbatch,
+                                ops[i].xfer.tag.chunk);
+            }
         }
     }
     return STAGELINK_SUCCESS;
@@ -421,7 +480,7 @@ static stagelink_status_t sl_nccl_post_batch(stagelink_comm_t *c,
     const sl_nccl_api_t *api;
     ncclComm_t           pair;
     sl_status_t          status = STAGELINK_SUCCESS;
-    int                  backward, peer, sg;
+    int                  peer, sg;
     size_t               i, j;
 
     SL_LIVE(c, "post_batch");
@@ -432,10 +491,10 @@ static stagelink_status_t sl_nccl_post_batch(stagelink_comm_t *c,
                         "post_batch of %zu operations with NULL arrays", n);
     }
     for (i = 0; i < n; ++i) {
-        SL_CHECK(sl_nccl_check_xfer(c, ops[i].kind, &ops[i].xfer, &backward,
-                                    &pair, &peer));
         reqs[i] = NULL;
     }
+    /* Everything is checked before the first slot is claimed. */
+    SL_CHECK(sl_nccl_check_batch(c, ops, n));
     for (i = 0; i < n; ++i) {
         if (sl_nccl_req_get(c, &reqs[i]) != STAGELINK_SUCCESS) {
             for (j = 0; j < i; ++j) {
@@ -443,17 +502,15 @@ static stagelink_status_t sl_nccl_post_batch(stagelink_comm_t *c,
             }
             return STAGELINK_ERR_NO_MEMORY;
         }
-        sl_nccl_check_xfer(c, ops[i].kind, &ops[i].xfer, &reqs[i]->backward,
-                           &pair, &peer);
-        reqs[i]->kind = ops[i].kind;
-        reqs[i]->tag  = ops[i].xfer.tag;
+        reqs[i]->backward = sl_nccl_backward(ops[i].kind, &ops[i].xfer);
+        reqs[i]->kind     = ops[i].kind;
+        reqs[i]->tag      = ops[i].xfer.tag;
     }
     /* The point-to-point part in one group, as batch_isend_irecv does. */
     SL_CHECK(sl_nccl_check(api, api->GroupStart(), NULL, "ncclGroupStart",
                            &c->err));
     for (i = 0; i < n && status == STAGELINK_SUCCESS; ++i) {
-        sl_nccl_check_xfer(c, ops[i].kind, &ops[i].xfer, &backward, &pair,
-                           &peer);
+        sl_nccl_route(c, &ops[i].xfer, &pair, &peer);
         status = sl_nccl_enqueue(c, ops[i].kind, &ops[i].xfer, pair, peer, 0);
     }
     if (sl_nccl_check(api, api->GroupEnd(), NULL, "ncclGroupEnd", &c->err) !=
