@@ -496,11 +496,15 @@ static stagelink_status_t sl_nccl_post_batch(stagelink_comm_t *c,
     /* Everything is checked before the first slot is claimed. */
     SL_CHECK(sl_nccl_check_batch(c, ops, n));
     for (i = 0; i < n; ++i) {
-        if (sl_nccl_req_get(c, &reqs[i]) != STAGELINK_SUCCESS) {
+        status = sl_nccl_req_get(c, &reqs[i]);
+        if (status != STAGELINK_SUCCESS) {
+            /* Out of slots, or a slot's event could not be made: give back
+             * what the batch took, and leave the caller no pointer to it. */
             for (j = 0; j < i; ++j) {
                 reqs[j]->in_use = 0;
+                reqs[j]         = NULL;
             }
-            return STAGELINK_ERR_NO_MEMORY;
+            return status;
         }
         reqs[i]->backward = sl_nccl_backward(ops[i].kind, &ops[i].xfer);
         reqs[i]->kind     = ops[i].kind;

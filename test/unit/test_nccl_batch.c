@@ -1,0 +1,294 @@
+/*
+ * The NCCL plugin's post path without a GPU: the plugin's source is built
+ * into this test, and a communicator is put together by hand with a fake
+ * GPU (events that complete at once) and a fake NCCL table (counting the
+ * sends and receives enqueued), so the checks before and around NCCL run
+ * for real:
+ *   - a successful post leaves no error sentence (the tag check must not
+ *     find the request it just claimed);
+ *   - a tag already in flight is refused, and so is the same (direction,
+ *     kind, microbatch, chunk) twice in one batch, with nothing enqueued;
+ *   - the same microbatch and chunk in another direction or kind is fine;
+ *   - a batch that cannot get all its request slots leaves every reqs[i]
+ *     NULL and no slot taken; a failed event creation keeps its status.
+ * SPDX-License-Identifier: MIT
+ */
+#include "check.h"
+
+#include "nccl_plugin.c"
+
+static int fail_events; /* event_create fails while set */
+static int sends, recvs;
+
+static int f_probe(char *why, size_t len)
+{
+    snprintf(why, len, "fake GPU");
+    return 1;
+}
+
+static stagelink_mem_type_t f_classify(const void *p)
+{
+    (void)p;
+    return STAGELINK_MEM_CUDA;
+}
+
+static sl_status_t f_event_create(void **ev, sl_errbuf_t *eb)
+{
+    if (fail_events) {
+        return sl_error(eb, STAGELINK_ERR_TRANSPORT, "fake event_create failure");
+    }
+    *ev = malloc(1);
+    return STAGELINK_SUCCESS;
+}
+
+static void f_event_destroy(void *ev) { free(ev); }
+
+static sl_status_t f_event_record(void *ev, void *stream, sl_errbuf_t *eb)
+{
+    (void)ev, (void)stream, (void)eb;
+    return STAGELINK_SUCCESS;
+}
+
+static int f_event_query(void *ev, sl_status_t *status, sl_errbuf_t *eb)
+{
+    (void)ev, (void)eb;
+    *status = STAGELINK_SUCCESS;
+    return 1;
+}
+
+static const sl_gpu_ops_t fake_gpu = {
+    .name          = "fake",
+    .probe         = f_probe,
+    .classify      = f_classify,
+    .event_create  = f_event_create,
+    .event_destroy = f_event_destroy,
+    .event_record  = f_event_record,
+    .event_query   = f_event_query,
+};
+
+static ncclResult_t n_ok(void) { return ncclSuccess; }
+static ncclResult_t n_destroy(ncclComm_t comm) { (void)comm; return ncclSuccess; }
+
+static ncclResult_t n_send(const void *buf, size_t count, ncclDataType_t type,
+                           int peer, ncclComm_t comm, cudaStream_t stream)
+{
+    (void)buf, (void)count, (void)type, (void)peer, (void)comm, (void)stream;
+    ++sends;
+    return ncclSuccess;
+}
+
+static ncclResult_t n_recv(void *buf, size_t count, ncclDataType_t type,
+                           int peer, ncclComm_t comm, cudaStream_t stream)
+{
+    (void)buf, (void)count, (void)type, (void)peer, (void)comm, (void)stream;
+    ++recvs;
+    return ncclSuccess;
+}
+
+static const char *n_string(ncclResult_t r) { (void)r; return "fake"; }
+static const char *n_last(ncclComm_t comm) { (void)comm; return "fake"; }
+
+static const sl_nccl_api_t fake_nccl = {
+    .CommDestroy    = n_destroy,
+    .CommAbort      = n_destroy,
+    .Send           = n_send,
+    .Recv           = n_recv,
+    .GroupStart     = n_ok,
+    .GroupEnd       = n_ok,
+    .GetErrorString = n_string,
+    .GetLastError   = n_last,
+};
+
+/* Rank 1 of three stages (t = 1): both neighbours exist. */
+static sl_ncomm_t *make_comm(int max_requests)
+{
+    sl_ncomm_t *c = calloc(1, sizeof(*c));
+
+    c->bootstrap.root_fd = -1;
+    c->gpu               = &fake_gpu;
+    c->api               = &fake_nccl;
+    c->set.mode          = STAGELINK_MODE_FULL;
+    c->set.timeout       = 5;
+    c->set.max_requests  = max_requests;
+    c->reqs = calloc((size_t)max_requests, sizeof(*c->reqs));
+    if (sl_layout_from_order(1, 3, 1, 3, &c->layout, &c->err) !=
+            STAGELINK_SUCCESS ||
+        sl_registry_add(&sl_live, c, &c->err) != STAGELINK_SUCCESS) {
+        fprintf(stderr, "cannot set up the communicator: %s\n", c->err.msg);
+        exit(1);
+    }
+    c->prev = (ncclComm_t)&c->prev; /* any non-NULL handle */
+    c->next = (ncclComm_t)&c->next;
+    return c;
+}
+
+static int in_use(const sl_ncomm_t *c)
+{
+    int i, n = 0;
+
+    for (i = 0; i < c->set.max_requests; ++i) {
+        n += c->reqs[i].in_use;
+    }
+    return n;
+}
+
+static char buf[64];
+
+static stagelink_op_t op(stagelink_op_kind_t kind, stagelink_peer_t peer,
+                         uint32_t mb, uint16_t chunk)
+{
+    stagelink_op_t o;
+
+    memset(&o, 0, sizeof(o));
+    o.kind               = kind;
+    o.xfer.peer          = peer;
+    o.xfer.buf           = buf;
+    o.xfer.nbytes        = sizeof(buf);
+    o.xfer.mem_type      = STAGELINK_MEM_CUDA;
+    o.xfer.tag.microbatch = mb;
+    o.xfer.tag.chunk     = chunk;
+    return o;
+}
+
+/* Completes every request in reqs[0..n) through the vtable's wait. */
+static void complete(sl_ncomm_t *c, stagelink_request_t **reqs, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; ++i) {
+        if (reqs[i] != NULL) {
+            CHECK(stagelink_plugin_v1.wait(c, reqs[i]) == STAGELINK_SUCCESS,
+                  "wait %zu: %s", i, c->err.msg);
+            reqs[i] = NULL;
+        }
+    }
+}
+
+int main(void)
+{
+    const stagelink_plugin_v1_t *p = &stagelink_plugin_v1;
+    stagelink_request_t         *reqs[8], *held[8];
+    stagelink_op_t               ops[8];
+    sl_ncomm_t                  *c = make_comm(8);
+    stagelink_status_t           st;
+    int                          before, s0, r0;
+    size_t                       i;
+
+    /* A clean post leaves no error sentence behind. */
+    c->err.msg[0] = '\0';
+    ops[0] = op(STAGELINK_OP_SEND, STAGELINK_PEER_NEXT, 1, 0);
+    st = p->isend(c, &ops[0].xfer, &held[0]);
+    CHECK(st == STAGELINK_SUCCESS && held[0] != NULL, "isend: %s", c->err.msg);
+    CHECK(c->err.msg[0] == '\0',
+          "a successful isend left an error sentence: %s", c->err.msg);
+    c->err.msg[0] = '\0';
+    ops[1] = op(STAGELINK_OP_RECV, STAGELINK_PEER_PREV, 1, 0);
+    st = p->irecv(c, &ops[1].xfer, &held[1]);
+    CHECK(st == STAGELINK_SUCCESS && held[1] != NULL, "irecv: %s", c->err.msg);
+    CHECK(c->err.msg[0] == '\0',
+          "a successful irecv left an error sentence: %s", c->err.msg);
+
+    /* The same tag again while in flight: refused, request pointer NULL. */
+    reqs[0] = (stagelink_request_t *)&before; /* garbage the call must clear */
+    st = p->isend(c, &ops[0].xfer, &reqs[0]);
+    CHECK(st == STAGELINK_ERR_TAG_IN_USE && reqs[0] == NULL &&
+              strstr(c->err.msg, "microbatch 1 chunk 0"),
+          "tag in flight: %s (%s)", stagelink_status_string(st), c->err.msg);
+    CHECK(in_use(c) == 2, "%d slots in use, expected 2", in_use(c));
+
+    /* Twice the same (kind, direction, microbatch, chunk) in one batch:
+     * refused as a whole, nothing enqueued, no slot taken. */
+    ops[0] = op(STAGELINK_OP_SEND, STAGELINK_PEER_NEXT, 5, 3);
+    ops[1] = op(STAGELINK_OP_RECV, STAGELINK_PEER_NEXT, 6, 3);
+    ops[2] = op(STAGELINK_OP_SEND, STAGELINK_PEER_NEXT, 5, 3);
+    for (i = 0; i < 3; ++i) {
+        reqs[i] = (stagelink_request_t *)&before;
+    }
+    before = in_use(c);
+    s0     = sends;
+    r0     = recvs;
+    st     = p->post_batch(c, ops, 3, reqs);
+    CHECK(st == STAGELINK_ERR_TAG_IN_USE, "duplicate tags in one batch: %s "
+          "(%s)", stagelink_status_string(st), c->err.msg);
+    CHECK(strstr(c->err.msg, "microbatch 5 chunk 3") != NULL,
+          "the sentence does not name the tag: %s", c->err.msg);
+    CHECK(sends == s0 && recvs == r0 && in_use(c) == before,
+          "a refused batch enqueued %d sends, %d receives, took %d slots",
+          sends - s0, recvs - r0, in_use(c) - before);
+    CHECK(reqs[0] == NULL && reqs[1] == NULL && reqs[2] == NULL,
+          "a refused batch left request pointers set");
+    if (st == STAGELINK_SUCCESS) {
+        complete(c, reqs, 3);
+    }
+    /* The same for two receives from one side. */
+    ops[0] = op(STAGELINK_OP_RECV, STAGELINK_PEER_PREV, 9, 0);
+    ops[1] = op(STAGELINK_OP_RECV, STAGELINK_PEER_PREV, 9, 0);
+    st = p->post_batch(c, ops, 2, reqs);
+    CHECK(st == STAGELINK_ERR_TAG_IN_USE, "two receives of one tag in one "
+          "batch: %s", stagelink_status_string(st));
+    if (st == STAGELINK_SUCCESS) {
+        complete(c, reqs, 2);
+    }
+
+    /* One microbatch and chunk in every kind and direction: all distinct. */
+    ops[0] = op(STAGELINK_OP_SEND, STAGELINK_PEER_NEXT, 7, 1); /* forward */
+    ops[1] = op(STAGELINK_OP_SEND, STAGELINK_PEER_PREV, 7, 1); /* backward */
+    ops[2] = op(STAGELINK_OP_RECV, STAGELINK_PEER_NEXT, 7, 1); /* backward */
+    ops[3] = op(STAGELINK_OP_RECV, STAGELINK_PEER_PREV, 7, 1); /* forward */
+    s0     = sends;
+    r0     = recvs;
+    c->err.msg[0] = '\0';
+    st = p->post_batch(c, ops, 4, reqs);
+    CHECK(st == STAGELINK_SUCCESS && sends == s0 + 2 && recvs == r0 + 2,
+          "four directions of one tag: %s (%s)", stagelink_status_string(st),
+          c->err.msg);
+    CHECK(c->err.msg[0] == '\0',
+          "a successful batch left an error sentence: %s", c->err.msg);
+    if (st == STAGELINK_SUCCESS) {
+        complete(c, reqs, 4);
+    }
+
+    /* Not enough slots for the batch: none taken, every pointer NULL. */
+    for (i = 2; i < 7; ++i) { /* 7 of 8 slots in use */
+        ops[0] = op(STAGELINK_OP_SEND, STAGELINK_PEER_NEXT, 100 + (uint32_t)i, 0);
+        CHECK(p->isend(c, &ops[0].xfer, &held[i]) == STAGELINK_SUCCESS,
+              "filling slot %zu: %s", i, c->err.msg);
+    }
+    ops[0] = op(STAGELINK_OP_RECV, STAGELINK_PEER_NEXT, 200, 0);
+    ops[1] = op(STAGELINK_OP_RECV, STAGELINK_PEER_PREV, 200, 0);
+    before = in_use(c);
+    s0     = sends;
+    r0     = recvs;
+    st     = p->post_batch(c, ops, 2, reqs);
+    CHECK(st == STAGELINK_ERR_NO_MEMORY && strstr(c->err.msg, "in flight"),
+          "batch of 2 with one slot free: %s (%s)",
+          stagelink_status_string(st), c->err.msg);
+    CHECK(reqs[0] == NULL && reqs[1] == NULL,
+          "a batch without slots left reqs[] = {%p, %p}", (void *)reqs[0],
+          (void *)reqs[1]);
+    CHECK(in_use(c) == before && sends == s0 && recvs == r0,
+          "a batch without slots took %d slots, enqueued %d operations",
+          in_use(c) - before, sends - s0 + recvs - r0);
+    if (st == STAGELINK_SUCCESS) {
+        complete(c, reqs, 2);
+    }
+    complete(c, held, 7);
+    CHECK(in_use(c) == 0, "%d slots still in use", in_use(c));
+    sl_registry_remove(&sl_live, c);
+    sl_ncomm_destroy(c);
+
+    /* A slot whose event cannot be made: that status, not NO_MEMORY. */
+    c           = make_comm(2);
+    fail_events = 1;
+    ops[0]      = op(STAGELINK_OP_SEND, STAGELINK_PEER_NEXT, 1, 0);
+    reqs[0]     = (stagelink_request_t *)&before;
+    st          = p->isend(c, &ops[0].xfer, &reqs[0]);
+    CHECK(st == STAGELINK_ERR_TRANSPORT && reqs[0] == NULL &&
+              strstr(c->err.msg, "fake event_create failure") && in_use(c) == 0,
+          "event creation failure: %s (%s), %d slots in use",
+          stagelink_status_string(st), c->err.msg, in_use(c));
+    fail_events = 0;
+    sl_registry_remove(&sl_live, c);
+    sl_ncomm_destroy(c);
+    return check_summary();
+}
