@@ -8,6 +8,16 @@
 
 #include "ucx_comm.h"
 
+/**
+ * STAGELINK_GATHER as sl_gather_select parses it into comm->gather_choice:
+ * the index into its list of names, so the order is that list's.
+ */
+typedef enum sl_gather_choice {
+    SL_GATHER_AUTO = 0, /**< NCCL for device buffers where usable, else UCX */
+    SL_GATHER_UCX  = 1,
+    SL_GATHER_NCCL = 2
+} sl_gather_choice_t;
+
 typedef struct sl_gather_ops {
     const char *name;
     sl_status_t (*init)(sl_comm_t *comm, void **state);

@@ -23,8 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { SL_GATHER_NCCL_CHOICE = 2 };
-
 typedef struct sl_gather_nccl {
     sl_comm_t           *comm;
     const sl_nccl_api_t *api;
@@ -60,7 +58,7 @@ static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
             mine.use = 0;
         }
     }
-    if (!mine.use && comm->gather_choice == SL_GATHER_NCCL_CHOICE) {
+    if (!mine.use && comm->gather_choice == SL_GATHER_NCCL) {
         return sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
                         "STAGELINK_GATHER=nccl but NCCL cannot be used: %s",
                         why.msg);

@@ -8,11 +8,15 @@
 #include "nccl_api.h"
 #endif
 
-enum { SL_GATHER_AUTO, SL_GATHER_UCX, SL_GATHER_NCCL };
-
 sl_status_t sl_gather_select(sl_comm_t *comm)
 {
-    static const char *const names[] = {"auto", "ucx", "nccl", NULL};
+    /* Indexed by sl_gather_choice_t. */
+    static const char *const names[] = {
+        [SL_GATHER_AUTO] = "auto",
+        [SL_GATHER_UCX]  = "ucx",
+        [SL_GATHER_NCCL] = "nccl",
+        [SL_GATHER_NCCL + 1] = NULL,
+    };
 
     SL_CHECK(sl_env_parse_choice(SL_ENV_GATHER, names, &comm->gather_choice,
                                  &comm->err));
