@@ -32,13 +32,14 @@ typedef struct sl_gather_nccl {
 
 /* One rank's part of the setup exchange. */
 typedef struct sl_nccl_card {
-    ncclUniqueId id;   /**< valid on TP index 0 */
-    int32_t      use;  /**< this rank will use NCCL */
+    ncclUniqueId id;     /**< valid on TP index 0 */
+    int32_t      use;    /**< this rank will use NCCL */
+    int32_t      failed; /**< TP index 0: NCCL usable, but no id (ncclGetUniqueId failed) */
 } sl_nccl_card_t;
 
 static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
 {
-    int               world = comm->layout.world_size, k;
+    int               world = comm->layout.world_size, k, root;
     const sl_nccl_api_t *api = NULL;
     sl_gather_nccl_t *g     = NULL;
     sl_nccl_card_t    mine, *cards;
@@ -55,21 +56,55 @@ static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
         if (comm->layout.tp_index == 0 &&
             sl_nccl_check(api, api->GetUniqueId(&mine.id), NULL,
                           "ncclGetUniqueId", &why) != STAGELINK_SUCCESS) {
-            mine.use = 0;
+            mine.failed = 1; /* the whole TP group decides, below */
         }
     }
-    if (!mine.use && comm->gather_choice == SL_GATHER_NCCL) {
-        return sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
-                        "STAGELINK_GATHER=nccl but NCCL cannot be used: %s",
-                        why.msg);
-    }
+    /*
+     * No return before the exchange, whatever this rank found: the others
+     * are in it already and would wait out their deadline.  What went
+     * wrong here travels in the card, so every rank ends alike.
+     */
     cards = calloc((size_t)world, sizeof(*cards));
     if (cards == NULL) {
+        /* Cannot happen in practice (a few hundred bytes a rank); the
+         * others then fail in the exchange, at their deadline. */
         return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
                         "cannot allocate %d NCCL setup cards", world);
     }
     SL_CHECK_GOTO(sl_bootstrap_allgather(comm->bootstrap, &mine, cards,
                                          sizeof(mine), &comm->err), out);
+    /* TP index 0 makes the group's id: without it nobody in the group can
+     * use NCCL, and every rank of the group knows it from the same card. */
+    root = comm->layout.tp_ranks[0];
+    if (cards[root].failed) {
+        /* The rank that failed has NCCL's reason; the others point there. */
+        const char *reason = (root == comm->layout.rank)
+                                 ? why.msg
+                                 : "ncclGetUniqueId failed there (that "
+                                   "rank says why)";
+
+        if (comm->gather_choice == SL_GATHER_NCCL) {
+            status = sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
+                              "STAGELINK_GATHER=nccl but NCCL cannot be used: "
+                              "rank %d (TP index 0, which makes the TP "
+                              "group's NCCL id) could not make it: %s",
+                              root, reason);
+            goto out;
+        }
+        SL_WARN(SL_SUBSYS_GATHER, "NCCL gather not used: rank %d (TP index "
+                "0) could not make the TP group's NCCL id: %s; this TP group "
+                "gathers device buffers over UCX", root, reason);
+        status = STAGELINK_SUCCESS;
+        goto out;
+    }
+    if (!mine.use && comm->gather_choice == SL_GATHER_NCCL) {
+        /* sl_gather_select refuses this before any exchange; kept so that
+         * such a rank still ends after the exchange, not before it. */
+        status = sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
+                          "STAGELINK_GATHER=nccl but NCCL cannot be used: %s",
+                          why.msg);
+        goto out;
+    }
     for (k = 0; k < comm->layout.tp_size; ++k) {
         if (cards[comm->layout.tp_ranks[k]].use != mine.use) {
             status = sl_error(&comm->err, STAGELINK_ERR_CONFIG,

@@ -1,0 +1,199 @@
+/*
+ * The NCCL gather's setup exchange without a GPU: two ranks of one TP group
+ * (t = 2, p = 1) are two threads, each with a communicator put together by
+ * hand ("a GPU is usable"), meeting through a host allgather callback that
+ * gives up after a few seconds, over a fake libnccl.so.2
+ * (test/plugins/fake_nccl.c) whose ncclGetUniqueId can be made to fail.
+ * When it fails on TP index 0 (rank 0), every rank must still take part in
+ * the exchange and end the same way, in time, naming rank 0:
+ *   STAGELINK_GATHER=nccl  both fail (STAGELINK_ERR_UNSUPPORTED), none by
+ *                          waiting out the exchange;
+ *   STAGELINK_GATHER=auto  both fall back to UCX (no NCCL state).
+ * And when it works, both set up the NCCL gather with rank 0's id.
+ *   test_gather_nccl FAKE_NCCL.so
+ * SPDX-License-Identifier: MIT
+ */
+#include "check.h"
+
+#include "gather.h"
+#include "sl_bootstrap.h"
+#include "sl_layout.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define WORLD 2
+#define EXCHANGE_WAIT_S 3 /* a rank left alone in the exchange gives up */
+
+/* One allgather among the threads (each scenario has its own). */
+typedef struct exchange {
+    pthread_mutex_t lock;
+    pthread_cond_t  cv;
+    int             arrived, complete;
+    char            blocks[WORLD][4096];
+} exchange_t;
+
+static __thread int thread_rank;
+
+static int thread_allgather(void *ctx, const void *send, void *recv, size_t size)
+{
+    exchange_t     *x = ctx;
+    struct timespec until;
+    int             rc = 0, r;
+
+    if (size > sizeof(x->blocks[0])) {
+        return -2;
+    }
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += EXCHANGE_WAIT_S;
+    pthread_mutex_lock(&x->lock);
+    memcpy(x->blocks[thread_rank], send, size);
+    if (++x->arrived == WORLD) {
+        x->complete = 1;
+        pthread_cond_broadcast(&x->cv);
+    }
+    while (!x->complete && rc == 0) {
+        rc = pthread_cond_timedwait(&x->cv, &x->lock, &until);
+    }
+    if (x->complete) {
+        for (r = 0; r < WORLD; ++r) {
+            memcpy((char *)recv + (size_t)r * size, x->blocks[r], size);
+        }
+        rc = 0;
+    } else {
+        rc = -1; /* alone: the peer never came */
+    }
+    pthread_mutex_unlock(&x->lock);
+    return rc;
+}
+
+typedef struct rank_run {
+    int            rank;
+    int            choice;
+    exchange_t    *x;
+    sl_status_t    status;
+    int            has_state;
+    double         seconds;
+    char           msg[SL_ERRBUF_LEN];
+} rank_run_t;
+
+static double now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *run_rank(void *arg)
+{
+    rank_run_t     *run = arg;
+    sl_comm_t      *comm = calloc(1, sizeof(*comm));
+    sl_bootstrap_t  bs;
+    void           *state = NULL;
+    double          t0;
+
+    thread_rank = run->rank;
+    memset(&bs, 0, sizeof(bs));
+    bs.fn         = thread_allgather;
+    bs.fn_ctx     = run->x;
+    bs.rank       = run->rank;
+    bs.world_size = WORLD;
+    bs.root_fd    = -1;
+    comm->bootstrap     = &bs;
+    comm->gpu_usable    = 1;
+    comm->gather_choice = run->choice;
+    if (sl_layout_from_order(run->rank, WORLD, WORLD, 1, &comm->layout,
+                             &comm->err) != STAGELINK_SUCCESS) {
+        run->status = STAGELINK_ERR_INTERNAL;
+        snprintf(run->msg, sizeof(run->msg), "%s", comm->err.msg);
+        free(comm);
+        return NULL;
+    }
+    t0             = now();
+    run->status    = sl_gather_nccl_ops.init(comm, &state);
+    run->seconds   = now() - t0;
+    run->has_state = (state != NULL);
+    snprintf(run->msg, sizeof(run->msg), "%s", comm->err.msg);
+    sl_gather_nccl_ops.cleanup(state);
+    sl_layout_cleanup(&comm->layout);
+    free(comm);
+    return NULL;
+}
+
+/* Both ranks through the NCCL gather's init at once. */
+static void run_both(int choice, rank_run_t runs[WORLD])
+{
+    exchange_t x;
+    pthread_t  th[WORLD];
+    int        r;
+
+    memset(&x, 0, sizeof(x));
+    pthread_mutex_init(&x.lock, NULL);
+    pthread_cond_init(&x.cv, NULL);
+    for (r = 0; r < WORLD; ++r) {
+        memset(&runs[r], 0, sizeof(runs[r]));
+        runs[r].rank   = r;
+        runs[r].choice = choice;
+        runs[r].x      = &x;
+        pthread_create(&th[r], NULL, run_rank, &runs[r]);
+    }
+    for (r = 0; r < WORLD; ++r) {
+        pthread_join(th[r], NULL);
+    }
+    pthread_cond_destroy(&x.cv);
+    pthread_mutex_destroy(&x.lock);
+}
+
+int main(int argc, char **argv)
+{
+    rank_run_t runs[WORLD];
+    int        r;
+
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_gather_nccl FAKE_NCCL.so\n");
+        return 2;
+    }
+    setenv("STAGELINK_NCCL_LIBRARY", argv[1], 1);
+
+    /* The fake works: both ranks set up NCCL with rank 0's id. */
+    unsetenv("FAKE_NCCL_UNIQUE_ID");
+    run_both(SL_GATHER_AUTO, runs);
+    for (r = 0; r < WORLD; ++r) {
+        CHECK(runs[r].status == STAGELINK_SUCCESS && runs[r].has_state,
+              "rank %d, NCCL working: %s (%s)", r,
+              stagelink_status_string(runs[r].status), runs[r].msg);
+    }
+
+    /* ncclGetUniqueId fails on rank 0 under STAGELINK_GATHER=nccl: both
+     * fail at once, and both say which rank it was. */
+    setenv("FAKE_NCCL_UNIQUE_ID", "fail", 1);
+    run_both(SL_GATHER_NCCL, runs);
+    for (r = 0; r < WORLD; ++r) {
+        CHECK(runs[r].status == STAGELINK_ERR_UNSUPPORTED && !runs[r].has_state,
+              "rank %d, GATHER=nccl, no id on rank 0: %s (%s)", r,
+              stagelink_status_string(runs[r].status), runs[r].msg);
+        CHECK(strstr(runs[r].msg, "rank 0") != NULL &&
+                  strstr(runs[r].msg, "ncclGetUniqueId") != NULL,
+              "rank %d's sentence does not name rank 0 and the call: %s", r,
+              runs[r].msg);
+        CHECK(runs[r].seconds < EXCHANGE_WAIT_S - 1,
+              "rank %d took %.1f s (waited out the exchange)", r,
+              runs[r].seconds);
+    }
+    CHECK(strstr(runs[0].msg, "unhandled system error (fake NCCL)") != NULL,
+          "rank 0 does not give NCCL's reason: %s", runs[0].msg);
+
+    /* The same under STAGELINK_GATHER=auto: both fall back to UCX. */
+    run_both(SL_GATHER_AUTO, runs);
+    for (r = 0; r < WORLD; ++r) {
+        CHECK(runs[r].status == STAGELINK_SUCCESS && !runs[r].has_state,
+              "rank %d, GATHER=auto, no id on rank 0: %s, NCCL state %d (%s)",
+              r, stagelink_status_string(runs[r].status), runs[r].has_state,
+              runs[r].msg);
+    }
+    unsetenv("FAKE_NCCL_UNIQUE_ID");
+    return check_summary();
+}
