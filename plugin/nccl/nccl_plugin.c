@@ -510,16 +510,20 @@ static stagelink_status_t sl_nccl_post_batch(stagelink_comm_t *c,
         reqs[i]->kind     = ops[i].kind;
         reqs[i]->tag      = ops[i].xfer.tag;
     }
-    /* The point-to-point part in one group, as batch_isend_irecv does. */
-    SL_CHECK(sl_nccl_check(api, api->GroupStart(), NULL, "ncclGroupStart",
-                           &c->err));
-    for (i = 0; i < n && status == STAGELINK_SUCCESS; ++i) {
-        sl_nccl_route(c, &ops[i].xfer, &pair, &peer);
-        status = sl_nccl_enqueue(c, ops[i].kind, &ops[i].xfer, pair, peer, 0);
-    }
-    if (sl_nccl_check(api, api->GroupEnd(), NULL, "ncclGroupEnd", &c->err) !=
-        STAGELINK_SUCCESS) {
-        status = STAGELINK_ERR_TRANSPORT;
+    /* The point-to-point part in one group, as batch_isend_irecv does; if
+     * the group cannot start, the slots are given back below. */
+    status = sl_nccl_check(api, api->GroupStart(), NULL, "ncclGroupStart",
+                           &c->err);
+    if (status == STAGELINK_SUCCESS) {
+        for (i = 0; i < n && status == STAGELINK_SUCCESS; ++i) {
+            sl_nccl_route(c, &ops[i].xfer, &pair, &peer);
+            status = sl_nccl_enqueue(c, ops[i].kind, &ops[i].xfer, pair, peer,
+                                     0);
+        }
+        if (sl_nccl_check(api, api->GroupEnd(), NULL, "ncclGroupEnd",
+                          &c->err) != STAGELINK_SUCCESS) {
+            status = STAGELINK_ERR_TRANSPORT;
+        }
     }
     sg = (c->set.mode == STAGELINK_MODE_SCATTER_GATHER && c->layout.tp_size > 1);
     for (i = 0; i < n && status == STAGELINK_SUCCESS; ++i) {

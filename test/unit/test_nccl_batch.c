@@ -9,8 +9,9 @@
  *   - a tag already in flight is refused, and so is the same (direction,
  *     kind, microbatch, chunk) twice in one batch, with nothing enqueued;
  *   - the same microbatch and chunk in another direction or kind is fine;
- *   - a batch that cannot get all its request slots leaves every reqs[i]
- *     NULL and no slot taken; a failed event creation keeps its status.
+ *   - a batch that cannot get all its request slots, or whose NCCL group
+ *     cannot be started, leaves every reqs[i] NULL and no slot taken; a
+ *     failed event creation keeps its status.
  * SPDX-License-Identifier: MIT
  */
 #include "check.h"
@@ -18,6 +19,7 @@
 #include "nccl_plugin.c"
 
 static int fail_events; /* event_create fails while set */
+static int fail_group;  /* ncclGroupStart fails while set */
 static int sends, recvs;
 
 static int f_probe(char *why, size_t len)
@@ -67,6 +69,10 @@ static const sl_gpu_ops_t fake_gpu = {
 };
 
 static ncclResult_t n_ok(void) { return ncclSuccess; }
+static ncclResult_t n_group_start(void)
+{
+    return fail_group ? ncclSystemError : ncclSuccess;
+}
 static ncclResult_t n_destroy(ncclComm_t comm) { (void)comm; return ncclSuccess; }
 
 static ncclResult_t n_send(const void *buf, size_t count, ncclDataType_t type,
@@ -93,7 +99,7 @@ static const sl_nccl_api_t fake_nccl = {
     .CommAbort      = n_destroy,
     .Send           = n_send,
     .Recv           = n_recv,
-    .GroupStart     = n_ok,
+    .GroupStart     = n_group_start,
     .GroupEnd       = n_ok,
     .GetErrorString = n_string,
     .GetLastError   = n_last,
@@ -274,6 +280,19 @@ int main(void)
     }
     complete(c, held, 7);
     CHECK(in_use(c) == 0, "%d slots still in use", in_use(c));
+
+    /* NCCL refuses the group: the batch's slots come back, pointers NULL. */
+    fail_group = 1;
+    ops[0]     = op(STAGELINK_OP_SEND, STAGELINK_PEER_NEXT, 300, 0);
+    ops[1]     = op(STAGELINK_OP_RECV, STAGELINK_PEER_PREV, 300, 0);
+    st         = p->post_batch(c, ops, 2, reqs);
+    CHECK(st == STAGELINK_ERR_TRANSPORT && strstr(c->err.msg, "ncclGroupStart"),
+          "ncclGroupStart failure: %s (%s)", stagelink_status_string(st),
+          c->err.msg);
+    CHECK(reqs[0] == NULL && reqs[1] == NULL && in_use(c) == 0,
+          "after ncclGroupStart failed: reqs[] = {%p, %p}, %d slots in use",
+          (void *)reqs[0], (void *)reqs[1], in_use(c));
+    fail_group = 0;
     sl_registry_remove(&sl_live, c);
     sl_ncomm_destroy(c);
 
