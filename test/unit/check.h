@@ -1,6 +1,8 @@
 /*
  * The smallest test harness that says what failed: CHECK records and goes
- * on; check_summary() prints "N passed, N failed" and gives the exit code.
+ * on; check_summary() prints "N passed, N failed" and gives the exit code,
+ * which is a failure too when nothing was checked (a test that checked
+ * nothing has shown nothing).
  * SPDX-License-Identifier: MIT
  */
 #ifndef SL_TEST_CHECK_H
@@ -26,6 +28,10 @@ static int check_passed, check_failed;
 static inline int check_summary(void)
 {
     printf("%d passed, %d failed\n", check_passed, check_failed);
+    if (check_passed + check_failed == 0) {
+        fprintf(stderr, "no CHECK ran: this test checked nothing\n");
+        return 1;
+    }
     return check_failed ? 1 : 0;
 }
 
