@@ -372,9 +372,13 @@ static void run_scenario(const scenario_t *sc, placement_t placement)
 {
     const char *where = placement_names[placement];
     pid_t       pid[MAX_RANKS];
-    int         port = free_port(), r, wst;
+    int         port, held = hold_port(&port), r, wst;
 
     memset(shm, 0, sizeof(*shm));
+    if (held < 0) {
+        CHECK(0, "%s, %s: no port", sc->name, where);
+        return;
+    }
     fflush(stdout); /* or the children inherit the lines still buffered */
     for (r = 0; r < sc->world; ++r) {
         shm->r[r].op_status = -1;
@@ -440,6 +444,7 @@ static void run_scenario(const scenario_t *sc, placement_t placement)
                   sc->victim);
         }
     }
+    close(held);
 }
 
 int main(int argc, char **argv)

@@ -185,7 +185,7 @@ int main(void)
     rank_spec_t job[4] = {{0, 4, 7}, {1, 4, 7}, {2, 4, 7}, {3, 4, 7}};
     rank_spec_t spec[4];
     double      took;
-    int         i, ok, fd;
+    int         i, ok, held;
 
     signal(SIGPIPE, SIG_IGN);
     res = mmap(NULL, sizeof(*res), PROT_READ | PROT_WRITE,
@@ -194,10 +194,16 @@ int main(void)
         return 2;
     }
 
+    /* Each job's port is held (hold_port) until the job is over, so that no
+     * other test running meanwhile can take it. */
+
     /* The real job completes while strangers connect. */
-    port = free_port();
+    if ((held = hold_port(&port)) < 0) {
+        return 2;
+    }
     took = run_job(job, 4, strangers);
     close_strangers();
+    close(held);
     for (i = 0; i < 4; ++i) {
         CHECK(res->status[i] == STAGELINK_SUCCESS,
               "with strangers, rank %d failed: %s", i, res->msg[i]);
@@ -205,8 +211,11 @@ int main(void)
     CHECK(took < TIMEOUT_S, "the job took %.2f s among strangers", took);
 
     /* A rank never arrives: every survivor fails in time, rank 0 names it. */
-    port = free_port();
+    if ((held = hold_port(&port)) < 0) {
+        return 2;
+    }
     took = run_job(job, 3, NULL);
+    close(held);
     for (i = 0; i < 3; ++i) {
         CHECK(res->status[i] != STAGELINK_SUCCESS, "rank %d succeeded", i);
     }
@@ -222,8 +231,11 @@ int main(void)
         } else {
             spec[3].world = 5;
         }
-        port = free_port();
+        if ((held = hold_port(&port)) < 0) {
+            return 2;
+        }
         took = run_job(spec, 4, NULL);
+        close(held);
         CHECK(res->status[3] != STAGELINK_SUCCESS, "case %d: rank 3 succeeded", i);
         CHECK(strstr(res->msg[0], "missing: 3") != NULL, "case %d: rank 0 said: %s",
               i, res->msg[0]);
@@ -233,27 +245,25 @@ int main(void)
     /* Two processes with rank 2: one joins, the other is refused. */
     memcpy(spec, job, sizeof(spec));
     spec[3].rank = 2;
-    port = free_port();
+    if ((held = hold_port(&port)) < 0) {
+        return 2;
+    }
     took = run_job(spec, 4, NULL);
+    close(held);
     ok   = (res->status[2] == STAGELINK_SUCCESS) + (res->status[3] == STAGELINK_SUCCESS);
     CHECK(ok <= 1, "both rank-2 processes succeeded");
     CHECK(res->status[0] != STAGELINK_SUCCESS && strstr(res->msg[0], "missing: 3"),
           "duplicate rank: rank 0 said: %s", res->msg[0]);
     CHECK(took < 2 * TIMEOUT_S + 1, "duplicate rank: %.2f s", took);
 
-    /* The port is taken by another listener: rank 0 says so at once. */
-    port = free_port();
-    {
-        struct sockaddr_in a = {.sin_family = AF_INET};
-
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        a.sin_port        = htons((uint16_t)port);
-        fd                = socket(AF_INET, SOCK_STREAM, 0);
-        CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(fd, 4) == 0,
-              "cannot hold port %d", port);
+    /* The port is taken by another listener (the held socket listening):
+     * rank 0 says so at once. */
+    if ((held = hold_port(&port)) < 0) {
+        return 2;
     }
+    CHECK(listen(held, 4) == 0, "cannot listen on port %d", port);
     took = run_job(job, 2, NULL);
-    close(fd);
+    close(held);
     CHECK(res->status[0] != STAGELINK_SUCCESS &&
           strstr(res->msg[0], "cannot listen") != NULL, "port taken: rank 0 said: %s",
           res->msg[0]);

@@ -170,19 +170,22 @@ static void *abort_rank(void *arg)
     return NULL;
 }
 
-static void set_port(void)
+/* The job's rendezvous port, held until close(returned socket). */
+static int set_port(void)
 {
-    char port[16];
+    char text[16];
+    int  port = 0, held = hold_port(&port);
 
-    snprintf(port, sizeof(port), "%d", free_port());
-    setenv("STAGELINK_BOOTSTRAP_PORT", port, 1);
+    snprintf(text, sizeof(text), "%d", port);
+    setenv("STAGELINK_BOOTSTRAP_PORT", text, 1);
+    return held;
 }
 
 int main(int argc, char **argv)
 {
     rank_thread_t t[MAX_THREADS];
     char          err[1024];
-    int           r;
+    int           r, held;
 
     if (argc != 4 || (world = atoi(argv[1])) < 2 || world > MAX_THREADS ||
         (tp = atoi(argv[2])) < 1 || world != 2 * tp ||
@@ -199,7 +202,9 @@ int main(int argc, char **argv)
     sl = stagelink_loader_plugin(loader);
     setenv("STAGELINK_BOOTSTRAP_ADDR", "127.0.0.1", 1);
 
-    set_port();
+    if ((held = set_port()) < 0) {
+        return 1;
+    }
     memset(t, 0, sizeof(t));
     for (r = 0; r < world; ++r) {
         t[r].rank = r;
@@ -212,8 +217,11 @@ int main(int argc, char **argv)
         printf("rank %d (thread %d): %llu bytes received and checked\n", r, r,
                t[r].verified);
     }
+    close(held);
 
-    set_port();
+    if ((held = set_port()) < 0) {
+        return 1;
+    }
     memset(t, 0, sizeof(t));
     for (r = 0; r < 2; ++r) {
         t[r].rank = r;
@@ -222,6 +230,7 @@ int main(int argc, char **argv)
     for (r = 0; r < 2; ++r) {
         pthread_join(t[r].thread, NULL);
     }
+    close(held);
     CHECK(t[1].status == STAGELINK_ERR_ABORTED, "the wait aborted from "
           "another thread gave %s: %s", stagelink_status_string(t[1].status),
           t[1].msg);
