@@ -14,7 +14,10 @@
 #include "sl_time.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +41,21 @@ typedef struct {
 
 static results_t *res;
 static int        port;
+static int        listen_note = -1; /* rank 0: a pipe to say it listens */
+
+/* Linked with -Wl,--wrap=listen: the bootstrap's listen() comes here, and
+ * rank 0 tells the parent the moment its listener is up. */
+int __real_listen(int fd, int backlog);
+int __wrap_listen(int fd, int backlog);
+int __wrap_listen(int fd, int backlog)
+{
+    int rc = __real_listen(fd, backlog);
+
+    if (rc == 0 && listen_note >= 0) {
+        (void)!write(listen_note, "L", 1);
+    }
+    return rc;
+}
 
 /* One rank: rendezvous, then an allgather of the ranks' numbers. */
 static void run_rank(int slot, rank_spec_t spec)
@@ -71,26 +89,55 @@ static void run_rank(int slot, rank_spec_t spec)
     _exit(0);
 }
 
-/* Starts the specs, runs `strangers` (may be NULL) from the parent, waits
- * for all; returns the seconds the slowest took. */
+/* Blocks until rank 0 listens (1) or has ended without (0), at most the
+ * rendezvous deadline (-1). */
+static int await_listener(int note)
+{
+    struct pollfd p = {.fd = note, .events = POLLIN};
+    char          c;
+
+    if (poll(&p, 1, (int)(TIMEOUT_S * 1e3)) != 1) {
+        return -1;
+    }
+    return read(note, &c, 1) == 1;
+}
+
+/* Starts the specs, runs `strangers` (may be NULL) from the parent once
+ * rank 0 listens, waits for all; returns the seconds the slowest took. */
 static double run_job(const rank_spec_t *specs, int n, void (*strangers)(void))
 {
     pid_t  pid[MAX_PROCS];
     double t0 = sl_time_now();
-    int    i, wst;
+    int    i, wst, note[2], up;
 
     for (i = 0; i < n; ++i) {
         res->status[i] = -1;
         res->msg[i][0] = '\0';
     }
+    if (pipe2(note, O_CLOEXEC) != 0) {
+        CHECK(0, "pipe: %s", strerror(errno));
+        return 0;
+    }
     for (i = 0; i < n; ++i) {
         if ((pid[i] = fork()) == 0) {
+            if (i == 0) {
+                listen_note = note[1];
+            }
             run_rank(i, specs[i]);
         }
         if (i == 0) {
-            usleep(100000); /* rank 0 listens before the strangers come */
+            /* Only rank 0 holds the write end: it says "listening", or
+             * its end closes when it exits without. */
+            close(note[1]);
+            up = await_listener(note[0]);
+            close(note[0]);
+            CHECK(up >= 0, "rank 0 neither listened nor ended in %.0f s",
+                  TIMEOUT_S);
             if (strangers != NULL) {
-                strangers();
+                CHECK(up == 1, "rank 0 never listened: no stranger can come");
+                if (up == 1) {
+                    strangers();
+                }
             }
         }
     }
@@ -125,58 +172,71 @@ static void send_hello(int fd, uint32_t rank, uint32_t world, uint64_t key,
     (void)!write(fd, &h, sizeof(h));
 }
 
-static int open_fds[64];
-static int nopen;
+static int   open_fds[64];
+static int   nopen;
+static pid_t slow = -1;
+
+/* A stranger's connection to rank 0, kept open; one that cannot connect
+ * fails the test (a stranger that never came has tested nothing). */
+static int stranger(const char *what)
+{
+    int fd = connect_local();
+
+    CHECK(fd >= 0, "stranger (%s) could not connect to rank 0 on port %d: %s",
+          what, port, strerror(errno));
+    if (fd >= 0) {
+        open_fds[nopen++] = fd;
+    }
+    return fd;
+}
 
 static void strangers(void)
 {
     static const char garbage[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n..........";
-    pid_t             slow;
     int               i, fd;
 
     for (i = 0; i < 40; ++i) { /* a flood of silent connections */
-        if ((fd = connect_local()) >= 0) {
-            open_fds[nopen++] = fd;
-        }
+        stranger("silent");
     }
-    if ((fd = connect_local()) >= 0) {
+    if ((fd = stranger("garbage")) >= 0) {
         (void)!write(fd, garbage, sizeof(garbage));
-        open_fds[nopen++] = fd;
     }
-    if ((fd = connect_local()) >= 0) {
-        send_hello(fd, 1, 4, 999, 0); /* another job's key */
-        open_fds[nopen++] = fd;
+    if ((fd = stranger("another job's key")) >= 0) {
+        send_hello(fd, 1, 4, 999, 0);
     }
-    if ((fd = connect_local()) >= 0) {
-        send_hello(fd, 1, 5, 7, 0); /* another world size */
-        open_fds[nopen++] = fd;
+    if ((fd = stranger("another world size")) >= 0) {
+        send_hello(fd, 1, 5, 7, 0);
     }
-    if ((fd = connect_local()) >= 0) {
-        send_hello(fd, 9, 4, 7, 0); /* rank out of range */
-        open_fds[nopen++] = fd;
+    if ((fd = stranger("rank out of range")) >= 0) {
+        send_hello(fd, 9, 4, 7, 0);
     }
-    if ((fd = connect_local()) >= 0) {
-        send_hello(fd, 2, 4, 7, 1u << 30); /* a hello announcing 1 GiB */
-        open_fds[nopen++] = fd;
+    if ((fd = stranger("a hello announcing 1 GiB")) >= 0) {
+        send_hello(fd, 2, 4, 7, 1u << 30);
     }
-    if ((slow = fork()) == 0) { /* a byte a second, for four seconds */
+    /* A byte a second for four seconds, connected now (later the job may
+     * be over and the listener closed). */
+    if ((fd = stranger("a byte a second")) >= 0 && (slow = fork()) == 0) {
         alarm(10);
-        if ((fd = connect_local()) >= 0) {
-            for (i = 0; i < 4; ++i) {
-                (void)!write(fd, "S", 1);
-                sleep(1);
-            }
+        for (i = 0; i < 4; ++i) {
+            (void)!write(fd, "S", 1);
+            sleep(1);
         }
         _exit(0);
     }
+    CHECK(nopen == 46, "%d of 46 strangers connected", nopen);
 }
 
 static void close_strangers(void)
 {
+    int wst;
+
     while (nopen > 0) {
         close(open_fds[--nopen]);
     }
-    while (wait(NULL) > 0) {
+    if (slow > 0) {
+        CHECK(waitpid(slow, &wst, 0) == slow && WIFEXITED(wst) &&
+                  WEXITSTATUS(wst) == 0, "the slow stranger ended with %#x", wst);
+        slow = -1;
     }
 }
 
