@@ -451,7 +451,7 @@ int main(int argc, char **argv)
 {
     const char *names = getenv("PEER_KILL_NETNS");
     placement_t first = ONE_NODE, last = NODE_ID, p;
-    size_t      i;
+    size_t      i, ran = 0;
 
     shm = mmap(NULL, sizeof(*shm), PROT_READ | PROT_WRITE,
                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -477,6 +477,15 @@ int main(int argc, char **argv)
         for (p = first; p <= last; ++p) {
             run_scenario(&scenarios[i], p);
         }
+        ++ran;
+    }
+    if (ran == 0) {
+        fprintf(stderr, "peer_kill: no scenario named \"%s\"; known:", argv[1]);
+        for (i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); ++i) {
+            fprintf(stderr, " %s", scenarios[i].name);
+        }
+        fputc('\n', stderr);
+        return 2;
     }
     return check_summary();
 }
