@@ -13,6 +13,12 @@
  * With PEER_KILL_NETNS="NS0 NS1" (and PEER_KILL_ADDR, node 0's address)
  * each stage's ranks run in their own network namespace instead: two
  * simulated nodes (test/netns/peer_kill.sh).
+ *
+ * Nothing here waits by sleeping: a survivor that must meet a dead peer
+ * waits on the victim's pidfd, the watchdog on an eventfd its receiver
+ * writes once the receive is posted, and the t = 2 victim on a pipe its
+ * receivers write the moment its bytes start to land (seen through a
+ * userfaultfd write-protecting the first page of their buffers).
  *   peer_kill [SCENARIO]   (all when none)
  * SPDX-License-Identifier: MIT
  */
@@ -36,7 +42,10 @@
 #include <sys/syscall.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/userfaultfd.h>
 #include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -86,10 +95,8 @@ typedef struct rank_report {
 
 typedef struct shared {
     rank_report_t r[MAX_RANKS];
-    pid_t         pid[MAX_RANKS];
+    pid_t         pid[MAX_RANKS]; /* each rank stores its own, first thing */
     atomic_int    posted;  /* survivors about to post their transfer */
-    atomic_int    started; /* the victim's side of the rendezvous is out */
-    atomic_int    flowing; /* the victim's first bytes reached a survivor */
 } shared_t;
 
 typedef enum placement {
@@ -102,54 +109,111 @@ static const char *const placement_names[] = {"one node", "two nodes",
                                               "two netns"};
 
 static shared_t *shm;
+static int       flow_pipe[2]; /* receivers -> victim: its bytes landed */
 static char      netns[2][64]; /* PEER_KILL_NETNS */
 static char      netns_addr[64];
 
 typedef struct watchdog {
     const stagelink_plugin_v1_t *sl;
     stagelink_comm_t            *comm;
+    int                          posted; /* eventfd: the receive is posted */
 } watchdog_t;
 
+/* Aborts as soon as the receive is posted: its owner is then in wait, or
+ * on its way there, and either way its wait must end ABORTED. */
 static void *watchdog_main(void *arg)
 {
-    watchdog_t *w = arg;
+    watchdog_t   *w = arg;
+    struct pollfd p = {.fd = w->posted, .events = POLLIN};
 
-    usleep(300000);
+    poll(&p, 1, (int)(DEADLINE * 1e3));
     w->sl->comm_abort(w->comm);
     return NULL;
 }
 
-/* The victim's thread: dies the moment a survivor saw its bytes. */
+/* The victim's thread: dies the moment a survivor says its bytes landed
+ * (or its main thread kills it at its deadline). */
 static void *kill_when_flowing(void *arg)
 {
+    struct pollfd p = {.fd = flow_pipe[0], .events = POLLIN};
+
     (void)arg;
-    while (!atomic_load(&shm->flowing)) {
-        usleep(20);
+    while (poll(&p, 1, -1) < 0 && errno == EINTR) {
     }
     raise(SIGKILL);
     return NULL;
 }
 
-/* A receiver's thread: the first byte of the victim's shard (its value is
- * victim + 1) has landed, seen while the main thread may be inside one
- * long progress call. */
+/*
+ * A receiver's watch for the victim's first bytes, seen while the main
+ * thread may be inside one long progress call: the first page of its
+ * buffer (where the victim's shard lands, or its TP peer forwards it) is
+ * write-protected through a userfaultfd.  The first write into it, by UCX
+ * in this process or by the kernel on its behalf, stops on the fault; the
+ * watching thread, blocked reading the userfaultfd, tells the victim (the
+ * flow pipe) and lifts the protection, and the write goes on.
+ */
 typedef struct flow_watch {
-    const volatile unsigned char *byte;
-    unsigned char                 value;
-    atomic_int                    stop;
+    int       uffd, stop; /* stop: an eventfd, written once wait returned */
+    uintptr_t page;
+    size_t    len;
+    pthread_t thread;
 } flow_watch_t;
 
 static void *watch_flow(void *arg)
 {
-    flow_watch_t *w = arg;
+    flow_watch_t              *w    = arg;
+    struct pollfd              p[2] = {{.fd = w->uffd, .events = POLLIN},
+                                       {.fd = w->stop, .events = POLLIN}};
+    struct uffd_msg            msg;
+    struct uffdio_writeprotect wp = {.range = {w->page, w->len}, .mode = 0};
 
-    while (!atomic_load(&w->stop) && !atomic_load(&shm->flowing)) {
-        if (*w->byte == w->value) {
-            atomic_store(&shm->flowing, 1);
-        }
-        usleep(20);
+    while (poll(p, 2, -1) < 0 && errno == EINTR) {
     }
+    if ((p[0].revents & POLLIN) &&
+        read(w->uffd, &msg, sizeof(msg)) == (ssize_t)sizeof(msg) &&
+        msg.event == UFFD_EVENT_PAGEFAULT) {
+        (void)!write(flow_pipe[1], "F", 1);
+    }
+    ioctl(w->uffd, UFFDIO_WRITEPROTECT, &wp); /* unprotects and wakes */
     return NULL;
+}
+
+static int flow_watch_start(flow_watch_t *w, void *buf, rank_report_t *me)
+{
+    struct uffdio_api          api = {.api      = UFFD_API,
+                                      .features = UFFD_FEATURE_PAGEFAULT_FLAG_WP};
+    struct uffdio_register     reg;
+    struct uffdio_writeprotect wp;
+
+    w->len  = (size_t)sysconf(_SC_PAGESIZE);
+    w->page = (uintptr_t)buf & ~(uintptr_t)(w->len - 1);
+    w->stop = eventfd(0, EFD_CLOEXEC);
+    w->uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+    reg     = (struct uffdio_register){.range = {w->page, w->len},
+                                       .mode  = UFFDIO_REGISTER_MODE_WP};
+    wp      = (struct uffdio_writeprotect){.range = {w->page, w->len},
+                                           .mode  = UFFDIO_WRITEPROTECT_MODE_WP};
+    if (w->stop < 0 || w->uffd < 0 || ioctl(w->uffd, UFFDIO_API, &api) != 0 ||
+        ioctl(w->uffd, UFFDIO_REGISTER, &reg) != 0 ||
+        ioctl(w->uffd, UFFDIO_WRITEPROTECT, &wp) != 0) {
+        snprintf(me->msg, sizeof(me->msg), "cannot watch for the victim's "
+                 "bytes: userfaultfd write-protect: %s (needs Linux >= 5.7 "
+                 "and root or CAP_SYS_PTRACE)", strerror(errno));
+        return -1;
+    }
+    return pthread_create(&w->thread, NULL, watch_flow, w);
+}
+
+static void flow_watch_stop(flow_watch_t *w)
+{
+    struct uffdio_range range = {w->page, w->len};
+
+    eventfd_write(w->stop, 1);
+    pthread_join(w->thread, NULL);
+    ioctl(w->uffd, UFFDIO_UNREGISTER, &range);
+    close(w->uffd);
+    close(w->stop);
 }
 
 /*
@@ -169,17 +233,20 @@ static void die_mid_transfer(const scenario_t *sc, placement_t where,
         for (i = 0; i < 20 && !done; ++i) { /* the request to send goes out */
             sl->test(comm, req, &done);
         }
-        atomic_store(&shm->started, 1);
         raise(SIGKILL);
     }
     if (sc->when == TP_DURING_SEND && where == ONE_NODE) {
         /* It dies between its calls into UCX, never in the middle of
          * writing into a survivor's shared-memory FIFO (which would wedge
          * that FIFO: see README). */
-        while (sl_time_now() < until && !done &&
-               !atomic_load(&shm->flowing)) {
+        struct pollfd   p    = {.fd = flow_pipe[0], .events = POLLIN};
+        struct timespec step = {0, 50000}; /* between progress calls */
+
+        while (sl_time_now() < until && !done) {
             sl->test(comm, req, &done);
-            usleep(50);
+            if (ppoll(&p, 1, &step, NULL) == 1) {
+                break; /* a receiver saw its bytes */
+            }
         }
         raise(SIGKILL);
     }
@@ -200,19 +267,24 @@ static void die_mid_transfer(const scenario_t *sc, placement_t where,
     raise(SIGKILL);
 }
 
-/* A DURING_SEND receiver posts once the sender is dead. */
-static void await_victim_death(int victim)
+/* A survivor posts once the victim is dead (BEFORE, AFTER: it died after
+ * init or after the first transfer; DURING_SEND: after its request to send
+ * went out): its pidfd fires, or it is gone already (reaped). */
+static void await_victim_death(int victim, rank_report_t *me)
 {
     int           fd = (int)syscall(SYS_pidfd_open, shm->pid[victim], 0);
     struct pollfd p  = {.fd = fd, .events = POLLIN};
 
-    while (!atomic_load(&shm->started)) {
-        usleep(100);
+    if (fd < 0 && errno == ESRCH) {
+        return;
     }
-    if (fd >= 0) {
-        poll(&p, 1, (int)(DEADLINE * 1e3));
-        close(fd);
+    if (fd < 0 || poll(&p, 1, (int)(DEADLINE * 1e3)) != 1) {
+        snprintf(me->msg, sizeof(me->msg), "the victim (rank %d, pid %d) did "
+                 "not die within %.1f s: %s", victim, (int)shm->pid[victim],
+                 DEADLINE, fd < 0 ? strerror(errno) : "pidfd never fired");
+        _exit(1);
     }
+    close(fd);
 }
 
 /* Moves this rank into its stage's namespace ("node"), as `ip netns exec`
@@ -249,7 +321,7 @@ static void run_rank(const scenario_t *sc, int rank, int port,
     stagelink_xfer_t             x;
     char                         env[32], err[1024];
     int                          sender, st;
-    pthread_t                    watcher;
+    int                          watching = 0;
     flow_watch_t                 watch;
     unsigned char               *buf;
     double                       t0;
@@ -257,6 +329,7 @@ static void run_rank(const scenario_t *sc, int rank, int port,
     watchdog_t                   w;
 
     alarm(30); /* a hang shows as a signal, never as a stuck test */
+    shm->pid[rank] = getpid(); /* before init: a survivor reads it after */
     snprintf(env, sizeof(env), "%d", port);
     setenv("STAGELINK_BOOTSTRAP_ADDR",
            (where == NETNS) ? netns_addr : "127.0.0.1", 1);
@@ -315,21 +388,26 @@ static void run_rank(const scenario_t *sc, int rank, int port,
             raise(SIGKILL);
         }
         x.tag.microbatch = 1;
-        usleep(100000); /* the survivor's next transfer meets a dead peer */
-    } else if (sc->when == BEFORE) {
-        usleep(100000);
     }
     if (sc->when == ABORT) {
         if (sender) {
             /* Never sends: the receiver stays blocked until the abort. */
             goto finalize;
         }
-        w = (watchdog_t){sl, comm};
+        w = (watchdog_t){sl, comm, eventfd(0, EFD_CLOEXEC)};
         pthread_create(&dog, NULL, watchdog_main, &w);
     }
 
-    if (sc->when == DURING_SEND && rank != sc->victim) {
-        await_victim_death(sc->victim);
+    /* The survivor's transfer meets a peer that is dead already. */
+    if ((sc->when == BEFORE || sc->when == AFTER || sc->when == DURING_SEND) &&
+        rank != sc->victim) {
+        await_victim_death(sc->victim, me);
+    }
+    if (sc->when == TP_DURING_SEND && !sender) {
+        if (flow_watch_start(&watch, buf, me) != 0) {
+            _exit(1);
+        }
+        watching = 1;
     }
     atomic_fetch_add(&shm->posted, rank != sc->victim);
     t0 = sl_time_now();
@@ -337,24 +415,21 @@ static void run_rank(const scenario_t *sc, int rank, int port,
     if (rank == sc->victim) {
         die_mid_transfer(sc, where, sl, comm, req);
     }
-    if (sc->when == TP_DURING_SEND && !sender) {
-        watch.byte  = buf;
-        watch.value = (unsigned char)(sc->victim + 1);
-        atomic_init(&watch.stop, 0);
-        pthread_create(&watcher, NULL, watch_flow, &watch);
+    if (sc->when == ABORT) {
+        eventfd_write(w.posted, 1);
     }
     if (st == STAGELINK_SUCCESS) {
         st = sl->wait(comm, req);
     }
-    if (sc->when == TP_DURING_SEND && !sender) {
-        atomic_store(&watch.stop, 1);
-        pthread_join(watcher, NULL);
+    if (watching) {
+        flow_watch_stop(&watch);
     }
     me->op_secs   = sl_time_now() - t0;
     me->op_status = st;
     snprintf(me->msg, sizeof(me->msg), "%s", sl->last_error(comm));
     if (sc->when == ABORT) {
         pthread_join(dog, NULL);
+        close(w.posted);
     }
     me->err_status = sl->comm_get_error(comm, &me->failed_rank);
 
@@ -375,8 +450,8 @@ static void run_scenario(const scenario_t *sc, placement_t placement)
     int         port, held = hold_port(&port), r, wst;
 
     memset(shm, 0, sizeof(*shm));
-    if (held < 0) {
-        CHECK(0, "%s, %s: no port", sc->name, where);
+    if (held < 0 || pipe2(flow_pipe, O_CLOEXEC) != 0) {
+        CHECK(0, "%s, %s: no port or no pipe", sc->name, where);
         return;
     }
     fflush(stdout); /* or the children inherit the lines still buffered */
@@ -417,7 +492,7 @@ static void run_scenario(const scenario_t *sc, placement_t placement)
             if (r == 1) {
                 CHECK(rr->op_status == STAGELINK_ERR_ABORTED &&
                       rr->err_status == STAGELINK_ERR_ABORTED &&
-                      rr->op_secs < 0.3 + DEADLINE / 2,
+                      rr->op_secs < DEADLINE / 2,
                       "%s, %s: the aborted wait gave %d / %d after %.3f s",
                       sc->name, where, rr->op_status, rr->err_status,
                       rr->op_secs);
@@ -445,6 +520,8 @@ static void run_scenario(const scenario_t *sc, placement_t placement)
         }
     }
     close(held);
+    close(flow_pipe[0]);
+    close(flow_pipe[1]);
 }
 
 int main(int argc, char **argv)
