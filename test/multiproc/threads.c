@@ -13,10 +13,12 @@
 
 #include <stagelink/loader.h>
 
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #define MAX_THREADS 8
@@ -116,17 +118,20 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
-/* A receive nobody sends, and a second thread that aborts it. */
+/* A receive nobody sends, and a second thread that aborts it as soon as
+ * it is posted (its owner is then in wait or on its way there: either way
+ * the wait must end ABORTED). */
 typedef struct abort_case {
     stagelink_comm_t *comm;
-    double            waited;
+    int               posted; /* eventfd the owner writes after irecv */
 } abort_case_t;
 
 static void *abort_later(void *arg)
 {
     abort_case_t *a = arg;
+    struct pollfd p = {.fd = a->posted, .events = POLLIN};
 
-    usleep(200000);
+    poll(&p, 1, 10000); /* at most 10 s: a post that never comes */
     sl->comm_abort(a->comm);
     return NULL;
 }
@@ -153,13 +158,16 @@ static void *abort_rank(void *arg)
         return NULL;
     }
     if (t->rank == 1) {
-        a.comm = comm;
+        a.comm   = comm;
+        a.posted = eventfd(0, EFD_CLOEXEC);
         pthread_create(&aborter, NULL, abort_later, &a);
         t->status = sl->irecv(comm, &x, &req);
+        eventfd_write(a.posted, 1);
         if (t->status == STAGELINK_SUCCESS) {
             t->status = sl->wait(comm, req);
         }
         pthread_join(aborter, NULL);
+        close(a.posted);
         snprintf(t->msg, sizeof(t->msg), "%s", sl->last_error(comm));
         CHECK(sl->comm_get_error(comm, &failed_rank) == STAGELINK_ERR_ABORTED &&
               failed_rank == -1, "comm_get_error after the abort");
