@@ -21,7 +21,8 @@ typedef struct sl_errbuf {
 
 /**
  * Records `status` with a sentence (what failed, with which values, what
- * to do), logs it at WARN and returns `status`, so error paths read
+ * to do), logs it at INFO (the caller receives the sentence; WARN is
+ * kept for what no caller sees) and returns `status`, so error paths read
  * `return sl_error(eb, STAGELINK_ERR_..., "...", ...)`.  `eb` may be NULL.
  */
 sl_status_t sl_error(sl_errbuf_t *eb, sl_status_t status, const char *fmt, ...)

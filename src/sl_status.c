@@ -40,7 +40,7 @@ sl_status_t sl_error(sl_errbuf_t *eb, sl_status_t status, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, SL_ERRBUF_LEN, fmt, ap);
     va_end(ap);
-    sl_log(SL_LOG_WARN, SL_SUBSYS_ALL, "%s: %s", stagelink_status_string(status),
+    sl_log(SL_LOG_INFO, SL_SUBSYS_ALL, "%s: %s", stagelink_status_string(status),
            msg);
     return status;
 }
