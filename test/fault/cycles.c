@@ -4,7 +4,8 @@
  * stage 0 to stage 1, checks it and finalizes.  After a warm-up the open
  * file descriptors must not change and the resident set must stay within
  * a small bound: a leaked socket, event fd, mapping or buffer per cycle
- * shows up as growth over CYCLES.
+ * shows up as growth over CYCLES - WARMUP.  CYCLES must exceed WARMUP (20),
+ * or there would be no cycle between the baseline and the end to compare.
  *   stagelink_run -n 2 -- cycles [CYCLES]
  * SPDX-License-Identifier: MIT
  */
@@ -76,6 +77,12 @@ int main(int argc, char **argv)
     int                 k, fds0 = 0, fds;
     long                rss0 = 0, rss;
 
+    if (cycles <= WARMUP) {
+        fprintf(stderr, "cycles: %s cycles: need more than %d (the first %d "
+                "warm up, the rest are measured against them)\n",
+                (argc > 1) ? argv[1] : "?", WARMUP, WARMUP);
+        return 1;
+    }
     if (stagelink_loader_open(NULL, &loader, err, sizeof(err)) != 0) {
         fprintf(stderr, "%s\n", err);
         return 1;
@@ -86,7 +93,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s\n", err);
             return 1;
         }
-        if (k == WARMUP - 1 || cycles < WARMUP) {
+        if (k == WARMUP - 1) {
             fds0 = open_fds();
             rss0 = rss_bytes();
         }
@@ -97,6 +104,11 @@ int main(int argc, char **argv)
     printf("rank %s: %d cycles; after %d: %d fds, %ld KiB; at the end: %d fds, "
            "%ld KiB\n", getenv("RANK") ? getenv("RANK") : "?", cycles, WARMUP,
            fds0, rss0 >> 10, fds, rss >> 10);
+    if (fds0 < 3 || rss0 <= 0) { /* /proc unreadable: nothing measured */
+        fprintf(stderr, "cannot measure descriptors (%d) or RSS (%ld) from "
+                "/proc/self\n", fds0, rss0);
+        return 1;
+    }
     if (fds != fds0 || (CHECK_RSS && rss - rss0 > RSS_SLACK)) {
         fprintf(stderr, "resources grew over %d cycles: fds %d -> %d, RSS %ld "
                 "-> %ld KiB (slack %ld KiB)\n", cycles - WARMUP, fds0, fds,
