@@ -24,6 +24,19 @@ out=$(mktemp -d)
 trap 'cleanup; rm -rf "$out"' EXIT
 fail() { echo "FAIL: $*"; cat "$out"/*.log; exit 1; }
 
+# Blocks until a line of file $1 matches the extended regex $2, for at most
+# $3 s, or until process $4 (the job) has ended: tail follows the file
+# (inotify: no polling here) and grep stops at the first match.
+await_line() {
+    grep -q -m1 -E "$2" < <(timeout "$3" tail --pid="$4" -n +1 -f "$1" 2>/dev/null)
+}
+
+# The soak's progress line (-p) after its first full iteration, printed as
+# it starts the next one: the job runs and its next transfer is starting.
+running() {
+    echo "^soak: rank $1: [0-9.]+ s, [1-9][0-9]* iterations"
+}
+
 # The soak process of node $1, once it runs.
 soak_pid() {
     local p
@@ -36,9 +49,10 @@ soak_pid() {
 }
 
 echo "# 1. link down for 4 s mid-transfer, then up"
-run_job 1 "$soak" -s 64M -n 16 -r 10 >"$out/flap.log" 2>&1 &
+run_job 1 "$soak" -s 64M -n 16 -r 10 -p 0.1 >"$out/flap.log" 2>&1 &
 job=$!
-sleep 2.5
+await_line "$out/flap.log" "$(running 0)" 60 "$job" ||
+    fail "rank 0 did not start transferring within 60 s"
 ip -n "${tag}n0" link set "${tag}e0" down
 echo "# link down at $(date +%T.%N)"
 sleep 4
@@ -49,16 +63,20 @@ cat "$out/flap.log"
 grep -q "0 mismatches" "$out/flap.log" || fail "bytes differ after the flap"
 timeouts=$(grep -c "wait timed out" "$out/flap.log" || true)
 [ "$timeouts" -ge 1 ] || fail "no wait timed out while the link was down 4 s"
-# Each timed-out wait ended at the deadline, not later.
-awk -v d=$deadline '/wait timed out after/ { t = $(NF-6) + 0;
-    if (t > d + 0.5) { print "a wait took " t " s"; bad = 1 } }
+# Each timed-out wait ended at the deadline, not later: the seconds are
+# the field after "after" in "wait timed out after 2.00 s; waiting again".
+awk -v d=$deadline '/wait timed out after/ { t = "";
+    for (i = 1; i < NF; i++) if ($i == "after") t = $(i + 1);
+    if (t !~ /^[0-9.]+$/) { print "no time in: " $0; bad = 1 }
+    else if (t + 0 > d + 0.5) { print "a wait took " t " s"; bad = 1 } }
     END { exit bad }' "$out/flap.log" || fail "a timed-out wait overran the deadline"
 echo "# $timeouts waits timed out within ${deadline} s and were retried; all transfers completed intact"
 
 echo "# 2. node 1's rank SIGKILLed mid-transfer"
-run_job 1 "$soak" -s 64M -n 1000 >"$out/kill.log" 2>&1 &
+run_job 1 "$soak" -s 64M -n 1000 -p 0.1 >"$out/kill.log" 2>&1 &
 job=$!
-sleep 2.5
+await_line "$out/kill.log" "$(running 1)" 60 "$job" ||
+    fail "rank 1 did not start transferring within 60 s"
 victim=$(soak_pid 1)
 [ -n "$victim" ] || fail "no soak process on node 1"
 killed=$(date +%s.%N)
