@@ -26,19 +26,25 @@ typedef enum sl_tag_class {
 /*
  * A message above the chunk size goes framed: a header carrying the
  * sender's length (tag | SL_TAG_HEADER), then chunks (tag | SL_TAG_CHUNKED).
- * Receives that can meet either a header or a plain message match with
- * SL_TAG_MASK_HEADER, never a chunk.  Class values (1, 2) leave these bits.
+ * SL_TAG_HEADER marks every control message: a length header, or a
+ * failure notice, which a sender that gave up sends in place of its
+ * message (or of each chunk it has not sent) so that the receiver fails at
+ * once with the root cause.  Receives match with SL_TAG_MASK_HEADER so that
+ * they meet either, and tell them from data by the sender's tag in the
+ * completion.  UCX 1.13 sometimes reports a garbage sender_tag there (seen:
+ * 0x7f6f81ff2dd0, on a receive matched during progress), recognisable
+ * because its other bits differ from the posted tag; only then is a control
+ * message recognised by its content.  Class values (1, 2) leave these bits.
  */
 #define SL_TAG_CHUNKED     (1ull << 62)
 #define SL_TAG_HEADER      (1ull << 63)
 #define SL_TAG_MASK_HEADER (~SL_TAG_HEADER)
 
-/*
- * A header is 16 bytes: this magic, then the sender's length.  Receives
- * recognise it by content: UCX 1.13 hands receive callbacks a garbage
- * sender_tag (seen: 0x7fc1cb330dd0 for a header's tag).
- */
+/* A control message is 16 bytes: a magic, then the sender's length (header)
+ * or its stagelink_status_t (notice). */
 #define SL_HEADER_MAGIC 0x534c4844524c454eull /* "SLHDRLEN" */
+#define SL_NOTICE_MAGIC 0x534c4e4f54494345ull /* "SLNOTICE" */
+#define SL_CTL_LEN      16u
 
 typedef struct sl_tag_fields {
     sl_tag_class_t cls;

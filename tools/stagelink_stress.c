@@ -41,7 +41,7 @@
 #define MAX_WORLD     8
 #define MAX_DEPTH     256
 #define ORPHAN_MB     0x80000000u /* tags of receives nobody sends to */
-#define ROUND_BYTES   (24u << 20) /* tensor bytes one rank moves per round */
+#define ROUND_BYTES   (40u << 20) /* tensor bytes one rank moves per round */
 #define CANARY        0xc5
 #define JOB_TIMEOUT_S 120         /* stagelink_run's backstop per job */
 #define WAIT_TIMEOUT  "30"        /* STAGELINK_TIMEOUT: a hang becomes TIMEOUT */
@@ -733,6 +733,8 @@ static int run_seed(uint64_t seed, const char *netns,
     setenv("STAGELINK_STRESS_FD", fdtext, 1);
     setenv("STAGELINK_CHUNK", chunk, 1);
     setenv("STAGELINK_TIMEOUT", WAIT_TIMEOUT, 1);
+    /* A middle stage has four kinds of transfer in flight, and orphans. */
+    setenv("STAGELINK_MAX_REQUESTS", "1040", 1);
     if (netns != NULL) {
         char port[16];
 

@@ -28,11 +28,12 @@ typedef struct sl_gather_ops {
      */
     sl_status_t (*post)(void *state, sl_req_t *req);
     /**
-     * Our own shard is in place (ok) or its receive failed (!ok): pass it
-     * on to the peers (then set req->gather_posted), telling them of a
-     * failure so that they fail at once instead of at their deadline.
+     * Our own shard is in place (SUCCESS) or its receive failed with
+     * `status`: pass it on to the peers (then set req->gather_posted), or
+     * send them a notice of `status`, so that they fail at once with the
+     * root cause instead of at their deadline.
      */
-    sl_status_t (*shard_ready)(void *state, sl_req_t *req, int ok);
+    sl_status_t (*shard_ready)(void *state, sl_req_t *req, sl_status_t status);
 } sl_gather_ops_t;
 
 extern const sl_gather_ops_t sl_gather_ucx_ops;

@@ -195,15 +195,16 @@ static sl_status_t sl_gather_nccl_enqueue(sl_gather_nccl_t *g, sl_req_t *req)
 }
 
 static sl_status_t sl_gather_nccl_shard_ready(void *state, sl_req_t *req,
-                                              int ok)
+                                              sl_status_t own)
 {
-    static const unsigned char outcome[2] = {0, 1};
+    static const unsigned char arrived = 1;
     sl_gather_nccl_t *g    = state;
     sl_comm_t        *comm = g->comm;
-    sl_status_t       status = STAGELINK_SUCCESS;
+    sl_status_t       status = STAGELINK_SUCCESS, s;
+    uint64_t          tag;
     int               k, good;
 
-    req->shard_state = ok ? 1 : -1;
+    req->shard_state = (own == STAGELINK_SUCCESS) ? 1 : -1;
     /* Collectives in posting order: the head first, as far as shards are in. */
     while ((req = g->head) != NULL && req->shard_state != 0) {
         g->head = req->gather_next;
@@ -218,13 +219,22 @@ static sl_status_t sl_gather_nccl_shard_ready(void *state, sl_req_t *req,
             /* Take part anyway, or the peers' streams would wait forever. */
             sl_gather_nccl_enqueue(g, req);
         }
+        /* The peers hear a plain byte, or a notice of the root cause. */
+        tag = sl_gather_tag(req, comm->layout.tp_index);
         for (k = 0; k < comm->layout.tp_size; ++k) {
-            if (k != comm->layout.tp_index &&
-                sl_sub_post_host(req, &comm->tp_peers[k], SL_SUB_STATUS_SEND,
-                                 sl_gather_tag(req, comm->layout.tp_index),
-                                 (void *)&outcome[good], 1, 0) !=
-                    STAGELINK_SUCCESS) {
-                status = STAGELINK_ERR_TRANSPORT;
+            if (k == comm->layout.tp_index) {
+                continue;
+            }
+            s = good ? sl_sub_post_host(req, &comm->tp_peers[k],
+                                        SL_SUB_STATUS_SEND, tag,
+                                        (void *)&arrived, 1, 0)
+                     : sl_sub_post_notice(req, &comm->tp_peers[k],
+                                          SL_SUB_STATUS_SEND, tag,
+                                          (req->status != STAGELINK_SUCCESS)
+                                              ? req->status
+                                              : STAGELINK_ERR_TRANSPORT);
+            if (s != STAGELINK_SUCCESS) {
+                status = s;
             }
         }
         req->gather_posted = 1;

@@ -35,21 +35,26 @@ static void sl_gather_ucx_cleanup(void *state)
     (void)state;
 }
 
-/* Sends the own shard to every peer: all of it, or gated chunk by chunk. */
-static sl_status_t sl_gather_ucx_send(sl_comm_t *comm, sl_req_t *req, int ok)
+/* Sends the own shard to every peer (all of it, or gated chunk by chunk),
+ * or, when it failed with `own`, a notice of that status. */
+static sl_status_t sl_gather_ucx_send(sl_comm_t *comm, sl_req_t *req,
+                                      sl_status_t own)
 {
     int         me  = comm->layout.tp_index;
-    const char *src = ok ? (const char *)req->xfer.buf + req->shard.offset
-                         : NULL;
-    size_t      len = ok ? req->shard.length : 0;
+    const char *src = (const char *)req->xfer.buf + req->shard.offset;
+    uint64_t    tag = sl_gather_tag(req, me);
     int         k;
 
     for (k = 0; k < comm->layout.tp_size; ++k) {
-        if (k != me) {
-            SL_CHECK(sl_sub_post_send(req, &comm->tp_peers[k],
-                                      SL_SUB_GATHER_SEND,
-                                      sl_gather_tag(req, me), src, len));
+        if (k == me) {
+            continue;
         }
+        SL_CHECK((own == STAGELINK_SUCCESS)
+                     ? sl_sub_post_send(req, &comm->tp_peers[k],
+                                        SL_SUB_GATHER_SEND, tag, src,
+                                        req->shard.length)
+                     : sl_sub_post_notice(req, &comm->tp_peers[k],
+                                          SL_SUB_GATHER_SEND, tag, own));
     }
     return STAGELINK_SUCCESS;
 }
@@ -75,27 +80,28 @@ static sl_status_t sl_gather_ucx_post(void *state, sl_req_t *req)
     if (req->shard.length > comm->chunk) {
         req->forwarding   = 1;
         req->stage_landed = 0;
-        SL_CHECK(sl_gather_ucx_send(comm, req, 1));
+        SL_CHECK(sl_gather_ucx_send(comm, req, STAGELINK_SUCCESS));
     }
     return STAGELINK_SUCCESS;
 }
 
 static sl_status_t sl_gather_ucx_shard_ready(void *state, sl_req_t *req,
-                                             int ok)
+                                             sl_status_t own)
 {
     sl_comm_t  *comm = state;
     sl_status_t status = STAGELINK_SUCCESS;
     int         i;
 
     if (!req->forwarding) {
-        status = sl_gather_ucx_send(comm, req, ok);
-    } else if (!ok) {
-        /* The relays send what has not gone yet empty: the peers fail too. */
+        status = sl_gather_ucx_send(comm, req, own);
+    } else if (own != STAGELINK_SUCCESS) {
+        /* The relays send notices of `own` for the chunks not yet gone:
+         * the peers fail too, with the root cause. */
         for (i = 0; i < req->nsubs; ++i) {
             if (req->subs[i].kind == SL_SUB_GATHER_SEND &&
                 req->subs[i].staged != NULL &&
                 req->subs[i].staged->x.status == STAGELINK_SUCCESS) {
-                req->subs[i].staged->x.status = STAGELINK_ERR_TRANSPORT;
+                req->subs[i].staged->x.status = own;
             }
         }
     }

@@ -35,24 +35,38 @@ static uint64_t sl_chunk_tag(const sl_staged_t *st)
     return st->framed ? (st->sub->tag | SL_TAG_CHUNKED) : st->sub->tag;
 }
 
-static sl_status_t sl_chunk_status(ucs_status_t ucs)
+/* UCX's outcome of one operation of a chunked transfer.  A lost
+ * connection marks the peer down, as a plain transfer's does (ucx_xfer.c),
+ * so both report PEER_FAILED. */
+static sl_status_t sl_chunk_status(const sl_staged_t *st, ucs_status_t ucs)
 {
-    return (ucs == UCS_OK) ? STAGELINK_SUCCESS
-         : (ucs == UCS_ERR_CANCELED) ? STAGELINK_ERR_CANCELED
-         : (ucs == UCS_ERR_MESSAGE_TRUNCATED) ? STAGELINK_ERR_SIZE_MISMATCH
-         : STAGELINK_ERR_TRANSPORT;
+    switch (ucs) {
+    case UCS_OK:                    return STAGELINK_SUCCESS;
+    case UCS_ERR_CANCELED:          return STAGELINK_ERR_CANCELED;
+    case UCS_ERR_MESSAGE_TRUNCATED: return STAGELINK_ERR_SIZE_MISMATCH;
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_UNREACHABLE:
+        sl_fault_peer_down(st->sub->peer, "UCX reported \"%s\" on a chunk",
+                           ucs_status_string(ucs));
+        return STAGELINK_ERR_PEER_FAILED;
+    default:
+        return st->sub->peer->failed ? STAGELINK_ERR_PEER_FAILED
+                                     : STAGELINK_ERR_TRANSPORT;
+    }
 }
 
 static void sl_chunk_send_cb(void *request, ucs_status_t status, void *user)
 {
     sl_staging_slot_t *slot = user;
+    sl_staged_t       *st   = slot->x->user;
 
     ucp_request_free(request);
-    if (((sl_staged_t *)slot->x->user)->detached) {
+    if (st->detached) {
         return;
     }
     slot->net = NULL;
-    sl_staging_net_done(slot, sl_chunk_status(status));
+    sl_staging_net_done(slot, sl_chunk_status(st, status));
     /* The next chunk goes out now, not after this progress call has served
      * every pending copy (measured: sends waited for 4 receives). */
     sl_staging_progress(slot->x);
@@ -78,22 +92,54 @@ static void sl_chunk_relay(sl_req_t *req, const sl_staging_xfer_t *shard)
     }
 }
 
+/* Where the slot's chunk landed, when the CPU can read it (NULL: device
+ * memory). */
+static const void *sl_chunk_landed_at(const sl_staging_slot_t *slot)
+{
+    const sl_staging_xfer_t *x  = slot->x;
+    const sl_staged_t       *st = x->user;
+
+    if (!x->direct) {
+        return x->pool->bufs[1][slot->buf];
+    }
+    return st->sub->req->device ? NULL
+                                : x->device + slot->index * x->pool->chunk;
+}
+
 static void sl_chunk_recv_cb(void *request, ucs_status_t status,
                              const ucp_tag_recv_info_t *info, void *user)
 {
     sl_staging_slot_t *slot = user;
     sl_staged_t       *st   = slot->x->user;
-    sl_status_t        s    = sl_chunk_status(status);
+    const void        *at   = sl_chunk_landed_at(slot);
+    uint64_t           value = 0;
+    sl_status_t        s;
+    sl_msg_kind_t      kind;
 
     ucp_request_free(request);
     if (st->detached) {
         return;
     }
     slot->net = NULL;
-    /* A short chunk: the sender failed or passed a different nbytes. */
-    if (s == STAGELINK_SUCCESS &&
-        info->length != sl_staging_chunk_len(slot->x, slot->index)) {
-        s = STAGELINK_ERR_SIZE_MISMATCH;
+    s         = sl_chunk_status(st, status);
+    if (s == STAGELINK_SUCCESS) {
+        /* A notice read from device memory would need a copy: its status
+         * stays unknown (TRANSPORT), the failure does not. */
+        kind = (at != NULL) ? sl_msg_classify(sl_chunk_tag(st), info, at, &value)
+             : ((info->sender_tag & SL_TAG_MASK_HEADER) == sl_chunk_tag(st) &&
+                (info->sender_tag & SL_TAG_HEADER)) ? SL_MSG_NOTICE
+                                                    : SL_MSG_DATA;
+        if (kind == SL_MSG_NOTICE) {
+            /* The sender gave up: each chunk it did not send is a notice. */
+            s = sl_notice_status(value);
+            if (st->notice == STAGELINK_SUCCESS) {
+                st->notice = s;
+            }
+        } else if (kind != SL_MSG_DATA ||
+                   info->length != sl_staging_chunk_len(slot->x, slot->index)) {
+            /* A short chunk: the sender passed a different nbytes. */
+            s = STAGELINK_ERR_SIZE_MISMATCH;
+        }
     }
     sl_staging_net_done(slot, s);
     sl_staging_progress(slot->x); /* the next receive, at once */
@@ -122,10 +168,17 @@ static sl_status_t sl_dev_net_post(void *ctx, sl_staging_slot_t *slot,
         param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
         param.cb.recv       = sl_chunk_recv_cb;
         ptr = ucp_tag_recv_nbx(comm->worker, host, len, sl_chunk_tag(st),
-                               UINT64_MAX, &param);
+                               SL_TAG_MASK_HEADER, &param);
     } else if (sub->peer->failed) {
         /* Its endpoint is closed; the request already says why. */
         return STAGELINK_ERR_PEER_FAILED;
+    } else if (len == 0 && slot->x->status != STAGELINK_SUCCESS) {
+        /* Given up: a notice of the cause in place of the chunk. */
+        sl_notice_make(st->notice_msg, slot->x->status);
+        sl_ucx_param_init(&param, slot, UCS_MEMORY_TYPE_HOST, NULL);
+        param.cb.send = sl_chunk_send_cb;
+        ptr = ucp_tag_send_nbx(sub->peer->ep, st->notice_msg, SL_CTL_LEN,
+                               sl_chunk_tag(st) | SL_TAG_HEADER, &param);
     } else {
         param.cb.send = sl_chunk_send_cb;
         ptr = ucp_tag_send_nbx(sub->peer->ep, host, len, sl_chunk_tag(st),
@@ -153,8 +206,8 @@ static int sl_dev_net_ready(void *ctx, sl_staging_xfer_t *x)
     sl_staged_t        *st   = x->user;
     ucp_tag_recv_info_t info;
 
-    return ucp_tag_probe_nb(comm->worker, sl_chunk_tag(st), UINT64_MAX, 0,
-                            &info) != NULL;
+    return ucp_tag_probe_nb(comm->worker, sl_chunk_tag(st), SL_TAG_MASK_HEADER,
+                            0, &info) != NULL;
 }
 
 static void sl_hdr_send_cb(void *request, ucs_status_t status, void *user)
@@ -168,7 +221,7 @@ static void sl_hdr_send_cb(void *request, ucs_status_t status, void *user)
     st->hdr_req  = NULL;
     st->ctl_busy = 0;
     if (status != UCS_OK && st->x.status == STAGELINK_SUCCESS) {
-        st->x.status = sl_chunk_status(status);
+        st->x.status = sl_chunk_status(st, status);
     }
 }
 
@@ -176,8 +229,10 @@ static void sl_hdr_send_cb(void *request, ucs_status_t status, void *user)
 static void sl_hdr_recv_cb(void *request, ucs_status_t status,
                            const ucp_tag_recv_info_t *info, void *user)
 {
-    sl_staged_t *st   = user;
-    sl_comm_t   *comm = st->sub->req->comm;
+    sl_staged_t  *st   = user;
+    sl_comm_t    *comm = st->sub->req->comm;
+    uint64_t      value = 0;
+    sl_msg_kind_t kind;
 
     ucp_request_free(request);
     if (st->detached) {
@@ -186,18 +241,29 @@ static void sl_hdr_recv_cb(void *request, ucs_status_t status,
     st->hdr_req  = NULL;
     st->ctl_busy = 0;
     st->waiting  = 0;
-    if (status == UCS_OK && info->length == sizeof(st->hdr) &&
-        st->hdr[0] == SL_HEADER_MAGIC) {
-        if (st->hdr[1] == st->x.len) {
+    kind = (status == UCS_OK)
+               ? sl_msg_classify(st->sub->tag, info, st->hdr, &value)
+               : SL_MSG_DATA;
+    if (kind == SL_MSG_NOTICE) {
+        /* The sender gave up before its first chunk: none will follow. */
+        st->notice = sl_notice_status(value);
+        sl_staging_abandon(&st->x, st->notice);
+        return;
+    }
+    if (kind == SL_MSG_HEADER) {
+        st->hdr[1] = value;
+        if (value == st->x.len) {
             sl_staging_progress(&st->x); /* start the chunks at once */
             return;
         }
-        st->drain_left = (st->hdr[1] + comm->chunk - 1) / comm->chunk;
-    } else if (status == UCS_OK || status == UCS_ERR_MESSAGE_TRUNCATED) {
+        st->drain_left = (value + comm->chunk - 1) / comm->chunk;
+    } else if (kind == SL_MSG_DATA &&
+               (status == UCS_OK || status == UCS_ERR_MESSAGE_TRUNCATED)) {
         /* A plain message: the sender's part fits one chunk. */
         st->hdr[1] = (status == UCS_OK) ? info->length : UINT64_MAX;
     } else {
-        st->x.status = sl_chunk_status(status);
+        st->x.status = (kind == SL_MSG_BAD) ? STAGELINK_ERR_INTERNAL
+                                            : sl_chunk_status(st, status);
         st->draining = 1;
         return;
     }
@@ -237,8 +303,8 @@ static int sl_drain_progress(sl_comm_t *comm, sl_staged_t *st)
         param.cb.recv       = sl_drain_cb;
         st->ctl_busy        = 1;
         ptr = ucp_tag_recv_nbx(comm->worker, comm->scratch, comm->chunk,
-                               st->sub->tag | SL_TAG_CHUNKED, UINT64_MAX,
-                               &param);
+                               st->sub->tag | SL_TAG_CHUNKED,
+                               SL_TAG_MASK_HEADER, &param);
         if (UCS_PTR_IS_PTR(ptr)) {
             st->drain_req = st->ctl_busy ? ptr : NULL; /* see sl_sub_started */
         } else {
@@ -322,6 +388,7 @@ static sl_status_t sl_staged_get(sl_comm_t *comm, sl_sub_t *sub, int recv,
     st->hdr_req         = st->drain_req = NULL;
     st->ctl_busy        = 0;
     st->drain_left      = 0;
+    st->notice          = STAGELINK_SUCCESS;
     sub->staged         = st;
     st->next            = comm->staged_active;
     comm->staged_active = st;
@@ -438,16 +505,17 @@ int sl_chunked_progress(sl_comm_t *comm)
             sl_sub_finish(sub, st->x.status, 0, why);
             continue;
         }
-        if (sub->kind == SL_SUB_GATHER_RECV &&
-            st->x.status == STAGELINK_ERR_SIZE_MISMATCH) {
-            /* A TP peer that lost its shard relays the rest empty. */
-            sl_sub_finish(sub, STAGELINK_SUCCESS, 0, "");
+        if (st->notice != STAGELINK_SUCCESS) {
+            /* The sender gave up and said why: its status is the cause. */
+            sub->notice = st->notice;
+            sl_sub_finish(sub, STAGELINK_SUCCESS, sub->expected, "");
             continue;
         }
         sl_sub_finish(sub, st->x.status,
                       (st->x.status == STAGELINK_SUCCESS) ? st->x.len : 0,
                       (st->x.status == STAGELINK_ERR_SIZE_MISMATCH)
-                          ? "a chunk arrived short: the sender failed"
+                          ? "a chunk arrived with another length: the sender "
+                            "passed a different nbytes"
                           : comm->err.msg);
     }
     return comm->staged_active != NULL || comm->deferred != NULL;

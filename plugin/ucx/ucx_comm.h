@@ -60,6 +60,9 @@ typedef struct sl_sub {
     struct stagelink_request *req;
     void                     *ucx_req;  /**< in flight, NULL once complete */
     int                       finished; /**< completed (maybe inside the post) */
+    unsigned                  callbacks;/**< UCX callbacks run: one inside the
+                                             post means the returned request
+                                             is already freed */
     struct sl_staged         *staged;   /**< chunked device transfer in flight */
     sl_ucx_peer_t      *peer;
     sl_sub_kind_t             kind;
@@ -68,6 +71,11 @@ typedef struct sl_sub {
     size_t                    expected; /**< bytes it must carry */
     int                       detached; /**< given up with its UCX operation
                                              still in flight (ucx_fault.c) */
+    sl_status_t               notice;   /**< receive: the peer's failure
+                                             notice; send: the one it sends */
+    /** A receive shorter than a control message lands here (so that none
+     *  is ever truncated); a notice is sent from here. */
+    uint64_t                  ctl[2];
 } sl_sub_t;
 
 /** A transfer in chunks (staged, or in place), or the drain of a mismatch. */
@@ -88,6 +96,9 @@ typedef struct sl_staged {
     void              *drain_req;
     int                detached;   /**< given up with operations in flight:
                                         kept until the worker is destroyed */
+    sl_status_t        notice;     /**< receiver: the sender's failure notice */
+    uint64_t           notice_msg[2]; /**< sender: the notice it sends in
+                                           place of each chunk not sent */
 } sl_staged_t;
 
 struct stagelink_memh {
@@ -284,8 +295,27 @@ sl_status_t sl_xfer_post_batch(sl_comm_t *comm, const stagelink_op_t *ops,
                                size_t count, sl_req_t **reqs);
 /** Lists the sub-operations of `req` still in flight, for error sentences. */
 void        sl_req_describe_pending(const sl_req_t *req, char *out, size_t len);
-/** Own shard of a receive is in place (ok) or failed: hand it to the gather. */
-void        sl_xfer_shard_arrived(sl_req_t *req, int ok);
+/** Own shard of a receive is in place (SUCCESS) or failed with `status`:
+ *  hand it to the gather. */
+void        sl_xfer_shard_arrived(sl_req_t *req, sl_status_t status);
+/** Tells `peer` that this rank gave up its part of `req` (1 byte on the
+ *  control tag): the peer fails with `status`, naming this rank. */
+sl_status_t sl_sub_post_notice(sl_req_t *req, sl_ucx_peer_t *peer,
+                               sl_sub_kind_t kind, uint64_t tag,
+                               sl_status_t status);
+/** What a receive matched with SL_TAG_MASK_HEADER on `posted` got. */
+typedef enum sl_msg_kind {
+    SL_MSG_DATA,
+    SL_MSG_HEADER, /**< a length header: *value is the sender's length */
+    SL_MSG_NOTICE, /**< a failure notice: *value is the sender's status */
+    SL_MSG_BAD     /**< a control message of no known form */
+} sl_msg_kind_t;
+sl_msg_kind_t sl_msg_classify(uint64_t posted, const ucp_tag_recv_info_t *info,
+                              const void *msg, uint64_t *value);
+/** Writes the notice of `status` into msg[2]. */
+void        sl_notice_make(uint64_t msg[2], sl_status_t status);
+/** The status a received notice stands for (never SUCCESS). */
+sl_status_t sl_notice_status(uint64_t value);
 /** Posts a host-memory sub whatever the request's memory (status bytes). */
 sl_status_t sl_sub_post_host(sl_req_t *req, sl_ucx_peer_t *peer,
                              sl_sub_kind_t kind, uint64_t tag, void *buf,

@@ -82,14 +82,58 @@ static void sl_sub_count(sl_comm_t *comm, const sl_sub_t *sub, size_t bytes)
     }
 }
 
-/* A TP peer told us (empty shard, or a zero status byte) that it failed. */
+static int sl_sub_is_recv(const sl_sub_t *sub)
+{
+    return sub->kind == SL_SUB_STAGE_RECV || sub->kind == SL_SUB_GATHER_RECV ||
+           sub->kind == SL_SUB_STATUS_RECV;
+}
+
+/* A peer gave up its part and sent its status (a failure notice): this
+ * rank fails with the same status, the root cause, naming the peer. */
 static void sl_sub_peer_failed(sl_req_t *req, const sl_sub_t *sub)
 {
     req->peer_failed = (req->status == STAGELINK_SUCCESS);
-    sl_req_fail(req, STAGELINK_ERR_TRANSPORT,
-                "TP peer rank %d could not receive its shard of microbatch "
-                "%u chunk %u; its own error says why", sub->peer->rank,
-                req->xfer.tag.microbatch, req->xfer.tag.chunk);
+    sl_req_fail(req, sub->notice, "%s rank %d gave up its part of microbatch "
+                "%u chunk %u with %s; its own error says why",
+                (sub->kind == SL_SUB_STAGE_RECV) ? "the sending" : "TP peer",
+                sub->peer->rank, req->xfer.tag.microbatch,
+                req->xfer.tag.chunk, stagelink_status_string(sub->notice));
+}
+
+void sl_notice_make(uint64_t msg[2], sl_status_t status)
+{
+    msg[0] = SL_NOTICE_MAGIC;
+    msg[1] = (uint64_t)status;
+}
+
+sl_status_t sl_notice_status(uint64_t value)
+{
+    /* SUCCESS or an unknown value would hide the failure. */
+    return (value == 0 || value > STAGELINK_ERR_ABORTED)
+               ? STAGELINK_ERR_TRANSPORT : (sl_status_t)value;
+}
+
+sl_msg_kind_t sl_msg_classify(uint64_t posted, const ucp_tag_recv_info_t *info,
+                              const void *msg, uint64_t *value)
+{
+    int      ctl = -1; /* unknown: a garbage sender_tag (see sl_tag.h) */
+    uint64_t w[2];
+
+    if ((info->sender_tag & SL_TAG_MASK_HEADER) == posted) {
+        ctl = (info->sender_tag & SL_TAG_HEADER) != 0;
+    }
+    if (ctl == 0 || info->length != SL_CTL_LEN) {
+        return (ctl == 1) ? SL_MSG_BAD : SL_MSG_DATA;
+    }
+    memcpy(w, msg, sizeof(w));
+    *value = w[1];
+    if (w[0] == SL_HEADER_MAGIC) {
+        return SL_MSG_HEADER;
+    }
+    if (w[0] == SL_NOTICE_MAGIC) {
+        return SL_MSG_NOTICE;
+    }
+    return (ctl == 1) ? SL_MSG_BAD : SL_MSG_DATA;
 }
 
 void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
@@ -99,17 +143,25 @@ void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
     sl_comm_t *comm = req->comm;
     const stagelink_tag_t *tag = &req->xfer.tag;
 
+    sl_status_t own;
+
     sub->ucx_req  = NULL;
     sub->staged   = NULL;
     sub->finished = 1;
     --req->pending;
     if (req->peer_failed && sub->kind == SL_SUB_STAGE_RECV &&
-        (status != STAGELINK_SUCCESS || length != sub->expected)) {
+        (status != STAGELINK_SUCCESS || sub->notice != STAGELINK_SUCCESS ||
+         length != sub->expected)) {
         /* Our own failure is the root cause; a peer's notice only echoes it. */
         req->status      = STAGELINK_SUCCESS;
         req->peer_failed = 0;
     }
-    if (status == STAGELINK_ERR_CANCELED) {
+    if (sub->notice != STAGELINK_SUCCESS) {
+        if (sl_sub_is_recv(sub)) {
+            sl_sub_peer_failed(req, sub);
+        }
+        /* A notice sent is no tensor byte either. */
+    } else if (status == STAGELINK_ERR_CANCELED) {
         sl_req_fail(req, STAGELINK_ERR_CANCELED,
                     "transfer of microbatch %u chunk %u was canceled",
                     tag->microbatch, tag->chunk);
@@ -119,32 +171,29 @@ void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
                     tag->microbatch, tag->chunk, sub->peer->rank,
                     req->xfer.nbytes, why);
     } else if (length != sub->expected) {
-        if (sub->kind == SL_SUB_GATHER_RECV && length == 0) {
-            sl_sub_peer_failed(req, sub);
-        } else {
-            sl_req_fail(req, STAGELINK_ERR_SIZE_MISMATCH,
-                        "%s of microbatch %u chunk %u from rank %d got %zu "
-                        "bytes, expected %zu (receiver nbytes %zu); both "
-                        "sides must pass the same nbytes",
-                        sl_sub_name(sub->kind), tag->microbatch, tag->chunk,
-                        sub->peer->rank, length, sub->expected,
-                        req->xfer.nbytes);
-        }
-    } else if (sub->kind == SL_SUB_STATUS_RECV &&
-               *(unsigned char *)sub->buf == 0) {
-        sl_sub_peer_failed(req, sub);
+        sl_req_fail(req, STAGELINK_ERR_SIZE_MISMATCH,
+                    "%s of microbatch %u chunk %u from rank %d got %zu "
+                    "bytes, expected %zu (receiver nbytes %zu); both "
+                    "sides must pass the same nbytes",
+                    sl_sub_name(sub->kind), tag->microbatch, tag->chunk,
+                    sub->peer->rank, length, sub->expected,
+                    req->xfer.nbytes);
     } else {
         sl_sub_count(comm, sub, length);
     }
 
     if (sub->kind == SL_SUB_STAGE_RECV) {
         req->stage_done = 1;
+        own = (status != STAGELINK_SUCCESS)          ? status
+            : (sub->notice != STAGELINK_SUCCESS)     ? sub->notice
+            : (length != sub->expected)              ? STAGELINK_ERR_SIZE_MISMATCH
+                                                     : STAGELINK_SUCCESS;
         /* At once, even inside a UCX callback (posting is allowed there):
          * deferred until progress returns, the peers' rendezvous copies
          * served in the same progress call would delay it (measured: 2.4 ms
          * at 8 MiB, the two halves of a gather then run one after another). */
         if (req->needs_gather) {
-            sl_xfer_shard_arrived(req, req->status == STAGELINK_SUCCESS);
+            sl_xfer_shard_arrived(req, own);
         }
     }
 }
@@ -192,36 +241,62 @@ static void sl_sub_send_cb(void *request, ucs_status_t status, void *user_data)
     sl_sub_t *sub = user_data;
 
     ucp_request_free(request);
+    ++sub->callbacks;
     if (sub->detached) {
         return;
     }
+    sub->ucx_req = NULL;
     sl_sub_complete(sub, status, sub->expected);
+}
+
+/* Where a plain receive lands: a receive shorter than a control message
+ * takes the sub's own buffer, so no header or notice is ever truncated. */
+static void *sl_sub_landing(sl_sub_t *sub)
+{
+    return (sub->expected < SL_CTL_LEN) ? (void *)sub->ctl : sub->buf;
 }
 
 static void sl_sub_recv_cb(void *request, ucs_status_t status,
                            const ucp_tag_recv_info_t *info, void *user_data)
 {
     sl_sub_t *sub = user_data;
-    uint64_t  hdr[2];
+    void     *msg;
+    uint64_t  value = 0;
 
     ucp_request_free(request);
+    ++sub->callbacks;
     if (sub->detached) {
         return;
     }
-    /* A framed sender's header: its part is larger than one chunk. */
-    if (status == UCS_OK && info->length == sizeof(hdr)) {
-        memcpy(hdr, sub->buf, sizeof(hdr));
-        if (hdr[0] == SL_HEADER_MAGIC) {
-            sl_chunked_drain(sub, hdr[1]);
+    sub->ucx_req = NULL;
+    msg          = sl_sub_landing(sub);
+    if (status == UCS_OK) {
+        switch (sl_msg_classify(sub->tag, info, msg, &value)) {
+        case SL_MSG_NOTICE:
+            sub->notice = sl_notice_status(value);
+            sl_sub_finish(sub, STAGELINK_SUCCESS, sub->expected, "");
             return;
+        case SL_MSG_HEADER:
+            /* A framed sender: its part is larger than one chunk. */
+            sl_chunked_drain(sub, value);
+            return;
+        case SL_MSG_BAD:
+            sl_sub_finish(sub, STAGELINK_ERR_INTERNAL, 0, "a control message "
+                          "of unknown form arrived (another stagelink "
+                          "version on the peer?)");
+            return;
+        case SL_MSG_DATA:
+            break;
         }
+    }
+    if (status == UCS_OK && msg != sub->buf && info->length == sub->expected) {
+        memcpy(sub->buf, msg, info->length);
     }
     sl_sub_complete(sub, status, (status == UCS_OK) ? info->length : 0);
 }
 
 static sl_sub_t *sl_sub_new(sl_req_t *req, sl_ucx_peer_t *peer,
-                            sl_sub_kind_t kind, uint64_t tag, size_t len,
-                            ucp_request_param_t *param)
+                            sl_sub_kind_t kind, uint64_t tag, size_t len)
 {
     sl_sub_t *sub = &req->subs[req->nsubs++];
 
@@ -235,14 +310,14 @@ static sl_sub_t *sl_sub_new(sl_req_t *req, sl_ucx_peer_t *peer,
     sub->buf      = NULL;
     sub->expected = len;
     sub->detached = 0;
+    sub->notice   = STAGELINK_SUCCESS;
     ++req->pending;
-
-    sl_ucx_param_init(param, sub, UCS_MEMORY_TYPE_HOST,
-                      (len > 0) ? req->xfer.memh : NULL);
     return sub;
 }
 
-static sl_status_t sl_sub_started(sl_sub_t *sub, ucs_status_ptr_t ptr)
+/* `before`: the sub's callback count before the post. */
+static sl_status_t sl_sub_started(sl_sub_t *sub, unsigned before,
+                                  ucs_status_ptr_t ptr)
 {
     if (ptr == NULL) {
         /* Only sends complete immediately (receives never do, see below). */
@@ -253,12 +328,26 @@ static sl_status_t sl_sub_started(sl_sub_t *sub, ucs_status_ptr_t ptr)
                         "UCX refused a %s with rank %d: %s",
                         sl_sub_name(sub->kind), sub->peer->rank,
                         ucs_status_string(UCS_PTR_STATUS(ptr)));
-    } else if (!sub->finished) {
+    } else if (sub->callbacks == before) {
         /* UCX 1.13 may run the callback inside the call (NO_IMM_CMPL with
          * the message already there) and still return the freed request. */
         sub->ucx_req = ptr;
     }
     return STAGELINK_SUCCESS;
+}
+
+static sl_status_t sl_sub_send_plain(sl_sub_t *sub, const void *buf,
+                                     size_t len, uint64_t tag,
+                                     const stagelink_memh_t *memh)
+{
+    ucp_request_param_t param;
+    unsigned            before = sub->callbacks;
+
+    sl_ucx_param_init(&param, sub, UCS_MEMORY_TYPE_HOST, memh);
+    param.cb.send = sl_sub_send_cb;
+    return sl_sub_started(sub, before,
+                          ucp_tag_send_nbx(sub->peer->ep, buf, len, tag,
+                                           &param));
 }
 
 /*
@@ -304,8 +393,10 @@ static sl_status_t sl_sub_post(sl_req_t *req, sl_ucx_peer_t *peer,
                                size_t len, int recv, int device)
 {
     ucp_request_param_t param;
-    sl_sub_t           *sub = sl_sub_new(req, peer, kind, tag, len, &param);
+    sl_sub_t           *sub = sl_sub_new(req, peer, kind, tag, len);
     sl_status_t         status;
+    unsigned char      *land;
+    unsigned            before;
 
     sub->buf = buf;
     status   = sl_fault_check(req->comm, peer);
@@ -317,18 +408,40 @@ static sl_status_t sl_sub_post(sl_req_t *req, sl_ucx_peer_t *peer,
         return sl_sub_chunked(sub, buf, len, recv);
     }
     if (!recv) {
-        param.cb.send = sl_sub_send_cb;
-        return sl_sub_started(sub, ucp_tag_send_nbx(peer->ep, buf, len, tag,
-                                                    &param));
+        return sl_sub_send_plain(sub, buf, len, tag,
+                                 (len > 0) ? req->xfer.memh : NULL);
     }
     /* Seen with UCX 1.13: a receive completed inside ucp_tag_recv_nbx
      * (message already unexpected) sometimes reported length 0 through
      * recv_info, which would pass for a short message.  The callback
      * always has the real length, so receives complete there. */
+    land = sl_sub_landing(sub);
+    sl_ucx_param_init(&param, sub, UCS_MEMORY_TYPE_HOST,
+                      (land == buf && len > 0) ? req->xfer.memh : NULL);
     param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.cb.recv       = sl_sub_recv_cb;
-    return sl_sub_started(sub, ucp_tag_recv_nbx(req->comm->worker, buf, len,
-                                                tag, SL_TAG_MASK_HEADER, &param));
+    before              = sub->callbacks;
+    return sl_sub_started(sub, before,
+                          ucp_tag_recv_nbx(req->comm->worker, land,
+                                           (land == buf) ? len : SL_CTL_LEN,
+                                           tag, SL_TAG_MASK_HEADER, &param));
+}
+
+sl_status_t sl_sub_post_notice(sl_req_t *req, sl_ucx_peer_t *peer,
+                               sl_sub_kind_t kind, uint64_t tag,
+                               sl_status_t status)
+{
+    sl_sub_t   *sub = sl_sub_new(req, peer, kind, tag, SL_CTL_LEN);
+    sl_status_t s   = sl_fault_check(req->comm, peer);
+
+    sub->notice = status;
+    if (s != STAGELINK_SUCCESS) {
+        sl_sub_finish(sub, s, 0, req->comm->err.msg);
+        return s;
+    }
+    sl_notice_make(sub->ctl, status);
+    return sl_sub_send_plain(sub, sub->ctl, SL_CTL_LEN, tag | SL_TAG_HEADER,
+                             NULL);
 }
 
 sl_status_t sl_sub_post_send(sl_req_t *req, sl_ucx_peer_t *peer,
@@ -352,7 +465,7 @@ sl_status_t sl_sub_post_host(sl_req_t *req, sl_ucx_peer_t *peer,
     return sl_sub_post(req, peer, kind, tag, buf, len, recv, 0);
 }
 
-void sl_xfer_shard_arrived(sl_req_t *req, int ok)
+void sl_xfer_shard_arrived(sl_req_t *req, sl_status_t own)
 {
     sl_comm_t  *comm = req->comm;
     sl_status_t status;
@@ -360,7 +473,7 @@ void sl_xfer_shard_arrived(sl_req_t *req, int ok)
     status = req->gather->shard_ready((req->gather == comm->gather)
                                           ? comm->gather_state
                                           : comm->gather_dev_state,
-                                      req, ok);
+                                      req, own);
     if (status != STAGELINK_SUCCESS) {
         req->gather_posted = 1;
         sl_req_fail(req, status, "%s", comm->err.msg);

@@ -39,7 +39,7 @@ static int gather_once(sl_comm_t *comm, unsigned char *buf, size_t n,
     }
     /* Our shard is in place already: the whole of it has landed. */
     req->stage_landed = req->shard.length;
-    sl_xfer_shard_arrived(req, 1);
+    sl_xfer_shard_arrived(req, STAGELINK_SUCCESS);
     if (sl_ucx_wait(comm, req) != STAGELINK_SUCCESS) {
         return -1;
     }
