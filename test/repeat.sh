@@ -27,6 +27,7 @@ while [ $# -gt 0 ]; do
 done
 case $n in '' | *[!0-9]* | 0*) usage ;; esac
 [ -n "$suites$tests" ] || usage
+[ -d "$dir/meson-logs" ] || { echo "repeat.sh: $dir is no meson build directory" >&2; exit 2; }
 # A suite's tests by name: meson lists "stagelink:fault / peer-kill".
 for s in $suites; do
     listed=$(meson test -C "$dir" --list --suite "$s" 2>/dev/null | sed -n 's|^.* / ||p')
@@ -35,11 +36,20 @@ for s in $suites; do
 done
 # shellcheck disable=SC2086 # $tests: names, one word each
 tests=$(printf '%s\n' $tests | awk '!seen[$0]++')
-# Its own log (meson-logs/repeat-PID.json, one line per run of a test), so
-# another meson test in the same build directory does not overwrite it.
-log=repeat-$$ status=0
-# shellcheck disable=SC2086
-meson test -C "$dir" --repeat "$n" --logbase "$log" "$@" $tests >/dev/null || true
+# One meson test per round (meson's --repeat stops at the first failure),
+# each with its own log (meson-logs/repeat-PID-I.*, so that another meson
+# test in the same build directory cannot overwrite it), gathered in
+# repeat-PID.json, one line per run of a test.  Built once, before round 1.
+log=repeat-$$ status=0 i=0 rebuild=''
+: >"$dir/meson-logs/$log.json"
+while [ "$i" -lt "$n" ]; do
+    i=$((i + 1))
+    echo "round $i of $n" >&2
+    # shellcheck disable=SC2086
+    meson test -C "$dir" $rebuild --logbase "$log-$i" "$@" $tests >/dev/null || true
+    cat "$dir/meson-logs/$log-$i.json" >>"$dir/meson-logs/$log.json" 2>/dev/null || true
+    rebuild=--no-rebuild
+done
 # shellcheck disable=SC2086
 python3 - "$dir/meson-logs/$log.json" "$n" $tests <<'EOF' || status=$?
 import json, sys
@@ -64,5 +74,5 @@ for name in names:
     print(f"{name} {ok}/{n}" + (f" ({', '.join(notes)})" if notes else ""))
 sys.exit(1 if failed else 0)
 EOF
-echo "log: $dir/meson-logs/$log.txt"
+echo "logs: $dir/meson-logs/$log-*.txt"
 exit $status
