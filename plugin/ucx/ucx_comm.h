@@ -26,7 +26,6 @@ struct sl_topo;
 
 #define SL_COMM_MAGIC 0x534c434du /* "SLCM" */
 #define SL_REQ_MAGIC  0x534c5251u /* "SLRQ" */
-#define SL_MEMH_MAGIC 0x534c4d48u /* "SLMH" */
 
 typedef struct sl_ucx_peer {
     struct stagelink_comm *comm;
@@ -102,7 +101,7 @@ typedef struct sl_staged {
 } sl_staged_t;
 
 struct stagelink_memh {
-    uint32_t  magic;
+    struct stagelink_memh *next; /**< the communicator's live handles */
     void     *addr;
     size_t    length;
     ucp_mem_h ucp_memh;
@@ -192,6 +191,9 @@ struct stagelink_comm {
     uint64_t                    staged_chunks; /**< chunks moved through bounce buffers */
     void                       *scratch;  /**< one chunk, where mismatched chunks are dropped */
     struct sl_bootstrap        *bootstrap;
+    /** Registered handles: a handle is checked by finding it here, never by
+     *  reading memory that deregistration may have freed. */
+    struct stagelink_memh      *memhs;
     /* Faults (plugin/ucx/ucx_fault.c). */
     sl_status_t                 fault;       /**< PEER_FAILED or ABORTED once faulty */
     int                         failed_rank; /**< first failed peer, -1 */
@@ -374,6 +376,8 @@ sl_status_t sl_mem_register(sl_comm_t *comm, void *buf, size_t nbytes,
                             stagelink_mem_type_t mem_type,
                             stagelink_memh_t **memh);
 sl_status_t sl_mem_deregister(sl_comm_t *comm, stagelink_memh_t *memh);
+/** Deregisters what the host left registered (at finalize). */
+void        sl_mem_cleanup(sl_comm_t *comm);
 /** Checks the memory type and registration; *mem_type is what the buffer
  *  really is (classified when the host said AUTO). */
 sl_status_t sl_mem_resolve(sl_comm_t *comm, const stagelink_xfer_t *xfer,

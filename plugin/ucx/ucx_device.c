@@ -70,7 +70,8 @@ void sl_device_cleanup(sl_comm_t *comm)
         comm->gpu->event_destroy(comm->events[i]);
     }
     free(comm->events);
-    comm->events = NULL;
+    comm->events  = NULL;
+    comm->nevents = comm->events_cap = 0;
     if (comm->copy_stream != NULL) {
         comm->gpu->stream_destroy(comm->copy_stream);
         comm->copy_stream = NULL;
@@ -173,9 +174,18 @@ sl_status_t sl_device_staging_ready(sl_comm_t *comm)
     if (comm->staging.bufs[0] != NULL) {
         return STAGELINK_SUCCESS;
     }
+    sl_status_t status;
+
     SL_CHECK(comm->gpu->stream_create(&comm->copy_stream, &comm->err));
-    SL_CHECK(sl_staging_pool_init(&comm->staging, comm->chunk, comm->nbufs,
-                                  comm->gpu->host_alloc, NULL, &comm->err));
+    status = sl_staging_pool_init(&comm->staging, comm->chunk, comm->nbufs,
+                                  comm->gpu->host_alloc, NULL, &comm->err);
+    if (status != STAGELINK_SUCCESS) {
+        /* Half a pool must not pass for a ready one (bufs[0] is the test). */
+        sl_staging_pool_cleanup(&comm->staging, comm->gpu->host_free, NULL);
+        comm->gpu->stream_destroy(comm->copy_stream);
+        comm->copy_stream = NULL;
+        return status;
+    }
     SL_INFO(SL_SUBSYS_NET, "staging pool: 2 x %d pinned buffers of %zu bytes",
             comm->nbufs, comm->chunk);
     return STAGELINK_SUCCESS;
@@ -201,8 +211,8 @@ static void sl_device_progress_deferred(sl_comm_t *comm)
         } else if (status != STAGELINK_SUCCESS) {
             sl_req_fail(req, status, "the host's stream failed before the "
                         "transfer: %s", comm->err.msg);
-        } else if (sl_xfer_start(req) != STAGELINK_SUCCESS) {
-            sl_req_fail(req, STAGELINK_ERR_TRANSPORT, "%s", comm->err.msg);
+        } else if ((status = sl_xfer_start(req)) != STAGELINK_SUCCESS) {
+            sl_req_fail(req, status, "%s", comm->err.msg);
         }
     }
 }

@@ -9,6 +9,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The link that points at `memh` in the live list, or NULL. */
+static stagelink_memh_t **sl_mem_find(sl_comm_t *comm,
+                                      const stagelink_memh_t *memh)
+{
+    stagelink_memh_t **link;
+
+    for (link = &comm->memhs; *link != NULL; link = &(*link)->next) {
+        if (*link == memh) {
+            return link;
+        }
+    }
+    return NULL;
+}
+
 static const char *sl_mem_name(stagelink_mem_type_t t)
 {
     switch (t) {
@@ -59,7 +73,7 @@ sl_status_t sl_mem_resolve(sl_comm_t *comm, const stagelink_xfer_t *xfer,
     if (memh == NULL) {
         return STAGELINK_SUCCESS;
     }
-    if (memh->magic != SL_MEMH_MAGIC) {
+    if (sl_mem_find(comm, memh) == NULL) {
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                         "memory handle %p is not registered (deregistered "
                         "already?)", (const void *)memh);
@@ -96,14 +110,15 @@ sl_status_t sl_mem_register(sl_comm_t *comm, void *buf, size_t nbytes,
         return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
                         "cannot allocate a memory handle");
     }
-    memh->magic    = SL_MEMH_MAGIC;
     memh->addr     = buf;
     memh->length   = nbytes;
     memh->mem_type = resolved;
     if (resolved == STAGELINK_MEM_CUDA && !comm->ucx_cuda) {
         /* Staged transfers use the plugin's own pinned buffers: nothing for
          * this UCX to register, and it must never see the device pointer. */
-        *memh_out = memh;
+        memh->next  = comm->memhs;
+        comm->memhs = memh;
+        *memh_out   = memh;
         return STAGELINK_SUCCESS;
     }
     memset(&params, 0, sizeof(params));
@@ -122,22 +137,25 @@ sl_status_t sl_mem_register(sl_comm_t *comm, void *buf, size_t nbytes,
                         "UCX cannot register %zu bytes at %p: %s", nbytes,
                         buf, ucs_status_string(ucs));
     }
-    *memh_out = memh;
+    memh->next  = comm->memhs;
+    comm->memhs = memh;
+    *memh_out   = memh;
     return STAGELINK_SUCCESS;
 }
 
 sl_status_t sl_mem_deregister(sl_comm_t *comm, stagelink_memh_t *memh)
 {
-    ucs_status_t ucs;
+    stagelink_memh_t **link = (memh != NULL) ? sl_mem_find(comm, memh) : NULL;
+    ucs_status_t       ucs;
 
-    if (memh == NULL || memh->magic != SL_MEMH_MAGIC) {
+    if (link == NULL) {
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
-                        "memory handle %p is not registered",
-                        (void *)memh);
+                        "memory handle %p is not registered on this "
+                        "communicator (deregistered already?)", (void *)memh);
     }
+    *link = memh->next;
     ucs = (memh->ucp_memh != NULL) ? ucp_mem_unmap(comm->ucp_ctx, memh->ucp_memh)
                                    : UCS_OK;
-    memh->magic = 0;
     free(memh);
     if (ucs != UCS_OK) {
         return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
@@ -145,4 +163,11 @@ sl_status_t sl_mem_deregister(sl_comm_t *comm, stagelink_memh_t *memh)
                         ucs_status_string(ucs));
     }
     return STAGELINK_SUCCESS;
+}
+
+void sl_mem_cleanup(sl_comm_t *comm)
+{
+    while (comm->memhs != NULL) {
+        sl_mem_deregister(comm, comm->memhs);
+    }
 }

@@ -134,13 +134,18 @@ out:
 static void sl_comm_destroy(sl_comm_t *comm)
 {
     sl_gather_cleanup(comm);
+    sl_fault_cleanup(comm);
+    if (comm->ucp_ctx != NULL) {
+        sl_mem_cleanup(comm);
+    }
+    sl_ucx_worker_destroy(comm);
+    /* After the worker: closing its endpoints still progresses UCX, whose
+     * callbacks may reach detached transfers, copy events and bounce
+     * buffers until then. */
+    sl_chunked_cleanup(comm);
     if (comm->gpu != NULL) {
         sl_device_cleanup(comm);
     }
-    sl_fault_cleanup(comm);
-    sl_ucx_worker_destroy(comm);
-    /* After the worker: detached transfers may be called back until then. */
-    sl_chunked_cleanup(comm);
     if (comm->bootstrap != NULL) {
         sl_bootstrap_cleanup(comm->bootstrap);
         free(comm->bootstrap);

@@ -382,6 +382,7 @@ void sl_ucx_discard_unexpected(sl_comm_t *comm)
     ucs_status_ptr_t    req;
     void               *scratch;
     int                 dropped = 0;
+    double              deadline = sl_deadline(comm->timeout);
 
     sl_ucx_progress(comm);
     memset(&param, 0, sizeof(param));
@@ -393,8 +394,17 @@ void sl_ucx_discard_unexpected(sl_comm_t *comm)
         req = ucp_tag_msg_recv_nbx(comm->worker, scratch, info.length, msg,
                                    &param);
         if (UCS_PTR_IS_PTR(req)) {
-            while (ucp_request_check_status(req) == UCS_INPROGRESS) {
+            while (ucp_request_check_status(req) == UCS_INPROGRESS &&
+                   !sl_deadline_passed(deadline)) {
                 ucp_worker_progress(comm->worker);
+            }
+            if (ucp_request_check_status(req) == UCS_INPROGRESS) {
+                /* A rendezvous whose sender is gone: UCX may still write
+                 * into the scratch buffer, so it is left to the process. */
+                SL_WARN(SL_SUBSYS_NET, "dropping a %zu-byte message of a "
+                        "canceled transfer did not finish in %.1f s; left "
+                        "it", info.length, comm->timeout);
+                break;
             }
             ucp_request_free(req);
         }

@@ -324,6 +324,13 @@ int main(void)
     expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG,
            "128 bytes under a 64-byte registration");
     expect(P->mem_deregister(C, memh), STAGELINK_SUCCESS, "deregister");
+    /* The handle's memory is gone: it must be refused without being read
+     * (the sanitizer pass reports a read of freed memory). */
+    x.nbytes = 64;
+    expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG,
+           "send with a deregistered handle");
+    expect(P->mem_deregister(C, memh), STAGELINK_ERR_INVALID_ARG,
+           "deregister twice");
 
     memset(ops, 0, sizeof(ops));
     ops[0].kind = ops[1].kind = STAGELINK_OP_SEND;
