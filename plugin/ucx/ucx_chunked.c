@@ -135,6 +135,8 @@ static void sl_chunk_recv_cb(void *request, ucs_status_t status,
             if (st->notice == STAGELINK_SUCCESS) {
                 st->notice = s;
             }
+        } else if (kind == SL_MSG_BAD) {
+            s = STAGELINK_ERR_INTERNAL;
         } else if (kind != SL_MSG_DATA ||
                    info->length != sl_staging_chunk_len(slot->x, slot->index)) {
             /* A short chunk: the sender passed a different nbytes. */

@@ -184,6 +184,9 @@ sl_status_t sl_device_staging_ready(sl_comm_t *comm)
         sl_staging_pool_cleanup(&comm->staging, comm->gpu->host_free, NULL);
         comm->gpu->stream_destroy(comm->copy_stream);
         comm->copy_stream = NULL;
+        /* Chunks moved in place still size their window by the pool. */
+        comm->staging.chunk = comm->chunk;
+        comm->staging.nbufs = comm->nbufs;
         return status;
     }
     SL_INFO(SL_SUBSYS_NET, "staging pool: 2 x %d pinned buffers of %zu bytes",

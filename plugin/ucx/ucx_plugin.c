@@ -135,9 +135,6 @@ static void sl_comm_destroy(sl_comm_t *comm)
 {
     sl_gather_cleanup(comm);
     sl_fault_cleanup(comm);
-    if (comm->ucp_ctx != NULL) {
-        sl_mem_cleanup(comm);
-    }
     sl_ucx_worker_destroy(comm);
     /* After the worker: closing its endpoints still progresses UCX, whose
      * callbacks may reach detached transfers, copy events and bounce

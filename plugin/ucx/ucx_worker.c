@@ -327,6 +327,8 @@ void sl_ucx_worker_destroy(sl_comm_t *comm)
         comm->worker = NULL;
     }
     if (comm->ucp_ctx != NULL) {
+        /* After the worker: operations in flight until then may use them. */
+        sl_mem_cleanup(comm);
         ucp_cleanup(comm->ucp_ctx);
         comm->ucp_ctx = NULL;
     }

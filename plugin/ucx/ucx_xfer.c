@@ -289,7 +289,8 @@ static void sl_sub_recv_cb(void *request, ucs_status_t status,
             break;
         }
     }
-    if (status == UCS_OK && msg != sub->buf && info->length == sub->expected) {
+    if (status == UCS_OK && msg != sub->buf && info->length == sub->expected &&
+        info->length > 0) {
         memcpy(sub->buf, msg, info->length);
     }
     sl_sub_complete(sub, status, (status == UCS_OK) ? info->length : 0);
