@@ -13,7 +13,7 @@
  * the next round).  Every received byte is checked.
  *
  *   stagelink_stress [-s SEED,...] [-r RANDOM_SEEDS] [-b BUDGET_S]
- *                    [-N NS0,NS1] [-L p,t,d,mode,depth] [-q]
+ *                    [-N NS0,NS1] [-L p,t,d,mode,depth] [-M] [-q]
  *
  * The driver starts each seed's job with stagelink_run (found next to this
  * program), on this node or split over two network namespaces (-N, node 0
@@ -58,6 +58,7 @@ typedef struct plan {
 } plan_t;
 
 typedef struct layout_override {
+    int              no_misuse; /* -M: no tag reuse, size mismatch, orphans */
     int              set, p, t, d, depth;
     stagelink_mode_t mode;
 } layout_override_t;
@@ -132,6 +133,9 @@ static void plan_draw(uint64_t seed, int nodes, const layout_override_t *ov,
     pl->pct_reuse    = (int)rng_below(&st, 6);
     pl->pct_mismatch = (int)rng_below(&st, 4);
     pl->recvs_first  = (int)rng_below(&st, 2);
+    if (ov->no_misuse) {
+        pl->pct_orphan = pl->pct_reuse = pl->pct_mismatch = 0;
+    }
 }
 
 static void plan_print(FILE *f, const plan_t *pl)
@@ -690,8 +694,11 @@ static void replay_line(char *out, size_t len, uint64_t seed,
         n += snprintf(out + n, len - (size_t)n, " -N %s", netns);
     }
     if (ov->set) {
-        snprintf(out + n, len - (size_t)n, " -L %d,%d,%d,%s,%d", ov->p, ov->t,
-                 ov->d, mode_names[ov->mode], ov->depth);
+        n += snprintf(out + n, len - (size_t)n, " -L %d,%d,%d,%s,%d", ov->p,
+                      ov->t, ov->d, mode_names[ov->mode], ov->depth);
+    }
+    if (ov->no_misuse) {
+        snprintf(out + n, len - (size_t)n, " -M");
     }
 }
 
@@ -782,6 +789,9 @@ static int run_seed(uint64_t seed, const char *netns,
                 argv[a++] = "-L";
                 argv[a++] = ovarg;
             }
+            if (ov->no_misuse) {
+                argv[a++] = "-M";
+            }
             argv[a] = NULL;
             execvp(argv[0], argv);
             perror(argv[0]);
@@ -842,13 +852,14 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: stagelink_stress [-s SEED[,SEED...]] [-r N] [-b SECONDS] "
-            "[-N NS0,NS1] [-L p,t,d,mode,depth] [-q]\n"
+            "[-N NS0,NS1] [-L p,t,d,mode,depth] [-M] [-q]\n"
             "  -s  seeds to run (the regression list), in order\n"
             "  -r  N random seeds after them (printed)\n"
             "  -b  start no new seed after SECONDS (default: no limit)\n"
             "  -N  split each job over two network namespaces (node 0 has\n"
             "      198.18.0.1); each layout then has an even number of ranks\n"
             "  -L  force the layout and depth of every seed\n"
+            "  -M  no deliberate misuse (tag reuse, size mismatch, orphans)\n"
             "  -q  print failures and the summary only\n"
             "Each failure prints the seed, its layout and a replay command.\n");
 }
@@ -885,7 +896,7 @@ int main(int argc, char **argv)
     uint64_t          rstate;
     long              i;
 
-    while ((opt = getopt_long(argc, argv, "s:r:b:N:L:qh", longopts, NULL)) !=
+    while ((opt = getopt_long(argc, argv, "s:r:b:N:L:Mqh", longopts, NULL)) !=
            -1) {
         switch (opt) {
         case 'R': rank_mode = 1; rank_seed = strtoull(optarg, NULL, 10); break;
@@ -895,6 +906,7 @@ int main(int argc, char **argv)
         case 'b': budget = atof(optarg); break;
         case 'N': netns = optarg; break;
         case 'q': quiet = 1; break;
+        case 'M': ov.no_misuse = 1; break;
         case 'L':
             if (parse_override(optarg, &ov) != 0) {
                 fprintf(stderr, "-L wants p,t,d,mode,depth (depth 1-%d)\n",
