@@ -116,10 +116,14 @@ static void plan_draw(uint64_t seed, int nodes, const layout_override_t *ov,
         pl->world = pl->p * pl->t * pl->d;
     } while (!ov->set &&
              (pl->world > MAX_WORLD || (nodes == 2 && pl->world % 2 != 0)));
-    pl->mode  = ov->set ? ov->mode
-                        : (stagelink_mode_t)(1 + rng_below(&st, 3));
+    /* -L replaces draws but consumes them, so the rest stays the seed's. */
+    pl->mode  = (stagelink_mode_t)(1 + rng_below(&st, 3));
     pl->chunk = chunks[rng_below(&st, 4)];
-    pl->depth = ov->set ? ov->depth : depths[rng_below(&st, 9)];
+    pl->depth = depths[rng_below(&st, 9)];
+    if (ov->set) {
+        pl->mode  = ov->mode;
+        pl->depth = ov->depth;
+    }
     /* Fewer, larger tensors when fewer are in flight: every round moves
      * about ROUND_BYTES per rank, some of them in chunks. */
     pl->max_bytes = ROUND_BYTES / (2u * (unsigned)pl->depth);
@@ -501,6 +505,33 @@ static int outcome_ok(outcome_t want, stagelink_status_t s)
     return 0;
 }
 
+/* Where the wrong bytes at `bad` belong, when they are the transfer's own
+ * bytes from elsewhere (a chunk landed at the wrong place). */
+static const char *misplaced(const op_t *o, size_t bad)
+{
+    static char text[96];
+    uint64_t    seed = op_pattern(o->src_stage, o->xfer.tag.microbatch,
+                                  o->xfer.tag.chunk, o->backward, o->round);
+    size_t      n    = o->xfer.nbytes - bad, from;
+    unsigned char *probe;
+
+    n     = (n > 64) ? 64 : n;
+    probe = malloc(o->xfer.nbytes);
+    text[0] = '\0';
+    if (probe == NULL) {
+        return text;
+    }
+    for (from = 0; from + n <= o->xfer.nbytes; from += 1024) {
+        sl_pattern_fill(probe, from, n, seed);
+        if (from != bad && memcmp(probe + from, o->buf + bad, n) == 0) {
+            snprintf(text, sizeof(text), "; the bytes of offset %zu", from);
+            break;
+        }
+    }
+    free(probe);
+    return text;
+}
+
 static void check_op(rank_ctx_t *c, op_t *o, stagelink_status_t s)
 {
     size_t off = 0, len = o->xfer.nbytes, bad, i;
@@ -537,9 +568,10 @@ static void check_op(rank_ctx_t *c, op_t *o, stagelink_status_t s)
                                       o->round));
     if (bad != SIZE_MAX) {
         fail(c, "%s mb %u chunk %u round %d of %zu bytes (element %zu): "
-             "wrong byte at offset %zu (0x%02x)", op_name(o),
+             "wrong byte at offset %zu (0x%02x)%s", op_name(o),
              o->xfer.tag.microbatch, o->xfer.tag.chunk, o->round,
-             o->xfer.nbytes, o->xfer.elem_size, bad, o->buf[bad]);
+             o->xfer.nbytes, o->xfer.elem_size, bad, o->buf[bad],
+             misplaced(o, bad));
         return;
     }
     c->bytes_checked += len;

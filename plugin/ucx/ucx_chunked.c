@@ -29,10 +29,10 @@ static void sl_staged_free_list(sl_staged_t *s)
     }
 }
 
-/* The tag of this transfer's chunks. */
-static uint64_t sl_chunk_tag(const sl_staged_t *st)
+/* The tag of chunk `index` (a message of one chunk has the plain tag). */
+static uint64_t sl_chunk_tag(const sl_staged_t *st, size_t index)
 {
-    return st->framed ? (st->sub->tag | SL_TAG_CHUNKED) : st->sub->tag;
+    return st->framed ? sl_tag_chunk(st->sub->tag, index) : st->sub->tag;
 }
 
 /* UCX's outcome of one operation of a chunked transfer.  A lost
@@ -125,8 +125,10 @@ static void sl_chunk_recv_cb(void *request, ucs_status_t status,
     if (s == STAGELINK_SUCCESS) {
         /* A notice read from device memory would need a copy: its status
          * stays unknown (TRANSPORT), the failure does not. */
-        kind = (at != NULL) ? sl_msg_classify(sl_chunk_tag(st), info, at, &value)
-             : ((info->sender_tag & SL_TAG_MASK_HEADER) == sl_chunk_tag(st) &&
+        kind = (at != NULL) ? sl_msg_classify(sl_chunk_tag(st, slot->index),
+                                              info, at, &value)
+             : ((info->sender_tag & SL_TAG_MASK_HEADER) ==
+                    sl_chunk_tag(st, slot->index) &&
                 (info->sender_tag & SL_TAG_HEADER)) ? SL_MSG_NOTICE
                                                     : SL_MSG_DATA;
         if (kind == SL_MSG_NOTICE) {
@@ -169,7 +171,7 @@ static sl_status_t sl_dev_net_post(void *ctx, sl_staging_slot_t *slot,
     if (slot->x->recv) {
         param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
         param.cb.recv       = sl_chunk_recv_cb;
-        ptr = ucp_tag_recv_nbx(comm->worker, host, len, sl_chunk_tag(st),
+        ptr = ucp_tag_recv_nbx(comm->worker, host, len, sl_chunk_tag(st, index),
                                SL_TAG_MASK_HEADER, &param);
     } else if (sub->peer->failed) {
         /* Its endpoint is closed; the request already says why. */
@@ -180,11 +182,12 @@ static sl_status_t sl_dev_net_post(void *ctx, sl_staging_slot_t *slot,
         sl_ucx_param_init(&param, slot, UCS_MEMORY_TYPE_HOST, NULL);
         param.cb.send = sl_chunk_send_cb;
         ptr = ucp_tag_send_nbx(sub->peer->ep, st->notice_msg, SL_CTL_LEN,
-                               sl_chunk_tag(st) | SL_TAG_HEADER, &param);
+                               sl_chunk_tag(st, index) | SL_TAG_HEADER,
+                               &param);
     } else {
         param.cb.send = sl_chunk_send_cb;
-        ptr = ucp_tag_send_nbx(sub->peer->ep, host, len, sl_chunk_tag(st),
-                               &param);
+        ptr = ucp_tag_send_nbx(sub->peer->ep, host, len,
+                               sl_chunk_tag(st, index), &param);
     }
     if (UCS_PTR_IS_ERR(ptr)) {
         return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
@@ -208,8 +211,8 @@ static int sl_dev_net_ready(void *ctx, sl_staging_xfer_t *x)
     sl_staged_t        *st   = x->user;
     ucp_tag_recv_info_t info;
 
-    return ucp_tag_probe_nb(comm->worker, sl_chunk_tag(st), SL_TAG_MASK_HEADER,
-                            0, &info) != NULL;
+    return ucp_tag_probe_nb(comm->worker, sl_chunk_tag(st, x->next_post),
+                            SL_TAG_MASK_HEADER, 0, &info) != NULL;
 }
 
 static void sl_hdr_send_cb(void *request, ucs_status_t status, void *user)
@@ -304,8 +307,11 @@ static int sl_drain_progress(sl_comm_t *comm, sl_staged_t *st)
         param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
         param.cb.recv       = sl_drain_cb;
         st->ctl_busy        = 1;
+        /* In order: chunk (total - left) of the sender's. */
         ptr = ucp_tag_recv_nbx(comm->worker, comm->scratch, comm->chunk,
-                               st->sub->tag | SL_TAG_CHUNKED,
+                               sl_tag_chunk(st->sub->tag,
+                                            (st->hdr[1] + comm->chunk - 1) /
+                                                comm->chunk - st->drain_left),
                                SL_TAG_MASK_HEADER, &param);
         if (UCS_PTR_IS_PTR(ptr)) {
             st->drain_req = st->ctl_busy ? ptr : NULL; /* see sl_sub_started */

@@ -35,6 +35,7 @@ typedef struct sl_ucx_peer {
     int      failed;     /**< its process or link died (ucx_fault.c) */
     char     why[160];   /**< how its failure was seen */
     void    *close_req;  /**< forced close still in flight */
+    void    *flush_req;  /**< inter-node: a flush still in flight (ucx_worker.c) */
 } sl_ucx_peer_t;
 
 /** What every rank tells of its process, to watch same-node peers. */

@@ -20,6 +20,9 @@
 #include <string.h>
 #include <time.h>
 
+/* How long a wait sleeps while an inter-node flush is in flight. */
+#define SL_UCX_TX_POLL_MS 1
+
 typedef struct sl_rank_card {
     uint32_t full_len; /**< worker address with every transport */
     uint32_t net_len;  /**< network-only worker address */
@@ -282,6 +285,54 @@ out:
     return status;
 }
 
+/* A flush that ended (or none): 0; one still in flight: 1. */
+static int sl_ucx_flush_pending(sl_ucx_peer_t *peer)
+{
+    if (peer->flush_req == NULL) {
+        return 0;
+    }
+    if (ucp_request_check_status(peer->flush_req) == UCS_INPROGRESS) {
+        return 1;
+    }
+    ucp_request_free(peer->flush_req);
+    peer->flush_req = NULL;
+    return 0;
+}
+
+/*
+ * UCX 1.13's TCP transport does not wake the worker's event fd when a full
+ * socket becomes writable again: what it buffered then waits for the next
+ * progress call (seen: a rank asleep in poll() with chunks for a peer still
+ * queued, the peer waiting for them until its deadline; stagelink_stress
+ * seed 667193401861 over two namespaces).  So before sleeping, each
+ * inter-node endpoint is asked for a flush; while one is in flight the
+ * sleep is short.
+ */
+static int sl_ucx_tx_pending(sl_comm_t *comm)
+{
+    ucp_request_param_t param;
+    ucs_status_ptr_t    ptr;
+    int                 i, pending = 0;
+
+    memset(&param, 0, sizeof(param));
+    for (i = 0; i < 2 + comm->layout.tp_size; ++i) {
+        sl_ucx_peer_t *peer = (i == 0) ? &comm->prev : (i == 1) ? &comm->next
+                                                     : &comm->tp_peers[i - 2];
+
+        if (peer->ep == NULL || !peer->inter_node) {
+            continue;
+        }
+        if (!sl_ucx_flush_pending(peer)) {
+            ptr = ucp_ep_flush_nbx(peer->ep, &param);
+            if (UCS_PTR_IS_PTR(ptr)) {
+                peer->flush_req = ptr;
+            }
+        }
+        pending |= (peer->flush_req != NULL);
+    }
+    return pending;
+}
+
 static void sl_ucx_ep_close(sl_comm_t *comm, sl_ucx_peer_t *peer)
 {
     ucp_request_param_t param;
@@ -289,6 +340,10 @@ static void sl_ucx_ep_close(sl_comm_t *comm, sl_ucx_peer_t *peer)
     double              deadline = sl_deadline(comm->timeout);
     ucs_status_t        ucs;
 
+    if (peer->flush_req != NULL) {
+        ucp_request_free(peer->flush_req); /* released once it ends */
+        peer->flush_req = NULL;
+    }
     if (peer->ep == NULL && peer->close_req == NULL) {
         return;
     }
@@ -481,7 +536,8 @@ sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
         }
         /* Same-node peers' pidfds wake us too when one of them dies. */
         ready = poll(comm->pfds, (nfds_t)comm->npfds,
-                     sl_deadline_ms(deadline));
+                     sl_ucx_tx_pending(comm) ? SL_UCX_TX_POLL_MS
+                                             : sl_deadline_ms(deadline));
         if (ready < 0 && errno != EINTR) {
             return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
                             "poll on the UCX event fd failed: %s",
