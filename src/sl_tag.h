@@ -18,7 +18,9 @@
 
 typedef enum sl_tag_class {
     SL_TAG_CLASS_STAGE  = 1, /**< shard or full tensor across a stage boundary */
-    SL_TAG_CLASS_GATHER = 2  /**< shard exchanged inside the TP group */
+    SL_TAG_CLASS_GATHER = 2, /**< shard exchanged inside the TP group */
+    SL_TAG_CLASS_FAULT  = 3  /**< "rank F failed", to every neighbour rank
+                                  (microbatch field: the sender's rank) */
 } sl_tag_class_t;
 
 #define SL_TAG_MASK_ALL   UINT64_MAX

@@ -202,6 +202,11 @@ struct stagelink_comm {
     int                         fault_pending; /**< seen in a callback, not yet applied */
     atomic_int                  aborting;    /**< comm_abort, from any thread */
     int                         aborted;     /**< the abort was applied */
+    int                         fault_applied; /**< every request failed */
+    struct sl_fault_report     *reports;     /**< one listening receive per
+                                                  neighbour rank */
+    int                         nreports;
+    uint64_t                    fault_msg[2]; /**< the report this rank sends */
     struct pollfd              *pfds;        /**< UCX event fd, then peers' pidfds */
     sl_ucx_peer_t             **pfd_peer;    /**< owner of each pidfd entry */
     int                         npfds;

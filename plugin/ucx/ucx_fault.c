@@ -12,11 +12,21 @@
  * Failures are seen inside UCX callbacks and applied after progress
  * returns: canceling requests and closing endpoints from inside an
  * endpoint's own error callback is not allowed.
+ *
+ * Once a communicator knows that any rank died, every request in flight
+ * fails with PEER_FAILED at once and later posts are refused (NCCL's
+ * communicator-abort rule): after a death a path that does not involve
+ * the dead rank can still be stuck (seen: a survivor's shared-memory FIFO
+ * blocked behind a message the dead rank never finished writing).  The
+ * ranks that see the death first tell every neighbour rank (a report on
+ * the FAULT tag class, listened for from init), which fail and pass it
+ * on, so the whole job hears of it within milliseconds.
  * SPDX-License-Identifier: MIT
  */
 #include "ucx_comm.h"
 
 #include "sl_log.h"
+#include "sl_tag.h"
 #include "sl_time.h"
 
 #include <errno.h>
@@ -32,6 +42,17 @@
  * same-node peers' pidfds looked at. */
 #define SL_FAULT_LIVENESS_PERIOD 1e-3
 
+#define SL_FAULT_MAGIC 0x534c4641494c4544ull /* "SLFAILED" */
+
+/* The receive listening for one neighbour rank's report. */
+typedef struct sl_fault_report {
+    sl_comm_t *comm;
+    int        from;
+    int        done;
+    void      *req;
+    uint64_t   msg[2]; /**< SL_FAULT_MAGIC, the failed rank */
+} sl_fault_report_t;
+
 static sl_ucx_peer_t *sl_fault_peer_at(sl_comm_t *comm, int i)
 {
     if (i == 0) {
@@ -46,6 +67,157 @@ static sl_ucx_peer_t *sl_fault_peer_at(sl_comm_t *comm, int i)
 static int sl_fault_npeers(const sl_comm_t *comm)
 {
     return 2 + ((comm->tp_peers != NULL) ? comm->layout.tp_size : 0);
+}
+
+static uint64_t sl_fault_tag(int sender)
+{
+    sl_tag_fields_t f = {.cls = SL_TAG_CLASS_FAULT,
+                         .microbatch = (uint32_t)sender};
+
+    return sl_tag_encode(&f);
+}
+
+/* A neighbour rank reports that rank `failed` died. */
+static void sl_fault_reported(sl_comm_t *comm, int failed, int from)
+{
+    int i;
+
+    /* A neighbour of ours: its endpoint must be closed by force too. */
+    for (i = 0; i < sl_fault_npeers(comm); ++i) {
+        sl_ucx_peer_t *peer = sl_fault_peer_at(comm, i);
+
+        if (peer->rank == failed && peer->ep != NULL) {
+            sl_fault_peer_down(peer, "rank %d saw it die", from);
+        }
+    }
+    if (comm->fault != STAGELINK_SUCCESS) {
+        return;
+    }
+    comm->fault         = STAGELINK_ERR_PEER_FAILED;
+    comm->failed_rank   = failed;
+    comm->fault_pending = 1;
+    snprintf(comm->fault_err.msg, sizeof(comm->fault_err.msg),
+             "rank %d failed (reported by rank %d, which saw it die); "
+             "transfers cannot complete: finalize the communicator and "
+             "restart the job (from a checkpoint)", failed, from);
+    sl_log(comm->closing ? SL_LOG_INFO : SL_LOG_WARN, SL_SUBSYS_NET,
+           "rank %d reports that rank %d is gone", from, failed);
+}
+
+static void sl_fault_report_cb(void *request, ucs_status_t status,
+                               const ucp_tag_recv_info_t *info, void *user)
+{
+    sl_fault_report_t *r = user;
+
+    ucp_request_free(request);
+    r->req  = NULL;
+    r->done = 1;
+    if (status == UCS_OK && info->length == sizeof(r->msg) &&
+        r->msg[0] == SL_FAULT_MAGIC) {
+        sl_fault_reported(r->comm, (int)r->msg[1], r->from);
+    }
+}
+
+static void sl_fault_report_sent(void *request, ucs_status_t status,
+                                 void *user)
+{
+    (void)status;
+    (void)user;
+    ucp_request_free(request);
+}
+
+/* The distinct neighbour ranks this rank has endpoints to. */
+static int sl_fault_neighbours(sl_comm_t *comm, sl_ucx_peer_t **out)
+{
+    int i, j, n = 0;
+
+    for (i = 0; i < sl_fault_npeers(comm); ++i) {
+        sl_ucx_peer_t *peer = sl_fault_peer_at(comm, i);
+
+        for (j = 0; j < n && out[j]->rank != peer->rank; ++j) {
+        }
+        if (peer->ep != NULL && j == n) {
+            out[n++] = peer;
+        }
+    }
+    return n;
+}
+
+/* Listens for every neighbour's report, from init on. */
+static sl_status_t sl_fault_listen(sl_comm_t *comm)
+{
+    sl_ucx_peer_t     **nb = calloc((size_t)sl_fault_npeers(comm), sizeof(*nb));
+    ucp_request_param_t param;
+    ucs_status_ptr_t    ptr;
+    int                 n, i;
+
+    if (nb == NULL) {
+        return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate the neighbour list");
+    }
+    n             = sl_fault_neighbours(comm, nb);
+    comm->reports = calloc((size_t)(n ? n : 1), sizeof(*comm->reports));
+    if (comm->reports == NULL) {
+        free(nb);
+        return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate %d fault reports", n);
+    }
+    comm->nreports = n;
+    for (i = 0; i < n; ++i) {
+        sl_fault_report_t *r = &comm->reports[i];
+
+        r->comm = comm;
+        r->from = nb[i]->rank;
+        memset(&param, 0, sizeof(param));
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                             UCP_OP_ATTR_FIELD_USER_DATA |
+                             UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+        param.user_data    = r;
+        param.cb.recv      = sl_fault_report_cb;
+        ptr = ucp_tag_recv_nbx(comm->worker, r->msg, sizeof(r->msg),
+                               sl_fault_tag(r->from), SL_TAG_MASK_ALL, &param);
+        if (UCS_PTR_IS_ERR(ptr)) {
+            r->done = 1;
+            free(nb);
+            return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
+                            "cannot listen for rank %d's fault reports: %s",
+                            r->from, ucs_status_string(UCS_PTR_STATUS(ptr)));
+        }
+        if (!r->done) {
+            r->req = ptr; /* not completed inside the call */
+        }
+    }
+    free(nb);
+    return STAGELINK_SUCCESS;
+}
+
+/* Tells every live neighbour which rank failed. */
+static void sl_fault_report(sl_comm_t *comm)
+{
+    sl_ucx_peer_t     **nb = calloc((size_t)sl_fault_npeers(comm), sizeof(*nb));
+    ucp_request_param_t param;
+    ucs_status_ptr_t    ptr;
+    int                 n, i;
+
+    if (nb == NULL) {
+        return; /* they hear of it at their deadline */
+    }
+    comm->fault_msg[0] = SL_FAULT_MAGIC;
+    comm->fault_msg[1] = (uint64_t)comm->failed_rank;
+    n = sl_fault_neighbours(comm, nb);
+    for (i = 0; i < n; ++i) {
+        if (nb[i]->failed || nb[i]->rank == comm->failed_rank) {
+            continue;
+        }
+        memset(&param, 0, sizeof(param));
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+        param.cb.send      = sl_fault_report_sent;
+        ptr = ucp_tag_send_nbx(nb[i]->ep, comm->fault_msg,
+                               sizeof(comm->fault_msg),
+                               sl_fault_tag(comm->layout.rank), &param);
+        (void)ptr; /* its callback releases it; an error is no news */
+    }
+    free(nb);
 }
 
 void sl_fault_init(sl_comm_t *comm)
@@ -104,12 +276,25 @@ sl_status_t sl_fault_watch(sl_comm_t *comm, const sl_peer_process_t *procs)
         ++n;
     }
     comm->npfds = n;
-    return STAGELINK_SUCCESS;
+    return sl_fault_listen(comm);
 }
 
 void sl_fault_cleanup(sl_comm_t *comm)
 {
-    int i;
+    int i, pending = 0;
+
+    /* UCX completes a canceled receive that never matched at once. */
+    for (i = 0; i < comm->nreports; ++i) {
+        if (comm->reports[i].req != NULL) {
+            ucp_request_cancel(comm->worker, comm->reports[i].req);
+        }
+        pending |= !comm->reports[i].done;
+    }
+    if (!pending) {
+        free(comm->reports); /* else UCX may still call back into it */
+    }
+    comm->reports  = NULL;
+    comm->nreports = 0;
 
     for (i = 1; i < comm->npfds; ++i) {
         int fd = comm->pfds[i].fd;
@@ -176,35 +361,6 @@ static void sl_fault_close_ep(sl_ucx_peer_t *peer)
     }
 }
 
-/* Fails and cancels every sub of every request that involves `peer`.  Subs
- * with the other peers go on: a receiver whose stage shard failed still
- * tells its TP group, so they fail at once too. */
-static void sl_fault_fail_subs(sl_comm_t *comm, sl_ucx_peer_t *peer,
-                               const char *why)
-{
-    sl_req_t *req;
-    int       i;
-
-    for (req = comm->pool.active; req != NULL; req = req->next) {
-        for (i = 0; i < req->nsubs; ++i) {
-            sl_sub_t *sub = &req->subs[i];
-
-            if (sub->peer != peer ||
-                (sub->ucx_req == NULL && sub->staged == NULL)) {
-                continue;
-            }
-            sl_req_fail(req, STAGELINK_ERR_PEER_FAILED, "%s of "
-                        "microbatch %u chunk %u: %s", sl_req_what(req),
-                        req->xfer.tag.microbatch, req->xfer.tag.chunk, why);
-            if (sub->ucx_req != NULL) {
-                ucp_request_cancel(comm->worker, sub->ucx_req);
-            } else {
-                sl_chunked_cancel(comm, sub);
-            }
-        }
-    }
-}
-
 /*
  * What UCX will not complete after the forced close: sends to a same-node
  * peer (UCX 1.13 purges an endpoint's operations only in PEER mode) and
@@ -237,17 +393,26 @@ static void sl_fault_detach(sl_comm_t *comm, const sl_ucx_peer_t *peer,
     }
 }
 
-static void sl_fault_abort_all(sl_comm_t *comm)
+/* Every request in flight fails with `status` and the sentence `why`. */
+static void sl_fault_fail_all(sl_comm_t *comm, sl_status_t status,
+                              const char *why)
 {
     sl_req_t *req;
-    int       i;
 
     for (req = comm->pool.active; req != NULL; req = req->next) {
-        sl_req_fail(req, STAGELINK_ERR_ABORTED, "%s of microbatch %u "
-                    "chunk %u: the communicator was aborted (comm_abort)",
-                    sl_req_what(req), req->xfer.tag.microbatch, req->xfer.tag.chunk);
+        sl_req_fail(req, status, "%s of microbatch %u chunk %u: %s",
+                    sl_req_what(req), req->xfer.tag.microbatch,
+                    req->xfer.tag.chunk, why);
         sl_req_cancel_subs(comm, req);
     }
+}
+
+static void sl_fault_abort_all(sl_comm_t *comm)
+{
+    int i;
+
+    sl_fault_fail_all(comm, STAGELINK_ERR_ABORTED, "the communicator was "
+                      "aborted (comm_abort)");
     for (i = 0; i < sl_fault_npeers(comm); ++i) {
         sl_fault_close_ep(sl_fault_peer_at(comm, i));
     }
@@ -269,19 +434,23 @@ static void sl_fault_apply(sl_comm_t *comm)
         sl_fault_abort_all(comm);
         return;
     }
+    if (comm->fault == STAGELINK_ERR_PEER_FAILED && !comm->fault_applied) {
+        comm->fault_applied = 1;
+        if (!comm->closing) {
+            sl_fault_report(comm);
+        }
+        sl_fault_fail_all(comm, STAGELINK_ERR_PEER_FAILED,
+                          comm->fault_err.msg);
+    }
+    /* A dead peer's endpoint is closed by force (also a second death). */
     for (i = 0; i < sl_fault_npeers(comm); ++i) {
         sl_ucx_peer_t *peer = sl_fault_peer_at(comm, i);
 
         if (peer->failed && peer->ep != NULL) {
-            char why[SL_ERRBUF_LEN];
-
-            /* This peer's own sentence: the first failure may be another. */
-            sl_fault_describe(peer, why, sizeof(why));
-            sl_fault_fail_subs(comm, peer, why);
             sl_fault_close_ep(peer);
-            sl_fault_detach(comm, peer, STAGELINK_ERR_PEER_FAILED, why);
         }
     }
+    sl_fault_detach(comm, NULL, STAGELINK_ERR_PEER_FAILED, comm->fault_err.msg);
 }
 
 void sl_fault_polled(sl_comm_t *comm)
@@ -332,6 +501,11 @@ sl_status_t sl_fault_check(sl_comm_t *comm, sl_ucx_peer_t *peer)
         return sl_error(&comm->err, STAGELINK_ERR_PEER_FAILED,
                         "rank %d cannot be reached: %s", peer->rank,
                         peer->why);
+    }
+    if (comm->fault == STAGELINK_ERR_PEER_FAILED) {
+        return sl_error(&comm->err, STAGELINK_ERR_PEER_FAILED,
+                        "nothing can be posted after a failure: %s",
+                        comm->fault_err.msg);
     }
     return STAGELINK_SUCCESS;
 }

@@ -348,6 +348,12 @@ static void sl_ucx_ep_close(sl_comm_t *comm, sl_ucx_peer_t *peer)
         return;
     }
     memset(&param, 0, sizeof(param));
+    if (comm->fault != STAGELINK_SUCCESS) {
+        /* After a failure or an abort nothing is flushed: a live peer may
+         * have given up its receives, so our sends to it never end. */
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        param.flags        = UCP_EP_CLOSE_FLAG_FORCE;
+    }
     /* Closed by force after a failure: only its completion is left. */
     req = (peer->ep != NULL) ? ucp_ep_close_nbx(peer->ep, &param)
                              : peer->close_req;
