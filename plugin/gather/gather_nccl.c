@@ -204,7 +204,8 @@ static sl_status_t sl_gather_nccl_shard_ready(void *state, sl_req_t *req,
     uint64_t          tag;
     int               k, good;
 
-    req->shard_state = (own == STAGELINK_SUCCESS) ? 1 : -1;
+    req->shard_state  = (own == STAGELINK_SUCCESS) ? 1 : -1;
+    req->shard_status = own;
     /* Collectives in posting order: the head first, as far as shards are in. */
     while ((req = g->head) != NULL && req->shard_state != 0) {
         g->head = req->gather_next;
@@ -214,6 +215,7 @@ static sl_status_t sl_gather_nccl_shard_ready(void *state, sl_req_t *req,
         good = (req->shard_state > 0 &&
                 sl_gather_nccl_enqueue(g, req) == STAGELINK_SUCCESS);
         if (req->shard_state > 0 && !good) {
+            req->shard_status = STAGELINK_ERR_TRANSPORT;
             sl_req_fail(req, STAGELINK_ERR_TRANSPORT, "%s", comm->err.msg);
         } else if (!good) {
             /* Take part anyway, or the peers' streams would wait forever. */
@@ -230,9 +232,7 @@ static sl_status_t sl_gather_nccl_shard_ready(void *state, sl_req_t *req,
                                         (void *)&arrived, 1, 0)
                      : sl_sub_post_notice(req, &comm->tp_peers[k],
                                           SL_SUB_STATUS_SEND, tag,
-                                          (req->status != STAGELINK_SUCCESS)
-                                              ? req->status
-                                              : STAGELINK_ERR_TRANSPORT);
+                                          req->shard_status);
             if (s != STAGELINK_SUCCESS) {
                 status = s;
             }

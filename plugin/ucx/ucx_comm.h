@@ -132,6 +132,7 @@ struct stagelink_request {
     struct stagelink_request *deferred_next;
     const struct sl_gather_ops *gather;     /**< the backend of this request */
     int                       shard_state;  /**< 0 pending, 1 arrived, -1 failed */
+    sl_status_t               shard_status; /**< why the own shard failed */
     struct stagelink_request *gather_next;  /**< a backend's queue */
     unsigned char            *flags;        /**< tp_size status bytes */
     int                       forwarding;   /**< gather sends relay chunks as they land */

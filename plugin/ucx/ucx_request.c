@@ -97,6 +97,7 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->stream_event  = NULL;
     req->gather        = NULL;
     req->shard_state   = 0;
+    req->shard_status  = STAGELINK_SUCCESS;
     req->gather_next   = NULL;
     req->forwarding    = 0;
     req->stage_landed  = 0;
