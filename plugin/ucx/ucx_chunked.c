@@ -122,7 +122,14 @@ static void sl_chunk_recv_cb(void *request, ucs_status_t status,
     }
     slot->net = NULL;
     s         = sl_chunk_status(st, status);
-    if (s == STAGELINK_SUCCESS) {
+    if (status == UCS_ERR_MESSAGE_TRUNCATED &&
+        info->sender_tag == (sl_chunk_tag(st, slot->index) | SL_TAG_HEADER)) {
+        /* A notice longer than a short chunk: the sender gave up. */
+        s = STAGELINK_ERR_TRANSPORT;
+        if (st->notice == STAGELINK_SUCCESS) {
+            st->notice = s;
+        }
+    } else if (s == STAGELINK_SUCCESS) {
         /* A notice read from device memory would need a copy: its status
          * stays unknown (TRANSPORT), the failure does not. */
         kind = (at != NULL) ? sl_msg_classify(sl_chunk_tag(st, slot->index),
@@ -177,11 +184,18 @@ static sl_status_t sl_dev_net_post(void *ctx, sl_staging_slot_t *slot,
         /* Its endpoint is closed; the request already says why. */
         return STAGELINK_ERR_PEER_FAILED;
     } else if (len == 0 && slot->x->status != STAGELINK_SUCCESS) {
-        /* Given up: a notice of the cause in place of the chunk. */
+        /* Given up: a notice of the cause in place of the chunk.  Its
+         * length never equals the chunk's, so it is never taken for data
+         * even where its tag cannot be read (a garbage sender_tag): a chunk
+         * of up to 16 bytes gets one byte more (the receiver sees a
+         * truncation, a failure whose cause is lost). */
+        size_t clen = sl_staging_chunk_len(slot->x, index);
+
         sl_notice_make(st->notice_msg, slot->x->status);
         sl_ucx_param_init(&param, slot, UCS_MEMORY_TYPE_HOST, NULL);
         param.cb.send = sl_chunk_send_cb;
-        ptr = ucp_tag_send_nbx(sub->peer->ep, st->notice_msg, SL_CTL_LEN,
+        ptr = ucp_tag_send_nbx(sub->peer->ep, st->notice_msg,
+                               (clen > SL_CTL_LEN) ? SL_CTL_LEN : clen + 1,
                                sl_chunk_tag(st, index) | SL_TAG_HEADER,
                                &param);
     } else {

@@ -97,8 +97,9 @@ typedef struct sl_staged {
     int                detached;   /**< given up with operations in flight:
                                         kept until the worker is destroyed */
     sl_status_t        notice;     /**< receiver: the sender's failure notice */
-    uint64_t           notice_msg[2]; /**< sender: the notice it sends in
-                                           place of each chunk not sent */
+    uint64_t           notice_msg[3]; /**< sender: the notice it sends in
+                                           place of each chunk not sent
+                                           (room for 17 bytes) */
 } sl_staged_t;
 
 struct stagelink_memh {
