@@ -484,7 +484,7 @@ void sl_chunked_cancel(sl_comm_t *comm, sl_sub_t *sub)
     }
 }
 
-int sl_chunked_progress(sl_comm_t *comm)
+static void sl_chunked_progress(sl_comm_t *comm)
 {
     sl_staged_t **link, *st;
     sl_sub_t     *sub;
@@ -540,10 +540,11 @@ int sl_chunked_progress(sl_comm_t *comm)
                             "passed a different nbytes"
                           : comm->err.msg);
     }
-    return comm->staged_active != NULL || comm->deferred != NULL;
 }
 
-int sl_chunked_copying(const sl_comm_t *comm)
+/* A transfer through bounce buffers: its GPU copies complete without
+ * waking the UCX event fd. */
+static int sl_chunked_copying(const sl_comm_t *comm)
 {
     const sl_staged_t *st;
 
@@ -553,6 +554,16 @@ int sl_chunked_copying(const sl_comm_t *comm)
         }
     }
     return 0;
+}
+
+void sl_chunked_init(sl_comm_t *comm)
+{
+    static const sl_progress_hook_t hook = {
+        .round = sl_chunked_progress,
+        .busy  = sl_chunked_copying,
+    };
+
+    sl_ucx_progress_register(comm, &hook);
 }
 
 void sl_chunked_detach(sl_comm_t *comm, sl_sub_t *sub)

@@ -143,6 +143,22 @@ struct stagelink_request {
     sl_sub_t                 *subs;         /**< 2 * tp_size slots */
 };
 
+/**
+ * A subsystem's part in the worker's progress (the worker calls no
+ * subsystem by name; each registers itself at init, in call order).
+ */
+typedef struct sl_progress_hook {
+    /** After each UCX progress round (NULL: none). */
+    void (*round)(struct stagelink_comm *comm);
+    /** Once per progress call, after the rounds (NULL: none). */
+    void (*after)(struct stagelink_comm *comm);
+    /** 1 while it has work whose completion does not wake the UCX event
+     *  fd, so a wait polls instead of sleeping (NULL: never). */
+    int  (*busy)(const struct stagelink_comm *comm);
+} sl_progress_hook_t;
+
+#define SL_MAX_PROGRESS_HOOKS 4
+
 typedef struct sl_req_pool {
     struct stagelink_request *slots;
     sl_sub_t                 *subs;
@@ -167,6 +183,8 @@ struct stagelink_comm {
     ucp_context_h               ucp_ctx;
     ucp_worker_h                worker;
     int                         efd;
+    const sl_progress_hook_t   *hooks[SL_MAX_PROGRESS_HOOKS];
+    int                         nhooks;
     sl_ucx_peer_t               prev, next;
     sl_ucx_peer_t              *tp_peers; /**< by TP index; own entry has no ep */
     const struct sl_gather_ops *gather;       /**< host buffers */
@@ -226,7 +244,10 @@ typedef struct stagelink_request sl_req_t;
 sl_status_t sl_ucx_worker_create(sl_comm_t *comm);
 sl_status_t sl_ucx_connect(sl_comm_t *comm, struct sl_bootstrap *bs);
 void        sl_ucx_worker_destroy(sl_comm_t *comm);
-/** Progresses UCX, deferred device requests and chunked transfers. */
+/** Adds a subsystem's hooks to every progress call (at init). */
+void        sl_ucx_progress_register(sl_comm_t *comm,
+                                     const sl_progress_hook_t *hook);
+/** Progresses UCX, then each registered subsystem. */
 void        sl_ucx_progress(sl_comm_t *comm);
 /** sl_ucx_progress for callers that hold a void pointer (the bootstrap). */
 void        sl_ucx_progress_cb(void *comm);
@@ -264,9 +285,6 @@ void        sl_fault_describe(const sl_ucx_peer_t *peer, char *buf,
                               size_t len);
 /** Looks at the pidfds poll() returned on (entries 1..npfds-1). */
 void        sl_fault_polled(sl_comm_t *comm);
-/** After each progress round: liveness of same-node peers, pending
- *  failures and an abort become request errors. */
-void        sl_fault_progress(sl_comm_t *comm);
 /** Whether something may be posted to `peer` (NULL: any). */
 sl_status_t sl_fault_check(sl_comm_t *comm, sl_ucx_peer_t *peer);
 /** comm_abort: thread-safe; the owning thread applies it. */
@@ -344,8 +362,6 @@ void        sl_device_cleanup(sl_comm_t *comm);
 /** Post-time work of a device request: stream event, and deferral until
  *  the work queued on the host's stream before it is done. */
 sl_status_t sl_device_prepare(sl_req_t *req);
-/** Starts the deferred requests whose stream work is done. */
-void        sl_device_progress(sl_comm_t *comm);
 sl_status_t sl_device_event_get(sl_comm_t *comm, void **event);
 void        sl_device_event_put(sl_comm_t *comm, void *event);
 /** Bounce buffers and copy stream, made at the first staged chunk. */
@@ -367,11 +383,8 @@ void        sl_chunked_detach(sl_comm_t *comm, sl_sub_t *sub);
 /** A plain receive met a framed sender of `len` bytes: drain its chunks,
  *  then fail the sub with a size mismatch. */
 void        sl_chunked_drain(sl_sub_t *sub, uint64_t len);
-/** Advances chunked transfers; 1 while any is active. */
-int         sl_chunked_progress(sl_comm_t *comm);
-/** 1 while a chunked transfer goes through bounce buffers: its GPU copies
- *  complete without waking the UCX event fd. */
-int         sl_chunked_copying(const sl_comm_t *comm);
+/** Registers the chunk engine's progress with the worker. */
+void        sl_chunked_init(sl_comm_t *comm);
 void        sl_chunked_cleanup(sl_comm_t *comm);
 /** Completes a sub (its request's accounting); shared with ucx_xfer.c. */
 void        sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,

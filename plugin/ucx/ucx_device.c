@@ -45,10 +45,13 @@ int sl_device_topo_gpus(sl_comm_t *comm, const char *root, sl_topo_t *t)
     return (t->ngpus > 0) ? comm->local_rank % t->ngpus : -1;
 }
 
+static const sl_progress_hook_t sl_device_hook;
+
 sl_status_t sl_device_init(sl_comm_t *comm)
 {
     ucp_context_attr_t attr;
 
+    sl_ucx_progress_register(comm, &sl_device_hook);
     /* An explicit UCX_TLS without cuda hides CUDA from this bitmap too. */
     memset(&attr, 0, sizeof(attr));
     attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
@@ -220,7 +223,12 @@ static void sl_device_progress_deferred(sl_comm_t *comm)
     }
 }
 
-void sl_device_progress(sl_comm_t *comm)
+static int sl_device_busy(const sl_comm_t *comm)
 {
-    sl_device_progress_deferred(comm);
+    return comm->deferred != NULL; /* stream events wake no fd */
 }
+
+static const sl_progress_hook_t sl_device_hook = {
+    .round = sl_device_progress_deferred,
+    .busy  = sl_device_busy,
+};

@@ -227,6 +227,10 @@ void sl_fault_init(sl_comm_t *comm)
     atomic_init(&comm->aborting, 0);
 }
 
+static void sl_fault_progress(sl_comm_t *comm);
+
+static const sl_progress_hook_t sl_fault_hook = {.after = sl_fault_progress};
+
 sl_status_t sl_fault_watch(sl_comm_t *comm, const sl_peer_process_t *procs)
 {
     const sl_peer_process_t *me = &procs[comm->layout.rank];
@@ -276,6 +280,7 @@ sl_status_t sl_fault_watch(sl_comm_t *comm, const sl_peer_process_t *procs)
         ++n;
     }
     comm->npfds = n;
+    sl_ucx_progress_register(comm, &sl_fault_hook);
     return sl_fault_listen(comm);
 }
 
@@ -468,7 +473,9 @@ void sl_fault_polled(sl_comm_t *comm)
     }
 }
 
-void sl_fault_progress(sl_comm_t *comm)
+/* After each progress call: liveness of same-node peers, pending failures
+ * and an abort become request errors. */
+static void sl_fault_progress(sl_comm_t *comm)
 {
     double now;
 

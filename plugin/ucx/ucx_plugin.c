@@ -213,6 +213,7 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *config,
     SL_CHECK_GOTO(sl_comm_locality(comm), err_destroy);
     SL_CHECK_GOTO(sl_ucx_worker_create(comm), err_destroy);
     SL_CHECK_GOTO(sl_device_init(comm), err_destroy);
+    sl_chunked_init(comm);
     SL_CHECK_GOTO(sl_ucx_connect(comm, comm->bootstrap), err_destroy);
     SL_CHECK_GOTO(sl_fault_watch(comm, comm->procs), err_destroy);
     free(comm->procs);

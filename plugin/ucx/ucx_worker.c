@@ -395,18 +395,47 @@ void sl_ucx_worker_destroy(sl_comm_t *comm)
     }
 }
 
+void sl_ucx_progress_register(sl_comm_t *comm, const sl_progress_hook_t *hook)
+{
+    /* Fixed at build time: every subsystem registers once. */
+    if (comm->nhooks < SL_MAX_PROGRESS_HOOKS) {
+        comm->hooks[comm->nhooks++] = hook;
+    }
+}
+
 void sl_ucx_progress(sl_comm_t *comm)
 {
     unsigned events;
+    int      i;
 
     /* One UCX round at a time: a round may serve a large copy, and the
      * chunks it freed are posted before the next one. */
     do {
         events = ucp_worker_progress(comm->worker);
-        sl_device_progress(comm);
-        sl_chunked_progress(comm);
+        for (i = 0; i < comm->nhooks; ++i) {
+            if (comm->hooks[i]->round != NULL) {
+                comm->hooks[i]->round(comm);
+            }
+        }
     } while (events != 0);
-    sl_fault_progress(comm);
+    for (i = 0; i < comm->nhooks; ++i) {
+        if (comm->hooks[i]->after != NULL) {
+            comm->hooks[i]->after(comm);
+        }
+    }
+}
+
+/* Whether a subsystem waits for something that does not wake the fd. */
+static int sl_ucx_hooks_busy(const sl_comm_t *comm)
+{
+    int i;
+
+    for (i = 0; i < comm->nhooks; ++i) {
+        if (comm->hooks[i]->busy != NULL && comm->hooks[i]->busy(comm)) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 void sl_ucx_progress_cb(void *comm)
@@ -522,7 +551,7 @@ sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
         if (sl_time_now() < spin_until) {
             continue;
         }
-        if (comm->deferred != NULL || sl_chunked_copying(comm)) {
+        if (sl_ucx_hooks_busy(comm)) {
             /* GPU copies and stream events do not wake the UCX event fd;
              * chunks moved in place are UCX events and do. */
             struct timespec ts = {0, 50000};
