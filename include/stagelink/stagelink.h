@@ -293,6 +293,12 @@ typedef struct stagelink_plugin_v1 {
      * owning thread is blocked in `wait`, which then returns promptly; the
      * owning thread still calls `comm_finalize`, which then skips the
      * closing barrier.  Must not race with `comm_finalize` itself.
+     *
+     * After a request completes with STAGELINK_ERR_ABORTED or
+     * STAGELINK_ERR_PEER_FAILED (once any rank is known dead, every request
+     * in flight does, and later posts are refused), the transport may still
+     * write into its buffer until `comm_finalize` returns: keep the buffers
+     * of failed requests until then.
      */
     stagelink_status_t (*comm_abort)(stagelink_comm_t *comm);
     /**

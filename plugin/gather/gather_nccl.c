@@ -155,7 +155,13 @@ static void sl_gather_nccl_cleanup(void *state)
     sl_gather_nccl_t *g = state;
 
     if (g != NULL) {
-        g->api->CommDestroy(g->nccl);
+        /* After a fault a peer may never join a queued collective:
+         * destroying would wait for it. */
+        if (g->comm->fault != STAGELINK_SUCCESS) {
+            g->api->CommAbort(g->nccl);
+        } else {
+            g->api->CommDestroy(g->nccl);
+        }
         free(g);
     }
 }

@@ -145,7 +145,13 @@ static void sl_chunk_recv_cb(void *request, ucs_status_t status,
                 st->notice = s;
             }
         } else if (kind == SL_MSG_BAD) {
-            s = STAGELINK_ERR_INTERNAL;
+            /* A control message in a chunk's place is a notice; one
+             * shorter than 16 bytes (a short device chunk's) has no
+             * readable status. */
+            s = STAGELINK_ERR_TRANSPORT;
+            if (st->notice == STAGELINK_SUCCESS) {
+                st->notice = s;
+            }
         } else if (kind != SL_MSG_DATA ||
                    info->length != sl_staging_chunk_len(slot->x, slot->index)) {
             /* A short chunk: the sender passed a different nbytes. */

@@ -74,8 +74,8 @@ typedef struct sl_sub {
     sl_status_t               notice;   /**< receive: the peer's failure
                                              notice; send: the one it sends */
     /** A receive shorter than a control message lands here (so that none
-     *  is ever truncated); a notice is sent from here. */
-    uint64_t                  ctl[2];
+     *  is ever truncated); a notice is sent from here (up to 17 bytes). */
+    uint64_t                  ctl[3];
 } sl_sub_t;
 
 /** A transfer in chunks (staged, or in place), or the drain of a mismatch. */
@@ -227,6 +227,7 @@ struct stagelink_comm {
                                                   neighbour rank */
     int                         nreports;
     uint64_t                    fault_msg[2]; /**< the report this rank sends */
+    int                         reports_inflight; /**< its sends not yet done */
     struct pollfd              *pfds;        /**< UCX event fd, then peers' pidfds */
     sl_ucx_peer_t             **pfd_peer;    /**< owner of each pidfd entry */
     int                         npfds;

@@ -44,6 +44,9 @@
 
 #define SL_FAULT_MAGIC 0x534c4641494c4544ull /* "SLFAILED" */
 
+/* How long finalize lets fault reports still queued go out (seconds). */
+#define SL_FAULT_REPORT_DRAIN 0.2
+
 /* The receive listening for one neighbour rank's report. */
 typedef struct sl_fault_report {
     sl_comm_t *comm;
@@ -94,8 +97,19 @@ static void sl_fault_reported(sl_comm_t *comm, int failed, int from)
         return;
     }
     comm->fault         = STAGELINK_ERR_PEER_FAILED;
-    comm->failed_rank   = failed;
     comm->fault_pending = 1;
+    if (failed == comm->layout.rank) {
+        /* A slow link made a peer give this live rank up: the job is
+         * broken all the same, and the reporter is the one we know of. */
+        comm->failed_rank = from;
+        snprintf(comm->fault_err.msg, sizeof(comm->fault_err.msg),
+                 "rank %d reports that this rank failed (its link to it "
+                 "timed out?); transfers cannot complete: finalize the "
+                 "communicator and restart the job (from a checkpoint)",
+                 from);
+        return;
+    }
+    comm->failed_rank = failed;
     snprintf(comm->fault_err.msg, sizeof(comm->fault_err.msg),
              "rank %d failed (reported by rank %d, which saw it die); "
              "transfers cannot complete: finalize the communicator and "
@@ -122,8 +136,8 @@ static void sl_fault_report_sent(void *request, ucs_status_t status,
                                  void *user)
 {
     (void)status;
-    (void)user;
     ucp_request_free(request);
+    --((sl_comm_t *)user)->reports_inflight;
 }
 
 /* The distinct neighbour ranks this rank has endpoints to. */
@@ -210,12 +224,15 @@ static void sl_fault_report(sl_comm_t *comm)
             continue;
         }
         memset(&param, 0, sizeof(param));
-        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                             UCP_OP_ATTR_FIELD_USER_DATA;
         param.cb.send      = sl_fault_report_sent;
+        param.user_data    = comm;
         ptr = ucp_tag_send_nbx(nb[i]->ep, comm->fault_msg,
                                sizeof(comm->fault_msg),
                                sl_fault_tag(comm->layout.rank), &param);
-        (void)ptr; /* its callback releases it; an error is no news */
+        /* Its callback releases it; an error is no news. */
+        comm->reports_inflight += UCS_PTR_IS_PTR(ptr);
     }
     free(nb);
 }
@@ -286,7 +303,14 @@ sl_status_t sl_fault_watch(sl_comm_t *comm, const sl_peer_process_t *procs)
 
 void sl_fault_cleanup(sl_comm_t *comm)
 {
-    int i, pending = 0;
+    double deadline = sl_time_now() + SL_FAULT_REPORT_DRAIN;
+    int    i, pending = 0;
+
+    /* Finalize closes every endpoint by force after a fault, which would
+     * drop reports still queued (behind detached chunks, say). */
+    while (comm->reports_inflight > 0 && sl_time_now() < deadline) {
+        ucp_worker_progress(comm->worker);
+    }
 
     /* UCX completes a canceled receive that never matched at once. */
     for (i = 0; i < comm->nreports; ++i) {

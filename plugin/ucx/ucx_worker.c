@@ -20,8 +20,11 @@
 #include <string.h>
 #include <time.h>
 
-/* How long a wait sleeps while an inter-node flush is in flight. */
-#define SL_UCX_TX_POLL_MS 1
+/* How long a wait sleeps while an inter-node flush is in flight: from 1 ms,
+ * doubled while nothing wakes it (a rendezvous send waiting for its
+ * receiver keeps a flush in flight too), reset by any event. */
+#define SL_UCX_TX_POLL_MIN_MS 1
+#define SL_UCX_TX_POLL_MAX_MS 4
 
 typedef struct sl_rank_card {
     uint32_t full_len; /**< worker address with every transport */
@@ -529,7 +532,7 @@ sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
 {
     double        deadline   = sl_deadline(comm->timeout);
     double        spin_until = sl_time_now() + comm->spin;
-    int           ready;
+    int           ready, tx_ms = SL_UCX_TX_POLL_MIN_MS, tx_wait;
     ucs_status_t  ucs;
 
     for (;;) {
@@ -570,9 +573,11 @@ sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
                             ucs_status_string(ucs));
         }
         /* Same-node peers' pidfds wake us too when one of them dies. */
-        ready = poll(comm->pfds, (nfds_t)comm->npfds,
-                     sl_ucx_tx_pending(comm) ? SL_UCX_TX_POLL_MS
-                                             : sl_deadline_ms(deadline));
+        tx_wait = sl_ucx_tx_pending(comm);
+        ready   = poll(comm->pfds, (nfds_t)comm->npfds,
+                       tx_wait ? tx_ms : sl_deadline_ms(deadline));
+        tx_ms   = (ready == 0 && tx_wait && tx_ms < SL_UCX_TX_POLL_MAX_MS)
+                      ? 2 * tx_ms : (ready != 0 ? SL_UCX_TX_POLL_MIN_MS : tx_ms);
         if (ready < 0 && errno != EINTR) {
             return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
                             "poll on the UCX event fd failed: %s",

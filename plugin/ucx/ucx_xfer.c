@@ -432,7 +432,13 @@ sl_status_t sl_sub_post_notice(sl_req_t *req, sl_ucx_peer_t *peer,
                                sl_sub_kind_t kind, uint64_t tag,
                                sl_status_t status)
 {
-    sl_sub_t   *sub = sl_sub_new(req, peer, kind, tag, SL_CTL_LEN);
+    /* A device peer takes a shard of up to 16 bytes as one chunk straight
+     * into device memory, where a notice of its length could pass for data
+     * (ucx_chunked.c): one byte more makes it a truncation there. */
+    size_t      len = (req->device && kind == SL_SUB_GATHER_SEND &&
+                       req->shard.length <= SL_CTL_LEN)
+                          ? req->shard.length + 1 : SL_CTL_LEN;
+    sl_sub_t   *sub = sl_sub_new(req, peer, kind, tag, len);
     sl_status_t s   = sl_fault_check(req->comm, peer);
 
     sub->notice = status;
@@ -441,8 +447,7 @@ sl_status_t sl_sub_post_notice(sl_req_t *req, sl_ucx_peer_t *peer,
         return s;
     }
     sl_notice_make(sub->ctl, status);
-    return sl_sub_send_plain(sub, sub->ctl, SL_CTL_LEN, tag | SL_TAG_HEADER,
-                             NULL);
+    return sl_sub_send_plain(sub, sub->ctl, len, tag | SL_TAG_HEADER, NULL);
 }
 
 sl_status_t sl_sub_post_send(sl_req_t *req, sl_ucx_peer_t *peer,
