@@ -35,7 +35,6 @@ typedef struct sl_ucx_peer {
     int      failed;     /**< its process or link died (ucx_fault.c) */
     char     why[160];   /**< how its failure was seen */
     void    *close_req;  /**< forced close still in flight */
-    void    *flush_req;  /**< inter-node: a flush still in flight (ucx_worker.c) */
 } sl_ucx_peer_t;
 
 /** What every rank tells of its process, to watch same-node peers. */
@@ -183,6 +182,9 @@ struct stagelink_comm {
     ucp_context_h               ucp_ctx;
     ucp_worker_h                worker;
     int                         efd;
+    int                         net_sends;    /**< send subs to other nodes in flight */
+    double                      net_quiet_at; /**< until then UCX may still hold
+                                                   bytes of a completed one */
     const sl_progress_hook_t   *hooks[SL_MAX_PROGRESS_HOOKS];
     int                         nhooks;
     sl_ucx_peer_t               prev, next;

@@ -9,6 +9,7 @@
 
 #include "sl_log.h"
 #include "sl_tag.h"
+#include "sl_time.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -82,6 +83,18 @@ static void sl_sub_count(sl_comm_t *comm, const sl_sub_t *sub, size_t bytes)
     }
 }
 
+/* How long after a send to another node completes UCX may still hold its
+ * bytes (see sl_ucx_tx_pending), in seconds. */
+#define SL_NET_QUIET 0.05
+
+/* A send whose bytes cross to another node (waits watch them). */
+static int sl_sub_on_net(const sl_sub_t *sub)
+{
+    return sub->peer->inter_node && (sub->kind == SL_SUB_STAGE_SEND ||
+                                     sub->kind == SL_SUB_GATHER_SEND ||
+                                     sub->kind == SL_SUB_STATUS_SEND);
+}
+
 static int sl_sub_is_recv(const sl_sub_t *sub)
 {
     return sub->kind == SL_SUB_STAGE_RECV || sub->kind == SL_SUB_GATHER_RECV ||
@@ -149,6 +162,10 @@ void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
     sub->staged   = NULL;
     sub->finished = 1;
     --req->pending;
+    if (sl_sub_on_net(sub)) {
+        --comm->net_sends;
+        comm->net_quiet_at = sl_time_now() + SL_NET_QUIET;
+    }
     if (req->peer_failed && sub->kind == SL_SUB_STAGE_RECV &&
         (status != STAGELINK_SUCCESS || sub->notice != STAGELINK_SUCCESS ||
          length != sub->expected)) {
@@ -313,6 +330,7 @@ static sl_sub_t *sl_sub_new(sl_req_t *req, sl_ucx_peer_t *peer,
     sub->detached = 0;
     sub->notice   = STAGELINK_SUCCESS;
     ++req->pending;
+    req->comm->net_sends += sl_sub_on_net(sub);
     return sub;
 }
 
