@@ -374,7 +374,23 @@ static void run_rank(const scenario_t *sc, int rank, int port,
         raise(SIGKILL);
     }
     if (sc->when == AFTER) {
+        stagelink_xfer_t ack = x;
+
         st = sender ? sl->isend(comm, &x, &req) : sl->irecv(comm, &x, &req);
+        if (st == STAGELINK_SUCCESS) {
+            st = sl->wait(comm, req);
+        }
+        /* A rendezvous send completes only once the receiver's
+         * acknowledgement has left, which a receiver killed right after its
+         * own completion may never send: the sender posts a second, small
+         * message only after its send completed, and the victim dies once
+         * that arrived. */
+        ack.nbytes         = 1;
+        ack.tag.microbatch = 2;
+        if (st == STAGELINK_SUCCESS) {
+            st = sender ? sl->isend(comm, &ack, &req)
+                        : sl->irecv(comm, &ack, &req);
+        }
         if (st == STAGELINK_SUCCESS) {
             st = sl->wait(comm, req);
         }
