@@ -49,11 +49,11 @@
 
 /* The receive listening for one neighbour rank's report. */
 typedef struct sl_fault_report {
-    sl_comm_t *comm;
-    int        from;
-    int        done;
-    void      *req;
-    uint64_t   msg[2]; /**< SL_FAULT_MAGIC, the failed rank */
+    sl_comm_t     *comm;
+    sl_ucx_peer_t *peer;   /**< an endpoint to the neighbour rank */
+    int            done;
+    void          *req;
+    uint64_t       msg[2]; /**< SL_FAULT_MAGIC, the failed rank */
 } sl_fault_report_t;
 
 static sl_ucx_peer_t *sl_fault_peer_at(sl_comm_t *comm, int i)
@@ -128,7 +128,7 @@ static void sl_fault_report_cb(void *request, ucs_status_t status,
     r->done = 1;
     if (status == UCS_OK && info->length == sizeof(r->msg) &&
         r->msg[0] == SL_FAULT_MAGIC) {
-        sl_fault_reported(r->comm, (int)r->msg[1], r->from);
+        sl_fault_reported(r->comm, (int)r->msg[1], r->peer->rank);
     }
 }
 
@@ -140,48 +140,34 @@ static void sl_fault_report_sent(void *request, ucs_status_t status,
     --((sl_comm_t *)user)->reports_inflight;
 }
 
-/* The distinct neighbour ranks this rank has endpoints to. */
-static int sl_fault_neighbours(sl_comm_t *comm, sl_ucx_peer_t **out)
-{
-    int i, j, n = 0;
-
-    for (i = 0; i < sl_fault_npeers(comm); ++i) {
-        sl_ucx_peer_t *peer = sl_fault_peer_at(comm, i);
-
-        for (j = 0; j < n && out[j]->rank != peer->rank; ++j) {
-        }
-        if (peer->ep != NULL && j == n) {
-            out[n++] = peer;
-        }
-    }
-    return n;
-}
-
-/* Listens for every neighbour's report, from init on. */
+/* Listens for every neighbour rank's report, from init on: one receive per
+ * distinct rank this rank has an endpoint to (prev and next may be one). */
 static sl_status_t sl_fault_listen(sl_comm_t *comm)
 {
-    sl_ucx_peer_t     **nb = calloc((size_t)sl_fault_npeers(comm), sizeof(*nb));
     ucp_request_param_t param;
     ucs_status_ptr_t    ptr;
-    int                 n, i;
+    int                 i, j;
 
-    if (nb == NULL) {
-        return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
-                        "cannot allocate the neighbour list");
-    }
-    n             = sl_fault_neighbours(comm, nb);
-    comm->reports = calloc((size_t)(n ? n : 1), sizeof(*comm->reports));
+    comm->reports = calloc((size_t)sl_fault_npeers(comm),
+                           sizeof(*comm->reports));
     if (comm->reports == NULL) {
-        free(nb);
         return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
-                        "cannot allocate %d fault reports", n);
+                        "cannot allocate %d fault reports",
+                        sl_fault_npeers(comm));
     }
-    comm->nreports = n;
-    for (i = 0; i < n; ++i) {
-        sl_fault_report_t *r = &comm->reports[i];
+    for (i = 0; i < sl_fault_npeers(comm); ++i) {
+        sl_ucx_peer_t     *peer = sl_fault_peer_at(comm, i);
+        sl_fault_report_t *r    = &comm->reports[comm->nreports];
 
+        for (j = 0; j < comm->nreports &&
+                    comm->reports[j].peer->rank != peer->rank; ++j) {
+        }
+        if (peer->ep == NULL || j < comm->nreports) {
+            continue;
+        }
+        ++comm->nreports;
         r->comm = comm;
-        r->from = nb[i]->rank;
+        r->peer = peer;
         memset(&param, 0, sizeof(param));
         param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                              UCP_OP_ATTR_FIELD_USER_DATA |
@@ -189,38 +175,36 @@ static sl_status_t sl_fault_listen(sl_comm_t *comm)
         param.user_data    = r;
         param.cb.recv      = sl_fault_report_cb;
         ptr = ucp_tag_recv_nbx(comm->worker, r->msg, sizeof(r->msg),
-                               sl_fault_tag(r->from), SL_TAG_MASK_ALL, &param);
+                               sl_fault_tag(peer->rank), SL_TAG_MASK_ALL,
+                               &param);
         if (UCS_PTR_IS_ERR(ptr)) {
             r->done = 1;
-            free(nb);
             return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
                             "cannot listen for rank %d's fault reports: %s",
-                            r->from, ucs_status_string(UCS_PTR_STATUS(ptr)));
+                            peer->rank,
+                            ucs_status_string(UCS_PTR_STATUS(ptr)));
         }
         if (!r->done) {
             r->req = ptr; /* not completed inside the call */
         }
     }
-    free(nb);
     return STAGELINK_SUCCESS;
 }
 
-/* Tells every live neighbour which rank failed. */
+/* Tells every live neighbour rank (those listened to) which rank failed. */
 static void sl_fault_report(sl_comm_t *comm)
 {
-    sl_ucx_peer_t     **nb = calloc((size_t)sl_fault_npeers(comm), sizeof(*nb));
     ucp_request_param_t param;
     ucs_status_ptr_t    ptr;
-    int                 n, i;
+    int                 i;
 
-    if (nb == NULL) {
-        return; /* they hear of it at their deadline */
-    }
     comm->fault_msg[0] = SL_FAULT_MAGIC;
     comm->fault_msg[1] = (uint64_t)comm->failed_rank;
-    n = sl_fault_neighbours(comm, nb);
-    for (i = 0; i < n; ++i) {
-        if (nb[i]->failed || nb[i]->rank == comm->failed_rank) {
+    for (i = 0; i < comm->nreports; ++i) {
+        sl_ucx_peer_t *peer = comm->reports[i].peer;
+
+        if (peer->failed || peer->ep == NULL ||
+            peer->rank == comm->failed_rank) {
             continue;
         }
         memset(&param, 0, sizeof(param));
@@ -228,13 +212,12 @@ static void sl_fault_report(sl_comm_t *comm)
                              UCP_OP_ATTR_FIELD_USER_DATA;
         param.cb.send      = sl_fault_report_sent;
         param.user_data    = comm;
-        ptr = ucp_tag_send_nbx(nb[i]->ep, comm->fault_msg,
+        ptr = ucp_tag_send_nbx(peer->ep, comm->fault_msg,
                                sizeof(comm->fault_msg),
                                sl_fault_tag(comm->layout.rank), &param);
         /* Its callback releases it; an error is no news. */
         comm->reports_inflight += UCS_PTR_IS_PTR(ptr);
     }
-    free(nb);
 }
 
 void sl_fault_init(sl_comm_t *comm)
