@@ -505,7 +505,7 @@ sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
             return STAGELINK_SUCCESS;
         }
         if (sl_deadline_passed(deadline)) {
-            char pending[256];
+            char pending[512];
 
             sl_req_describe_pending(req, pending, sizeof(pending));
             return sl_error(&comm->err, STAGELINK_ERR_TIMEOUT,
@@ -524,6 +524,13 @@ sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
             struct timespec ts = {0, 50000};
 
             nanosleep(&ts, NULL);
+            continue;
+        }
+        /* UCX may be armed only right after a progress call that found
+         * nothing to do (ucp_worker_arm's contract): the hooks ran after
+         * the last one and may have posted operations whose next step
+         * waits in UCX's progress queue, which no fd reports. */
+        if (ucp_worker_progress(comm->worker) != 0) {
             continue;
         }
         /* Eight ranks may share two cores: sleep until UCX has events. */

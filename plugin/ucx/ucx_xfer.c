@@ -36,17 +36,27 @@ void sl_req_describe_pending(const sl_req_t *req, char *out, size_t len)
     for (i = 0; i < req->nsubs && used < len; ++i) {
         const sl_sub_t    *sub = &req->subs[i];
         const sl_staged_t *st  = sub->staged;
-        char               state[96] = "";
+        char               state[192] = "", relay[64] = "";
 
         if (sub->ucx_req == NULL && st == NULL) {
             continue;
         }
         if (st != NULL) {
-            snprintf(state, sizeof(state), " (%s, %zu of %zu chunks done)",
+            /* Enough to tell a stalled wire from a stalled relay. */
+            if (st->x.avail != NULL) {
+                snprintf(relay, sizeof(relay), ", %zu bytes of the own "
+                         "shard landed", *st->x.avail);
+            }
+            snprintf(state, sizeof(state), " (%s, %zu of %zu chunks done, "
+                     "%zu posted%s%s%s)",
                      st->waiting ? "awaiting the length header"
                      : st->draining ? "draining a mismatched sender"
                                     : "in chunks",
-                     (size_t)st->x.done, (size_t)st->x.nchunks);
+                     (size_t)st->x.done, (size_t)st->x.nchunks,
+                     (size_t)st->x.next_post, relay,
+                     (st->x.status != STAGELINK_SUCCESS) ? ", failed: " : "",
+                     (st->x.status != STAGELINK_SUCCESS)
+                         ? stagelink_status_string(st->x.status) : "");
         }
         used += (size_t)snprintf(out + used, len - used, "%s%s %s rank %d%s",
                                  used ? ", " : "", sl_sub_name(sub->kind),

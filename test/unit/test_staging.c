@@ -4,7 +4,7 @@
  * queue with rendezvous semantics (a send completes only when received).
  * Covers chunk boundaries, odd sizes, a pool of one buffer, several
  * transfers sharing a pool in opposite posting orders, overlap of copy and
- * wire, and a failing copy.  SPDX-License-Identifier: MIT
+ * wire, sends complete inside their post, and a failing copy.  SPDX-License-Identifier: MIT
  */
 #include "check.h"
 #include "staging.h"
@@ -285,6 +285,47 @@ static void run_relay(size_t len, size_t chunk, int nbufs, int staged)
     free(dst);
 }
 
+/* The wire of an eager send: the chunk is complete inside its post. */
+static sl_status_t f_net_post_inline(void *ctx, sl_staging_slot_t *slot,
+                                     void *host, size_t len)
+{
+    (void)ctx, (void)host, (void)len;
+    sl_staging_net_done(slot, STAGELINK_SUCCESS);
+    return STAGELINK_SUCCESS;
+}
+
+static const sl_staging_ops_t inline_ops = {f_copy_start, f_copy_test,
+                                            f_net_post_inline, f_net_ready};
+
+/*
+ * Sends that complete inside their post raise no event that would call
+ * progress again, so one progress call must move every chunk, not one
+ * window of them (a sender of failure notices stalled that way), whether
+ * the sender is healthy or has failed and sends its chunks empty.
+ */
+static void run_inline(size_t nchunks, int nbufs, int failed)
+{
+    sl_staging_pool_t pool;
+    sl_staging_xfer_t x;
+    sl_staging_slot_t slots[8];
+    size_t            len = nchunks * 64 - 5;
+    unsigned char    *src = calloc(1, len);
+    sl_errbuf_t       eb;
+
+    CHECK(sl_staging_pool_init(&pool, 64, nbufs, a_alloc, NULL, &eb) == 0,
+          "%s", eb.msg);
+    sl_staging_xfer_init(&x, &inline_ops, NULL, &pool, 0, 1, src, len, slots);
+    if (failed) {
+        x.status = STAGELINK_ERR_SIZE_MISMATCH;
+    }
+    CHECK(sl_staging_progress(&x) == 1,
+          "%zu chunks, %d slots%s: %zu of them done after one progress call "
+          "with every send complete inside its post", nchunks, nbufs,
+          failed ? ", failed sender" : "", (size_t)x.done);
+    sl_staging_pool_cleanup(&pool, a_free, NULL);
+    free(src);
+}
+
 int main(void)
 {
     static const size_t chunks[] = {1, 7, 4096};
@@ -318,6 +359,9 @@ int main(void)
         run_relay(10 * 4096 + 7, 4096, pools[pi], 1);
         run_relay(3 * 7, 7, pools[pi], 1);
     }
+    run_inline(20, 4, 0);
+    run_inline(20, 4, 1);
+    run_inline(3, 1, 1);
     /* With two buffers, copy of chunk k+1 overlaps chunk k on the wire. */
     run(64 * 1024, 4096, 2, 1, 0);
     CHECK(W.overlap_seen, "copy and wire never overlapped with two buffers");
