@@ -625,6 +625,21 @@ static void complete_ops(rank_ctx_t *c, op_t **order, size_t n)
     }
 }
 
+/* The first port the kernel hands out by itself (32768 by default). */
+static int ephemeral_low(void)
+{
+    FILE *f  = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    int   lo = 32768;
+
+    if (f != NULL) {
+        if (fscanf(f, "%d", &lo) != 1 || lo <= 11000) {
+            lo = 32768;
+        }
+        fclose(f);
+    }
+    return lo;
+}
+
 static int rank_main(uint64_t seed, int nodes, const layout_override_t *ov)
 {
     rank_ctx_t c;
@@ -776,9 +791,14 @@ static int run_seed(uint64_t seed, const char *netns,
     setenv("STAGELINK_MAX_REQUESTS", "1040", 1);
     if (netns != NULL) {
         char port[16];
+        int  lo = ephemeral_low();
 
-        snprintf(port, sizeof(port), "%d", 20000 + (int)(mix64(seed ^
-                 (uint64_t)getpid() ^ (uint64_t)time(NULL)) % 20000));
+        /* Below the kernel's ephemeral ports, where UCX's TCP sockets of the
+         * jobs before may still hold the port (seen: "Address already in
+         * use" on a port of that range, a seed lost without a report). */
+        snprintf(port, sizeof(port), "%d", 10000 + (int)(mix64(seed ^
+                 (uint64_t)getpid() ^ (uint64_t)time(NULL)) %
+                 (uint64_t)(lo - 10000)));
         setenv("MASTER_ADDR", "198.18.0.1", 1);
         setenv("MASTER_PORT", port, 1);
     }

@@ -98,10 +98,8 @@ static sl_status_t sl_gather_ucx_shard_ready(void *state, sl_req_t *req,
         /* The relays send notices of `own` for the chunks not yet gone:
          * the peers fail too, with the root cause. */
         for (i = 0; i < req->nsubs; ++i) {
-            if (req->subs[i].kind == SL_SUB_GATHER_SEND &&
-                req->subs[i].staged != NULL &&
-                req->subs[i].staged->x.status == STAGELINK_SUCCESS) {
-                req->subs[i].staged->x.status = own;
+            if (req->subs[i].kind == SL_SUB_GATHER_SEND) {
+                sl_chunked_give_up(&req->subs[i], own);
             }
         }
     }

@@ -417,7 +417,6 @@ static sl_status_t sl_staged_get(sl_comm_t *comm, sl_sub_t *sub, int recv,
     st->ctl_busy        = 0;
     st->drain_left      = 0;
     st->notice          = STAGELINK_SUCCESS;
-    sub->staged         = st;
     st->next            = comm->staged_active;
     comm->staged_active = st;
     *out                = st;
@@ -425,7 +424,7 @@ static sl_status_t sl_staged_get(sl_comm_t *comm, sl_sub_t *sub, int recv,
 }
 
 sl_status_t sl_chunked_sub_start(sl_sub_t *sub, void *buf, size_t len,
-                                 int recv)
+                                 int recv, sl_staged_t **out)
 {
     sl_req_t    *req    = sub->req;
     sl_comm_t   *comm   = req->comm;
@@ -445,34 +444,40 @@ sl_status_t sl_chunked_sub_start(sl_sub_t *sub, void *buf, size_t len,
     if (!st->waiting && !st->draining) {
         sl_staging_progress(&st->x);
     }
+    *out = st;
     return STAGELINK_SUCCESS;
 }
 
-void sl_chunked_drain(sl_sub_t *sub, uint64_t len)
+sl_status_t sl_chunked_drain(sl_sub_t *sub, uint64_t len, sl_staged_t **out)
 {
     sl_comm_t   *comm = sub->req->comm;
     sl_staged_t *st;
 
-    if (sl_staged_get(comm, sub, 1, 1, NULL, 0, &st) != STAGELINK_SUCCESS) {
-        sl_sub_finish(sub, STAGELINK_ERR_SIZE_MISMATCH, 0, comm->err.msg);
-        return;
-    }
+    SL_CHECK(sl_staged_get(comm, sub, 1, 1, NULL, 0, &st));
     st->hdr[1]     = len;
     st->framed     = 1;
     st->draining   = 1;
     st->drain_left = (len + comm->chunk - 1) / comm->chunk;
     st->x.status   = STAGELINK_ERR_SIZE_MISMATCH;
+    *out           = st;
+    return STAGELINK_SUCCESS;
 }
 
-void sl_chunked_cancel(sl_comm_t *comm, sl_sub_t *sub)
+void sl_chunked_give_up(sl_sub_t *sub, sl_status_t status)
 {
-    sl_staged_t *st = sub->staged;
-    int          i;
+    if (sub->staged != NULL && sub->staged->x.status == STAGELINK_SUCCESS) {
+        sub->staged->x.status = status;
+    }
+}
+
+void sl_chunked_cancel(sl_comm_t *comm, sl_staged_t *st)
+{
+    int i;
 
     if (st->x.status == STAGELINK_SUCCESS) {
         st->x.status = STAGELINK_ERR_CANCELED;
     }
-    if (sub->peer->failed) {
+    if (st->sub->peer->failed) {
         /* No more chunks will come from it, nor be taken by it. */
         sl_staging_abandon(&st->x, STAGELINK_ERR_PEER_FAILED);
         st->drain_left = 0;
@@ -572,9 +577,9 @@ void sl_chunked_init(sl_comm_t *comm)
     sl_ucx_progress_register(comm, &hook);
 }
 
-void sl_chunked_detach(sl_comm_t *comm, sl_sub_t *sub)
+void sl_chunked_detach(sl_comm_t *comm, sl_staged_t *st)
 {
-    sl_staged_t **link = &comm->staged_active, *st = sub->staged;
+    sl_staged_t **link = &comm->staged_active;
 
     while (*link != st) {
         link = &(*link)->next;
@@ -583,7 +588,6 @@ void sl_chunked_detach(sl_comm_t *comm, sl_sub_t *sub)
     st->detached          = 1;
     st->next              = comm->staged_detached;
     comm->staged_detached = st;
-    sub->staged           = NULL;
 }
 
 void sl_chunked_cleanup(sl_comm_t *comm)

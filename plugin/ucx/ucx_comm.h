@@ -54,28 +54,40 @@ typedef enum sl_sub_kind {
 
 struct sl_staged;
 
-/** One UCX operation of a request, or one chunked device transfer. */
+/** Where a sub-operation stands; ucx_sub.c makes every transition. */
+typedef enum sl_sub_state {
+    SL_SUB_POSTING,  /**< being handed to UCX: it may end inside the call */
+    SL_SUB_PLAIN,    /**< one UCX operation in flight (ucx_req) */
+    SL_SUB_CHUNKED,  /**< a chunked transfer or drain in flight (staged) */
+    SL_SUB_DONE,     /**< ended and reported upward */
+    SL_SUB_DETACHED  /**< ended after a peer's failure with its UCX
+                          operation still in flight: a late callback finds
+                          it here and returns */
+} sl_sub_state_t;
+
+/** One message of a request to or from one peer (ucx_sub.c). */
 typedef struct sl_sub {
     struct stagelink_request *req;
-    void                     *ucx_req;  /**< in flight, NULL once complete */
-    int                       finished; /**< completed (maybe inside the post) */
-    unsigned                  callbacks;/**< UCX callbacks run: one inside the
-                                             post means the returned request
-                                             is already freed */
-    struct sl_staged         *staged;   /**< chunked device transfer in flight */
-    sl_ucx_peer_t      *peer;
+    sl_sub_state_t            state;
+    void                     *ucx_req;  /**< SL_SUB_PLAIN: its UCX request */
+    struct sl_staged         *staged;   /**< SL_SUB_CHUNKED: its transfer */
+    sl_ucx_peer_t            *peer;
     sl_sub_kind_t             kind;
     uint64_t                  tag;
     void                     *buf;
     size_t                    expected; /**< bytes it must carry */
-    int                       detached; /**< given up with its UCX operation
-                                             still in flight (ucx_fault.c) */
     sl_status_t               notice;   /**< receive: the peer's failure
                                              notice; send: the one it sends */
     /** A receive shorter than a control message lands here (so that none
      *  is ever truncated); a notice is sent from here (up to 17 bytes). */
     uint64_t                  ctl[3];
 } sl_sub_t;
+
+static inline int sl_sub_is_recv(const sl_sub_t *sub)
+{
+    return sub->kind == SL_SUB_STAGE_RECV || sub->kind == SL_SUB_GATHER_RECV ||
+           sub->kind == SL_SUB_STATUS_RECV;
+}
 
 /** A transfer in chunks (staged, or in place), or the drain of a mismatch. */
 typedef struct sl_staged {
@@ -138,6 +150,10 @@ struct stagelink_request {
     int                       forwarding;   /**< gather sends relay chunks as they land */
     size_t                    stage_landed; /**< bytes of the own shard in place */
     int                       detached_subs;/**< never reused: UCX may still call back */
+    /** Called once as each sub ends (from ucx_sub.c, maybe inside a UCX
+     *  callback): the request's accounting of it. */
+    void (*sub_done)(sl_sub_t *sub, sl_status_t status, size_t length,
+                     const char *why);
     char                      error[SL_ERRBUF_LEN];
     sl_sub_t                 *subs;         /**< 2 * tp_size slots */
 };
@@ -313,27 +329,50 @@ sl_status_t sl_req_finish(sl_comm_t *comm, sl_req_t *req);
 /** Cancels every sub of `req` still in flight. */
 void        sl_req_cancel_subs(sl_comm_t *comm, sl_req_t *req);
 
-/* ucx_xfer.c: posting of sub-operations */
+/* ucx_sub.c: one sub-operation, its state and its transitions */
 sl_status_t sl_sub_post_send(sl_req_t *req, sl_ucx_peer_t *peer,
                              sl_sub_kind_t kind, uint64_t tag,
                              const void *buf, size_t len);
 sl_status_t sl_sub_post_recv(sl_req_t *req, sl_ucx_peer_t *peer,
                              sl_sub_kind_t kind, uint64_t tag, void *buf,
                              size_t len);
+/** Posts a host-memory sub whatever the request's memory (status bytes). */
+sl_status_t sl_sub_post_host(sl_req_t *req, sl_ucx_peer_t *peer,
+                             sl_sub_kind_t kind, uint64_t tag, void *buf,
+                             size_t len, int recv);
+/** Tells `peer` that this rank gave up its part of `req` (a failure notice
+ *  on the tag's control bit): the peer fails with `status`, naming us. */
+sl_status_t sl_sub_post_notice(sl_req_t *req, sl_ucx_peer_t *peer,
+                               sl_sub_kind_t kind, uint64_t tag,
+                               sl_status_t status);
+/** Ends a sub and reports it upward (req->sub_done); for ucx_chunked.c,
+ *  whose transfer ended. */
+void        sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
+                          const char *why);
+/** Asks UCX to cancel what is in flight (the end comes through UCX). */
+void        sl_sub_cancel(sl_comm_t *comm, sl_sub_t *sub);
+/** Ends a sub in flight at once after its peer's failure, leaving what
+ *  UCX will not complete to call back into a detached sub. */
+void        sl_sub_detach(sl_comm_t *comm, sl_sub_t *sub, sl_status_t status,
+                          const char *why);
+int         sl_sub_in_flight(const sl_sub_t *sub);
+/** "gather send to rank 3 (in chunks, ...)"; 0 when not in flight. */
+int         sl_sub_describe(const sl_sub_t *sub, char *out, size_t len);
+const char *sl_sub_name(sl_sub_kind_t kind);
+
+/* ucx_xfer.c: the byte path of a request */
 sl_status_t sl_xfer_post(sl_comm_t *comm, stagelink_op_kind_t kind,
                          const stagelink_xfer_t *xfer, sl_req_t **req_out);
 sl_status_t sl_xfer_post_batch(sl_comm_t *comm, const stagelink_op_t *ops,
                                size_t count, sl_req_t **reqs);
 /** Lists the sub-operations of `req` still in flight, for error sentences. */
 void        sl_req_describe_pending(const sl_req_t *req, char *out, size_t len);
+/** What a sub's end means for its request (every request's sub_done). */
+void        sl_xfer_sub_done(sl_sub_t *sub, sl_status_t status, size_t length,
+                             const char *why);
 /** Own shard of a receive is in place (SUCCESS) or failed with `status`:
  *  hand it to the gather. */
 void        sl_xfer_shard_arrived(sl_req_t *req, sl_status_t status);
-/** Tells `peer` that this rank gave up its part of `req` (1 byte on the
- *  control tag): the peer fails with `status`, naming this rank. */
-sl_status_t sl_sub_post_notice(sl_req_t *req, sl_ucx_peer_t *peer,
-                               sl_sub_kind_t kind, uint64_t tag,
-                               sl_status_t status);
 /** What a receive matched with SL_TAG_MASK_HEADER on `posted` got. */
 typedef enum sl_msg_kind {
     SL_MSG_DATA,
@@ -347,11 +386,6 @@ sl_msg_kind_t sl_msg_classify(uint64_t posted, const ucp_tag_recv_info_t *info,
 void        sl_notice_make(uint64_t msg[2], sl_status_t status);
 /** The status a received notice stands for (never SUCCESS). */
 sl_status_t sl_notice_status(uint64_t value);
-/** Posts a host-memory sub whatever the request's memory (status bytes). */
-sl_status_t sl_sub_post_host(sl_req_t *req, sl_ucx_peer_t *peer,
-                             sl_sub_kind_t kind, uint64_t tag, void *buf,
-                             size_t len, int recv);
-
 /* ucx_device.c: device memory */
 /** Whether a GPU is usable: known before any exchange. */
 void        sl_device_probe(sl_comm_t *comm);
@@ -376,22 +410,23 @@ sl_status_t sl_device_copy_start(void *ctx, sl_staging_xfer_t *x, void *dst,
 int         sl_device_copy_test(void *ctx, void *token, sl_status_t *status);
 
 /* ucx_chunked.c: messages cut in chunks */
-/** Chunked transfer of one sub (large, or in device memory). */
+/** Chunked transfer of one sub (large, or in device memory); its end is
+ *  reported with sl_sub_finish. */
 sl_status_t sl_chunked_sub_start(sl_sub_t *sub, void *buf, size_t len,
-                                 int recv);
-void        sl_chunked_cancel(sl_comm_t *comm, sl_sub_t *sub);
+                                 int recv, sl_staged_t **out);
+void        sl_chunked_cancel(sl_comm_t *comm, sl_staged_t *st);
 /** Gives up a chunked transfer whose peer died with operations in flight
  *  that UCX will not complete; the caller finishes the sub. */
-void        sl_chunked_detach(sl_comm_t *comm, sl_sub_t *sub);
+void        sl_chunked_detach(sl_comm_t *comm, sl_staged_t *st);
 /** A plain receive met a framed sender of `len` bytes: drain its chunks,
  *  then fail the sub with a size mismatch. */
-void        sl_chunked_drain(sl_sub_t *sub, uint64_t len);
+sl_status_t sl_chunked_drain(sl_sub_t *sub, uint64_t len, sl_staged_t **out);
+/** A relay's own shard failed with `status`: the chunks not yet sent go
+ *  as notices of it. */
+void        sl_chunked_give_up(sl_sub_t *sub, sl_status_t status);
 /** Registers the chunk engine's progress with the worker. */
 void        sl_chunked_init(sl_comm_t *comm);
 void        sl_chunked_cleanup(sl_comm_t *comm);
-/** Completes a sub (its request's accounting); shared with ucx_xfer.c. */
-void        sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
-                          const char *why);
 /** Posts the subs of a request whose stream work is done. */
 sl_status_t sl_xfer_start(sl_req_t *req);
 

@@ -388,19 +388,9 @@ static void sl_fault_detach(sl_comm_t *comm, const sl_ucx_peer_t *peer,
 
     for (req = comm->pool.active; req != NULL; req = req->next) {
         for (i = 0; i < req->nsubs; ++i) {
-            sl_sub_t *sub = &req->subs[i];
-
-            if ((peer != NULL && sub->peer != peer) ||
-                (sub->ucx_req == NULL && sub->staged == NULL)) {
-                continue;
+            if (peer == NULL || req->subs[i].peer == peer) {
+                sl_sub_detach(comm, &req->subs[i], status, why);
             }
-            if (sub->staged != NULL) {
-                sl_chunked_detach(comm, sub);
-            } else {
-                sub->detached = 1;
-                ++req->detached_subs;
-            }
-            sl_sub_finish(sub, status, 0, why);
         }
     }
 }

@@ -102,6 +102,7 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->forwarding    = 0;
     req->stage_landed  = 0;
     req->detached_subs = 0;
+    req->sub_done      = sl_xfer_sub_done;
     req->error[0]      = '\0';
 
     req->prev = NULL;
@@ -208,10 +209,6 @@ void sl_req_cancel_subs(sl_comm_t *comm, sl_req_t *req)
                     req->xfer.tag.microbatch, req->xfer.tag.chunk);
     }
     for (i = 0; i < req->nsubs; ++i) {
-        if (req->subs[i].ucx_req != NULL) {
-            ucp_request_cancel(comm->worker, req->subs[i].ucx_req);
-        } else if (req->subs[i].staged != NULL) {
-            sl_chunked_cancel(comm, &req->subs[i]);
-        }
+        sl_sub_cancel(comm, &req->subs[i]);
     }
 }

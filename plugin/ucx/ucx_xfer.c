@@ -1,7 +1,8 @@
 /*
  * The byte path of a transfer: which bytes of the tensor go to the
- * neighbour stage (shard or full tensor), posted as UCX tagged operations,
- * and how their completions add up to the request's.
+ * neighbour stage (shard or full tensor), the checks before anything is
+ * posted, and how the ends of its messages (ucx_sub.c reports each through
+ * sl_xfer_sub_done) add up to the request's outcome.
  * SPDX-License-Identifier: MIT
  */
 #include "ucx_comm.h"
@@ -14,58 +15,18 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *sl_sub_name(sl_sub_kind_t kind)
-{
-    switch (kind) {
-    case SL_SUB_STAGE_SEND:  return "stage send";
-    case SL_SUB_STAGE_RECV:  return "stage receive";
-    case SL_SUB_GATHER_SEND: return "gather send";
-    case SL_SUB_GATHER_RECV: return "gather receive";
-    case SL_SUB_STATUS_SEND: return "status send";
-    case SL_SUB_STATUS_RECV: return "status receive";
-    }
-    return "operation";
-}
-
 void sl_req_describe_pending(const sl_req_t *req, char *out, size_t len)
 {
     size_t used = 0;
+    char   one[256];
     int    i;
 
     out[0] = '\0';
-    for (i = 0; i < req->nsubs && used < len; ++i) {
-        const sl_sub_t    *sub = &req->subs[i];
-        const sl_staged_t *st  = sub->staged;
-        char               state[192] = "", relay[64] = "";
-
-        if (sub->ucx_req == NULL && st == NULL) {
-            continue;
+    for (i = 0; i < req->nsubs && used + 1 < len; ++i) {
+        if (sl_sub_describe(&req->subs[i], one, sizeof(one))) {
+            used += (size_t)snprintf(out + used, len - used, "%s%s",
+                                     used ? ", " : "", one);
         }
-        if (st != NULL) {
-            /* Enough to tell a stalled wire from a stalled relay. */
-            if (st->x.avail != NULL) {
-                snprintf(relay, sizeof(relay), ", %zu bytes of the own "
-                         "shard landed", *st->x.avail);
-            }
-            snprintf(state, sizeof(state), " (%s, %zu of %zu chunks done, "
-                     "%zu posted%s%s%s)",
-                     st->waiting ? "awaiting the length header"
-                     : st->draining ? "draining a mismatched sender"
-                                    : "in chunks",
-                     (size_t)st->x.done, (size_t)st->x.nchunks,
-                     (size_t)st->x.next_post, relay,
-                     (st->x.status != STAGELINK_SUCCESS) ? ", failed: " : "",
-                     (st->x.status != STAGELINK_SUCCESS)
-                         ? stagelink_status_string(st->x.status) : "");
-        }
-        used += (size_t)snprintf(out + used, len - used, "%s%s %s rank %d%s",
-                                 used ? ", " : "", sl_sub_name(sub->kind),
-                                 (sub->kind == SL_SUB_STAGE_SEND ||
-                                  sub->kind == SL_SUB_GATHER_SEND ||
-                                  sub->kind == SL_SUB_STATUS_SEND)
-                                     ? "to" : "from",
-                                 sub->peer->rank, state);
-        used = (used < len) ? used : len - 1;
     }
     if (out[0] == '\0') {
         snprintf(out, len, "the own shard to be passed to the TP group");
@@ -91,24 +52,6 @@ static void sl_sub_count(sl_comm_t *comm, const sl_sub_t *sub, size_t bytes)
     } else {
         *(send ? &c->intra_node_bytes_sent : &c->intra_node_bytes_recv) += bytes;
     }
-}
-
-/* How long after a send to another node completes UCX may still hold its
- * bytes (see sl_ucx_tx_pending), in seconds. */
-#define SL_NET_QUIET 0.05
-
-/* A send whose bytes cross to another node (waits watch them). */
-static int sl_sub_on_net(const sl_sub_t *sub)
-{
-    return sub->peer->inter_node && (sub->kind == SL_SUB_STAGE_SEND ||
-                                     sub->kind == SL_SUB_GATHER_SEND ||
-                                     sub->kind == SL_SUB_STATUS_SEND);
-}
-
-static int sl_sub_is_recv(const sl_sub_t *sub)
-{
-    return sub->kind == SL_SUB_STAGE_RECV || sub->kind == SL_SUB_GATHER_RECV ||
-           sub->kind == SL_SUB_STATUS_RECV;
 }
 
 /* A peer gave up its part and sent its status (a failure notice): this
@@ -159,8 +102,8 @@ sl_msg_kind_t sl_msg_classify(uint64_t posted, const ucp_tag_recv_info_t *info,
     return (ctl == 1) ? SL_MSG_BAD : SL_MSG_DATA;
 }
 
-void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
-                   const char *why)
+void sl_xfer_sub_done(sl_sub_t *sub, sl_status_t status, size_t length,
+                             const char *why)
 {
     sl_req_t  *req  = sub->req;
     sl_comm_t *comm = req->comm;
@@ -168,14 +111,6 @@ void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
 
     sl_status_t own;
 
-    sub->ucx_req  = NULL;
-    sub->staged   = NULL;
-    sub->finished = 1;
-    --req->pending;
-    if (sl_sub_on_net(sub)) {
-        --comm->net_sends;
-        comm->net_quiet_at = sl_time_now() + SL_NET_QUIET;
-    }
     if (req->peer_failed && sub->kind == SL_SUB_STAGE_RECV &&
         (status != STAGELINK_SUCCESS || sub->notice != STAGELINK_SUCCESS ||
          length != sub->expected)) {
@@ -223,280 +158,6 @@ void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
             sl_xfer_shard_arrived(req, own);
         }
     }
-}
-
-/* UCX's outcome of one operation, in stagelink's terms. */
-static void sl_sub_complete(sl_sub_t *sub, ucs_status_t ucs, size_t length)
-{
-    char why[SL_ERRBUF_LEN];
-
-    switch (ucs) {
-    case UCS_OK:
-        sl_sub_finish(sub, STAGELINK_SUCCESS, length, "");
-        return;
-    case UCS_ERR_CANCELED:
-        sl_sub_finish(sub, STAGELINK_ERR_CANCELED, 0, "");
-        return;
-    case UCS_ERR_MESSAGE_TRUNCATED:
-        snprintf(why, sizeof(why), "the sender sent more than the %zu bytes "
-                 "expected; both sides must pass the same nbytes",
-                 sub->expected);
-        sl_sub_finish(sub, STAGELINK_ERR_SIZE_MISMATCH, 0, why);
-        return;
-    case UCS_ERR_CONNECTION_RESET:
-    case UCS_ERR_ENDPOINT_TIMEOUT:
-    case UCS_ERR_UNREACHABLE:
-        /* Seen on the operation before (or instead of) the endpoint's
-         * error callback. */
-        sl_fault_peer_down(sub->peer, "UCX reported \"%s\" on a transfer",
-                           ucs_status_string(ucs));
-        break;
-    default:
-        break;
-    }
-    if (sub->peer->failed) {
-        sl_fault_describe(sub->peer, why, sizeof(why));
-        sl_sub_finish(sub, STAGELINK_ERR_PEER_FAILED, 0, why);
-        return;
-    }
-    snprintf(why, sizeof(why), "UCX: %s", ucs_status_string(ucs));
-    sl_sub_finish(sub, STAGELINK_ERR_TRANSPORT, 0, why);
-}
-
-static void sl_sub_send_cb(void *request, ucs_status_t status, void *user_data)
-{
-    sl_sub_t *sub = user_data;
-
-    ucp_request_free(request);
-    ++sub->callbacks;
-    if (sub->detached) {
-        return;
-    }
-    sub->ucx_req = NULL;
-    sl_sub_complete(sub, status, sub->expected);
-}
-
-/* Where a plain receive lands: a receive shorter than a control message
- * takes the sub's own buffer, so no header or notice is ever truncated. */
-static void *sl_sub_landing(sl_sub_t *sub)
-{
-    return (sub->expected < SL_CTL_LEN) ? (void *)sub->ctl : sub->buf;
-}
-
-static void sl_sub_recv_cb(void *request, ucs_status_t status,
-                           const ucp_tag_recv_info_t *info, void *user_data)
-{
-    sl_sub_t *sub = user_data;
-    void     *msg;
-    uint64_t  value = 0;
-
-    ucp_request_free(request);
-    ++sub->callbacks;
-    if (sub->detached) {
-        return;
-    }
-    sub->ucx_req = NULL;
-    msg          = sl_sub_landing(sub);
-    if (status == UCS_OK) {
-        switch (sl_msg_classify(sub->tag, info, msg, &value)) {
-        case SL_MSG_NOTICE:
-            sub->notice = sl_notice_status(value);
-            sl_sub_finish(sub, STAGELINK_SUCCESS, sub->expected, "");
-            return;
-        case SL_MSG_HEADER:
-            /* A framed sender: its part is larger than one chunk. */
-            sl_chunked_drain(sub, value);
-            return;
-        case SL_MSG_BAD:
-            sl_sub_finish(sub, STAGELINK_ERR_INTERNAL, 0, "a control message "
-                          "of unknown form arrived (another stagelink "
-                          "version on the peer?)");
-            return;
-        case SL_MSG_DATA:
-            break;
-        }
-    }
-    if (status == UCS_OK && msg != sub->buf && info->length == sub->expected &&
-        info->length > 0) {
-        memcpy(sub->buf, msg, info->length);
-    }
-    sl_sub_complete(sub, status, (status == UCS_OK) ? info->length : 0);
-}
-
-static sl_sub_t *sl_sub_new(sl_req_t *req, sl_ucx_peer_t *peer,
-                            sl_sub_kind_t kind, uint64_t tag, size_t len)
-{
-    sl_sub_t *sub = &req->subs[req->nsubs++];
-
-    sub->req      = req;
-    sub->ucx_req  = NULL;
-    sub->finished = 0;
-    sub->staged   = NULL;
-    sub->peer     = peer;
-    sub->kind     = kind;
-    sub->tag      = tag;
-    sub->buf      = NULL;
-    sub->expected = len;
-    sub->detached = 0;
-    sub->notice   = STAGELINK_SUCCESS;
-    ++req->pending;
-    req->comm->net_sends += sl_sub_on_net(sub);
-    return sub;
-}
-
-/* `before`: the sub's callback count before the post. */
-static sl_status_t sl_sub_started(sl_sub_t *sub, unsigned before,
-                                  ucs_status_ptr_t ptr)
-{
-    if (ptr == NULL) {
-        /* Only sends complete immediately (receives never do, see below). */
-        sl_sub_complete(sub, UCS_OK, sub->expected);
-    } else if (UCS_PTR_IS_ERR(ptr)) {
-        sl_sub_complete(sub, UCS_PTR_STATUS(ptr), 0);
-        return sl_error(&sub->req->comm->err, STAGELINK_ERR_TRANSPORT,
-                        "UCX refused a %s with rank %d: %s",
-                        sl_sub_name(sub->kind), sub->peer->rank,
-                        ucs_status_string(UCS_PTR_STATUS(ptr)));
-    } else if (sub->callbacks == before) {
-        /* UCX 1.13 may run the callback inside the call (NO_IMM_CMPL with
-         * the message already there) and still return the freed request. */
-        sub->ucx_req = ptr;
-    }
-    return STAGELINK_SUCCESS;
-}
-
-static sl_status_t sl_sub_send_plain(sl_sub_t *sub, const void *buf,
-                                     size_t len, uint64_t tag,
-                                     const stagelink_memh_t *memh)
-{
-    ucp_request_param_t param;
-    unsigned            before = sub->callbacks;
-
-    sl_ucx_param_init(&param, sub, UCS_MEMORY_TYPE_HOST, memh);
-    param.cb.send = sl_sub_send_cb;
-    return sl_sub_started(sub, before,
-                          ucp_tag_send_nbx(sub->peer->ep, buf, len, tag,
-                                           &param));
-}
-
-/*
- * Whether a message goes in chunks; both ends must decide alike from what
- * both know (mode, t, size; the chunk size and mode are checked equal at
- * init).  Device memory always does (bounded bounce buffers).  Host memory
- * only where a receiver relays it as it lands: the shard of a
- * scatter_gather boundary and the relays themselves.  Elsewhere one message
- * is faster (measured: full, 64 MiB, 8 Gbit/s link, t = 2: 94 ms whole,
- * 128 ms in 1 MiB chunks).  A host sender facing a device receiver outside
- * scatter_gather therefore fails with a size mismatch.
- */
-static int sl_sub_in_chunks(const sl_comm_t *comm, sl_sub_kind_t kind,
-                            size_t len, int device)
-{
-    if (device) {
-        return len > 0;
-    }
-    if (len <= comm->chunk) {
-        return 0;
-    }
-    return kind == SL_SUB_GATHER_SEND || kind == SL_SUB_GATHER_RECV ||
-           (comm->mode == STAGELINK_MODE_SCATTER_GATHER &&
-            comm->layout.tp_size > 1);
-}
-
-/* Large and device buffers go in chunks (ucx_chunked.c).  This is the one
- * place where a buffer is handed to UCX, so no device pointer reaches a UCX
- * without CUDA. */
-static sl_status_t sl_sub_chunked(sl_sub_t *sub, void *buf, size_t len,
-                                  int recv)
-{
-    sl_status_t status = sl_chunked_sub_start(sub, buf, len, recv);
-
-    if (status != STAGELINK_SUCCESS) {
-        sl_sub_finish(sub, status, 0, sub->req->comm->err.msg);
-    }
-    return status;
-}
-
-static sl_status_t sl_sub_post(sl_req_t *req, sl_ucx_peer_t *peer,
-                               sl_sub_kind_t kind, uint64_t tag, void *buf,
-                               size_t len, int recv, int device)
-{
-    ucp_request_param_t param;
-    sl_sub_t           *sub = sl_sub_new(req, peer, kind, tag, len);
-    sl_status_t         status;
-    unsigned char      *land;
-    unsigned            before;
-
-    sub->buf = buf;
-    status   = sl_fault_check(req->comm, peer);
-    if (status != STAGELINK_SUCCESS) {
-        sl_sub_finish(sub, status, 0, req->comm->err.msg);
-        return status;
-    }
-    if (sl_sub_in_chunks(req->comm, kind, len, device)) {
-        return sl_sub_chunked(sub, buf, len, recv);
-    }
-    if (!recv) {
-        return sl_sub_send_plain(sub, buf, len, tag,
-                                 (len > 0) ? req->xfer.memh : NULL);
-    }
-    /* Seen with UCX 1.13: a receive completed inside ucp_tag_recv_nbx
-     * (message already unexpected) sometimes reported length 0 through
-     * recv_info, which would pass for a short message.  The callback
-     * always has the real length, so receives complete there. */
-    land = sl_sub_landing(sub);
-    sl_ucx_param_init(&param, sub, UCS_MEMORY_TYPE_HOST,
-                      (land == buf && len > 0) ? req->xfer.memh : NULL);
-    param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    param.cb.recv       = sl_sub_recv_cb;
-    before              = sub->callbacks;
-    return sl_sub_started(sub, before,
-                          ucp_tag_recv_nbx(req->comm->worker, land,
-                                           (land == buf) ? len : SL_CTL_LEN,
-                                           tag, SL_TAG_MASK_HEADER, &param));
-}
-
-sl_status_t sl_sub_post_notice(sl_req_t *req, sl_ucx_peer_t *peer,
-                               sl_sub_kind_t kind, uint64_t tag,
-                               sl_status_t status)
-{
-    /* A device peer takes a shard of up to 16 bytes as one chunk straight
-     * into device memory, where a notice of its length could pass for data
-     * (ucx_chunked.c): one byte more makes it a truncation there. */
-    size_t      len = (req->device && kind == SL_SUB_GATHER_SEND &&
-                       req->shard.length <= SL_CTL_LEN)
-                          ? req->shard.length + 1 : SL_CTL_LEN;
-    sl_sub_t   *sub = sl_sub_new(req, peer, kind, tag, len);
-    sl_status_t s   = sl_fault_check(req->comm, peer);
-
-    sub->notice = status;
-    if (s != STAGELINK_SUCCESS) {
-        sl_sub_finish(sub, s, 0, req->comm->err.msg);
-        return s;
-    }
-    sl_notice_make(sub->ctl, status);
-    return sl_sub_send_plain(sub, sub->ctl, len, tag | SL_TAG_HEADER, NULL);
-}
-
-sl_status_t sl_sub_post_send(sl_req_t *req, sl_ucx_peer_t *peer,
-                             sl_sub_kind_t kind, uint64_t tag,
-                             const void *buf, size_t len)
-{
-    return sl_sub_post(req, peer, kind, tag, (void *)buf, len, 0, req->device);
-}
-
-sl_status_t sl_sub_post_recv(sl_req_t *req, sl_ucx_peer_t *peer,
-                             sl_sub_kind_t kind, uint64_t tag, void *buf,
-                             size_t len)
-{
-    return sl_sub_post(req, peer, kind, tag, buf, len, 1, req->device);
-}
-
-sl_status_t sl_sub_post_host(sl_req_t *req, sl_ucx_peer_t *peer,
-                             sl_sub_kind_t kind, uint64_t tag, void *buf,
-                             size_t len, int recv)
-{
-    return sl_sub_post(req, peer, kind, tag, buf, len, recv, 0);
 }
 
 void sl_xfer_shard_arrived(sl_req_t *req, sl_status_t own)
