@@ -1,6 +1,6 @@
 /*
  * Chunked transfers (which messages go in chunks: sl_sub_in_chunks in
- * ucx_xfer.c): ordered chunks of STAGELINK_CHUNK bytes on one tag, and above
+ * ucx_sub.c): ordered chunks of STAGELINK_CHUNK bytes on one tag, and above
  * one chunk a 16-byte length header first, so a receiver knows the sender's
  * size before any data and drains a mismatched sender instead of leaving
  * its chunks on the wire (plugin/staging decides what happens next).  Each
@@ -36,7 +36,7 @@ static uint64_t sl_chunk_tag(const sl_staged_t *st, size_t index)
 }
 
 /* UCX's outcome of one operation of a chunked transfer.  A lost
- * connection marks the peer down, as a plain transfer's does (ucx_xfer.c),
+ * connection marks the peer down, as a plain transfer's does (ucx_sub.c),
  * so both report PEER_FAILED. */
 static sl_status_t sl_chunk_status(const sl_staged_t *st, ucs_status_t ucs)
 {
@@ -174,6 +174,7 @@ static sl_status_t sl_dev_net_post(void *ctx, sl_staging_slot_t *slot,
     size_t              index = slot->index;
     ucp_request_param_t param;
     ucs_status_ptr_t    ptr;
+    sl_status_t         fault;
 
     /* A chunk moved in place lies inside the host's registration; a staged
      * one is in the plugin's own host buffer. */
@@ -186,9 +187,12 @@ static sl_status_t sl_dev_net_post(void *ctx, sl_staging_slot_t *slot,
         param.cb.recv       = sl_chunk_recv_cb;
         ptr = ucp_tag_recv_nbx(comm->worker, host, len, sl_chunk_tag(st, index),
                                SL_TAG_MASK_HEADER, &param);
-    } else if (sub->peer->failed) {
-        /* Its endpoint is closed; the request already says why. */
-        return STAGELINK_ERR_PEER_FAILED;
+    } else if ((fault = sl_fault_check(comm, sub->peer)) !=
+               STAGELINK_SUCCESS) {
+        /* After a failure or an abort nothing more goes out, also not from
+         * the callbacks a forced endpoint close runs; the request already
+         * says why. */
+        return fault;
     } else if (len == 0 && slot->x->status != STAGELINK_SUCCESS) {
         /* Given up: a notice of the cause in place of the chunk.  Its
          * length never equals the chunk's, so it is never taken for data
@@ -423,8 +427,8 @@ static sl_status_t sl_staged_get(sl_comm_t *comm, sl_sub_t *sub, int recv,
     return STAGELINK_SUCCESS;
 }
 
-sl_status_t sl_chunked_sub_start(sl_sub_t *sub, void *buf, size_t len,
-                                 int recv, sl_staged_t **out)
+sl_status_t sl_chunked_sub_prepare(sl_sub_t *sub, void *buf, size_t len,
+                                   int recv, sl_staged_t **out)
 {
     sl_req_t    *req    = sub->req;
     sl_comm_t   *comm   = req->comm;
@@ -438,14 +442,18 @@ sl_status_t sl_chunked_sub_start(sl_sub_t *sub, void *buf, size_t len,
     if (!recv && sub->kind == SL_SUB_GATHER_SEND && req->forwarding) {
         st->x.avail = &req->stage_landed; /* relay: each chunk as it lands */
     }
+    *out = st;
+    return STAGELINK_SUCCESS;
+}
+
+void sl_chunked_sub_kick(sl_staged_t *st)
+{
     if (st->framed) {
-        sl_hdr_post(comm, st);
+        sl_hdr_post(st->sub->req->comm, st);
     }
     if (!st->waiting && !st->draining) {
         sl_staging_progress(&st->x);
     }
-    *out = st;
-    return STAGELINK_SUCCESS;
 }
 
 sl_status_t sl_chunked_drain(sl_sub_t *sub, uint64_t len, sl_staged_t **out)
@@ -540,8 +548,7 @@ static void sl_chunked_progress(sl_comm_t *comm)
         }
         if (st->notice != STAGELINK_SUCCESS) {
             /* The sender gave up and said why: its status is the cause. */
-            sub->notice = st->notice;
-            sl_sub_finish(sub, STAGELINK_SUCCESS, sub->expected, "");
+            sl_sub_finish_notice(sub, st->notice);
             continue;
         }
         sl_sub_finish(sub, st->x.status,

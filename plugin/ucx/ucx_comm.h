@@ -60,9 +60,10 @@ typedef enum sl_sub_state {
     SL_SUB_PLAIN,    /**< one UCX operation in flight (ucx_req) */
     SL_SUB_CHUNKED,  /**< a chunked transfer or drain in flight (staged) */
     SL_SUB_DONE,     /**< ended and reported upward */
-    SL_SUB_DETACHED  /**< ended after a peer's failure with its UCX
-                          operation still in flight: a late callback finds
-                          it here and returns */
+    SL_SUB_DETACHED  /**< a plain sub ended after a failure or an abort
+                          with its UCX operation still in flight: a late
+                          callback finds it here and returns (a chunked
+                          one's transfer is marked detached instead) */
 } sl_sub_state_t;
 
 /** One message of a request to or from one peer (ucx_sub.c). */
@@ -345,13 +346,15 @@ sl_status_t sl_sub_post_host(sl_req_t *req, sl_ucx_peer_t *peer,
 sl_status_t sl_sub_post_notice(sl_req_t *req, sl_ucx_peer_t *peer,
                                sl_sub_kind_t kind, uint64_t tag,
                                sl_status_t status);
-/** Ends a sub and reports it upward (req->sub_done); for ucx_chunked.c,
- *  whose transfer ended. */
+/** Ends a sub and reports it upward (req->sub_done), once; for
+ *  ucx_chunked.c, whose transfer ended. */
 void        sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
                           const char *why);
+/** Ends a receive whose peer gave up and sent `notice`, its status. */
+void        sl_sub_finish_notice(sl_sub_t *sub, sl_status_t notice);
 /** Asks UCX to cancel what is in flight (the end comes through UCX). */
 void        sl_sub_cancel(sl_comm_t *comm, sl_sub_t *sub);
-/** Ends a sub in flight at once after its peer's failure, leaving what
+/** Ends a sub in flight at once after a failure or an abort, leaving what
  *  UCX will not complete to call back into a detached sub. */
 void        sl_sub_detach(sl_comm_t *comm, sl_sub_t *sub, sl_status_t status,
                           const char *why);
@@ -410,10 +413,12 @@ sl_status_t sl_device_copy_start(void *ctx, sl_staging_xfer_t *x, void *dst,
 int         sl_device_copy_test(void *ctx, void *token, sl_status_t *status);
 
 /* ucx_chunked.c: messages cut in chunks */
-/** Chunked transfer of one sub (large, or in device memory); its end is
- *  reported with sl_sub_finish. */
-sl_status_t sl_chunked_sub_start(sl_sub_t *sub, void *buf, size_t len,
-                                 int recv, sl_staged_t **out);
+/** Chunked transfer of one sub (large, or in device memory), made but not
+ *  posted; sl_chunked_sub_kick posts it.  Its end is reported with
+ *  sl_sub_finish. */
+sl_status_t sl_chunked_sub_prepare(sl_sub_t *sub, void *buf, size_t len,
+                                   int recv, sl_staged_t **out);
+void        sl_chunked_sub_kick(sl_staged_t *st);
 void        sl_chunked_cancel(sl_comm_t *comm, sl_staged_t *st);
 /** Gives up a chunked transfer whose peer died with operations in flight
  *  that UCX will not complete; the caller finishes the sub. */

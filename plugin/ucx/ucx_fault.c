@@ -229,7 +229,11 @@ void sl_fault_init(sl_comm_t *comm)
 
 static void sl_fault_progress(sl_comm_t *comm);
 
-static const sl_progress_hook_t sl_fault_hook = {.after = sl_fault_progress};
+/* After every UCX round, not once per progress call: while data from live
+ * peers keeps flowing, one call runs round after round, and a failure must
+ * end every request within 100 ms (a clock read per round; the pidfds are
+ * polled once a millisecond). */
+static const sl_progress_hook_t sl_fault_hook = {.round = sl_fault_progress};
 
 sl_status_t sl_fault_watch(sl_comm_t *comm, const sl_peer_process_t *procs)
 {
@@ -470,8 +474,8 @@ void sl_fault_polled(sl_comm_t *comm)
     }
 }
 
-/* After each progress call: liveness of same-node peers, pending failures
- * and an abort become request errors. */
+/* After each UCX round: liveness of same-node peers, pending failures and
+ * an abort become request errors. */
 static void sl_fault_progress(sl_comm_t *comm)
 {
     double now;

@@ -49,11 +49,10 @@ void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
     sl_req_t  *req  = sub->req;
     sl_comm_t *comm = req->comm;
 
-    /* A detached sub keeps its state: its UCX operation may still call
-     * back, and must find it given up. */
-    if (sub->state != SL_SUB_DETACHED) {
-        sub->state = SL_SUB_DONE;
+    if (sub->state == SL_SUB_DONE || sub->state == SL_SUB_DETACHED) {
+        return; /* reported once: a second end would count twice */
     }
+    sub->state   = SL_SUB_DONE;
     sub->ucx_req = NULL;
     sub->staged  = NULL;
     --req->pending;
@@ -62,6 +61,12 @@ void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
         comm->net_quiet_at = sl_time_now() + SL_NET_QUIET;
     }
     req->sub_done(sub, status, length, why);
+}
+
+void sl_sub_finish_notice(sl_sub_t *sub, sl_status_t notice)
+{
+    sub->notice = notice;
+    sl_sub_finish(sub, STAGELINK_SUCCESS, sub->expected, "");
 }
 
 /* UCX's outcome of one operation, in stagelink's terms. */
@@ -151,8 +156,7 @@ static void sl_sub_recv_cb(void *request, ucs_status_t status,
     if (status == UCS_OK) {
         switch (sl_msg_classify(sub->tag, info, msg, &value)) {
         case SL_MSG_NOTICE:
-            sub->notice = sl_notice_status(value);
-            sl_sub_finish(sub, STAGELINK_SUCCESS, sub->expected, "");
+            sl_sub_finish_notice(sub, sl_notice_status(value));
             return;
         case SL_MSG_HEADER:
             /* A framed sender: its part is larger than one chunk. */
@@ -195,8 +199,9 @@ static sl_sub_t *sl_sub_new(sl_req_t *req, sl_ucx_peer_t *peer,
 }
 
 /* What UCX returned for the sub's one operation.  Its callback may have
- * run inside the call (NO_IMM_CMPL with the message already there), which
- * ended the sub and freed the request UCX still returns. */
+ * run inside the call (NO_IMM_CMPL with the message already there): it
+ * ended the sub, or made it the drain of a framed sender, and freed the
+ * request UCX still returns. */
 static sl_status_t sl_sub_started(sl_sub_t *sub, ucs_status_ptr_t ptr)
 {
     if (ptr == NULL) {
@@ -258,14 +263,17 @@ static sl_status_t sl_sub_chunked(sl_sub_t *sub, void *buf, size_t len,
                                   int recv)
 {
     sl_staged_t *st;
-    sl_status_t  status = sl_chunked_sub_start(sub, buf, len, recv, &st);
+    sl_status_t  status = sl_chunked_sub_prepare(sub, buf, len, recv, &st);
 
     if (status != STAGELINK_SUCCESS) {
         sl_sub_finish(sub, status, 0, sub->req->comm->err.msg);
         return status;
     }
+    /* In flight before its first post: a relay, a give-up or a detach
+     * that runs from there finds it. */
     sub->state  = SL_SUB_CHUNKED;
     sub->staged = st;
+    sl_chunked_sub_kick(st);
     return STAGELINK_SUCCESS;
 }
 
@@ -362,17 +370,21 @@ void sl_sub_cancel(sl_comm_t *comm, sl_sub_t *sub)
 void sl_sub_detach(sl_comm_t *comm, sl_sub_t *sub, sl_status_t status,
                    const char *why)
 {
-    if (sub->state == SL_SUB_CHUNKED) {
+    sl_sub_state_t was = sub->state;
+
+    if (was == SL_SUB_CHUNKED) {
+        /* Its late callbacks find the transfer detached instead. */
         sl_chunked_detach(comm, sub->staged);
-    } else if (sub->state == SL_SUB_PLAIN) {
+    } else if (was != SL_SUB_PLAIN) {
+        return;
+    }
+    sl_sub_finish(sub, status, 0, why);
+    if (was == SL_SUB_PLAIN) {
         /* Its UCX operation stays, pointing at this sub: the request is
          * never reused, so a late callback finds it detached. */
         sub->state = SL_SUB_DETACHED;
         ++sub->req->detached_subs;
-    } else {
-        return;
     }
-    sl_sub_finish(sub, status, 0, why);
 }
 
 int sl_sub_describe(const sl_sub_t *sub, char *out, size_t len)

@@ -103,7 +103,7 @@ sl_msg_kind_t sl_msg_classify(uint64_t posted, const ucp_tag_recv_info_t *info,
 }
 
 void sl_xfer_sub_done(sl_sub_t *sub, sl_status_t status, size_t length,
-                             const char *why)
+                      const char *why)
 {
     sl_req_t  *req  = sub->req;
     sl_comm_t *comm = req->comm;

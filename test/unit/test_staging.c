@@ -4,7 +4,8 @@
  * queue with rendezvous semantics (a send completes only when received).
  * Covers chunk boundaries, odd sizes, a pool of one buffer, several
  * transfers sharing a pool in opposite posting orders, overlap of copy and
- * wire, sends complete inside their post, and a failing copy.  SPDX-License-Identifier: MIT
+ * wire, sends that complete inside their post, and a failing copy.
+ * SPDX-License-Identifier: MIT
  */
 #include "check.h"
 #include "staging.h"
