@@ -10,7 +10,6 @@
 
 #include "sl_log.h"
 #include "sl_tag.h"
-#include "sl_time.h"
 
 #include <stdio.h>
 #include <string.h>
