@@ -33,6 +33,7 @@ typedef enum sl_env_id {
     SL_ENV_BOOTSTRAP_BIND,
     SL_ENV_JOB_KEY,
     SL_ENV_LIBRARY,
+    SL_ENV_CHECK,
     SL_ENV_UCX_NET_DEVICES,
     /* Read from launchers, in the order tried. */
     SL_ENV_RANK,

@@ -105,6 +105,19 @@ static stagelink_status_t sl_loader_stub_comm_get_error(stagelink_comm_t *comm,
     return STAGELINK_ERR_UNSUPPORTED;
 }
 
+static stagelink_status_t sl_loader_stub_wait_for(stagelink_comm_t *comm,
+                                                  stagelink_request_t *request,
+                                                  int timeout_ms)
+{
+    static atomic_flag once = ATOMIC_FLAG_INIT;
+
+    (void)comm;
+    (void)request;
+    (void)timeout_ms;
+    sl_loader_stub_note(&once, "wait_for");
+    return STAGELINK_ERR_UNSUPPORTED;
+}
+
 static size_t sl_loader_stub_describe(char *buf, size_t len)
 {
     int n = snprintf(buf, len, "this plugin predates the describe entry of "
@@ -133,6 +146,9 @@ static void sl_loader_fill(stagelink_loader_t *loader,
     }
     if (!SL_PLUGIN_V1_HAS(size, describe)) {
         vt->describe = sl_loader_stub_describe;
+    }
+    if (!SL_PLUGIN_V1_HAS(size, wait_for)) {
+        vt->wait_for = sl_loader_stub_wait_for;
     }
     if (size < sizeof(*vt)) {
         SL_INFO(SL_SUBSYS_INIT, "%s: vtable of %zu bytes from an older v1 "

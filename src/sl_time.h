@@ -30,6 +30,12 @@ static inline int sl_deadline_ms(double deadline)
     return (left <= 0) ? 0 : (int)(left * 1e3) + 1;
 }
 
+/** The earlier of two deadlines (0 = none). */
+static inline double sl_deadline_earlier(double a, double b)
+{
+    return (a == 0.0 || (b != 0.0 && b < a)) ? b : a;
+}
+
 static inline int sl_deadline_passed(double deadline)
 {
     return deadline != 0.0 && sl_time_now() >= deadline;

@@ -57,7 +57,9 @@ typedef enum stagelink_status {
     STAGELINK_ERR_INIT             = 16,      /**< plugin init failed (see the error sentence) */
     STAGELINK_ERR_INTERNAL         = 17,
     STAGELINK_ERR_PEER_FAILED      = 18,      /**< a peer process or its link died (see comm_get_error) */
-    STAGELINK_ERR_ABORTED          = 19       /**< comm_abort was called on this communicator */
+    STAGELINK_ERR_ABORTED          = 19,      /**< comm_abort was called on this communicator */
+    /** Not an error: `wait_for`'s slice ended first; the request is still in flight. */
+    STAGELINK_IN_PROGRESS          = 20
 } stagelink_status_t;
 
 /** Short, static name of a status ("STAGELINK_ERR_TIMEOUT"). */
@@ -216,8 +218,8 @@ typedef struct stagelink_op {
  * The v1 vtable only ever grows by appending: no entry is removed,
  * reordered or changes its type, so a plugin built against an older v1
  * header is a prefix of this struct with a smaller `struct_size`.  The
- * original v1 ended with `get_counters`; `comm_abort`, `comm_get_error`
- * and `describe` were appended later.  A host checks `struct_size`
+ * original v1 ended with `get_counters`; `comm_abort`, `comm_get_error`,
+ * `describe` and `wait_for` were appended later.  A host checks `struct_size`
  * through the loader (stagelink/loader.h), not by reading the plugin's
  * symbol itself: the loader refuses a vtable shorter than that original
  * prefix (or not a whole number of pointers) and hands out a full-size
@@ -284,7 +286,7 @@ typedef struct stagelink_plugin_v1 {
 
     /* End of the original v1 vtable: the entries below were appended and
      * are stubs (STAGELINK_ERR_UNSUPPORTED) for plugins that predate them.
-     * Append new entries after `describe`, never in between. */
+     * Append new entries after the last one, never in between. */
 
     /**
      * Gives up on the communicator without waiting for any peer: every
@@ -316,6 +318,21 @@ typedef struct stagelink_plugin_v1 {
      * Returns the bytes needed (as snprintf).
      */
     size_t (*describe)(char *buf, size_t len);
+    /**
+     * `wait` in slices: blocks (without spinning a core) until the request
+     * completes, or at most `timeout_ms` milliseconds (< 0: no limit, as
+     * `wait`; 0: one look, as `test`).  When the slice ends first it
+     * returns STAGELINK_IN_PROGRESS, sets no error, and the request stays
+     * in flight, so a host can look at its own events (a signal, a
+     * watchdog, Python's KeyboardInterrupt) and call again.  The library's
+     * deadline (STAGELINK_TIMEOUT) runs across the slices from the first
+     * of them; when it passes: STAGELINK_ERR_TIMEOUT, the request still in
+     * flight, and the next call starts a new deadline.  Completion
+     * releases the request, as with `wait`.
+     */
+    stagelink_status_t (*wait_for)(stagelink_comm_t *comm,
+                                   stagelink_request_t *request,
+                                   int timeout_ms);
 } stagelink_plugin_v1_t;
 
 #ifdef __cplusplus

@@ -39,6 +39,7 @@ struct stagelink_request {
     int              backward;
     stagelink_tag_t  tag;
     void            *event;
+    double           wait_deadline; /**< of wait_for's slices; 0: none started */
 };
 
 struct stagelink_memh {
@@ -412,8 +413,9 @@ static sl_status_t sl_nccl_req_get(sl_ncomm_t *c, sl_nreq_t **out)
             if (c->reqs[i].event == NULL) {
                 SL_CHECK(c->gpu->event_create(&c->reqs[i].event, &c->err));
             }
-            c->reqs[i].in_use = 1;
-            c->reqs[i].magic  = SL_NREQ_MAGIC;
+            c->reqs[i].in_use        = 1;
+            c->reqs[i].magic         = SL_NREQ_MAGIC;
+            c->reqs[i].wait_deadline = 0.0;
             *out              = &c->reqs[i];
             return STAGELINK_SUCCESS;
         }
@@ -613,21 +615,22 @@ static stagelink_status_t sl_nccl_test(stagelink_comm_t *c,
     return status;
 }
 
-static stagelink_status_t sl_nccl_wait(stagelink_comm_t *c,
-                                       stagelink_request_t *r)
+/* Until done, `deadline` (TIMEOUT) or `slice_end` (IN_PROGRESS); 0 = none.
+ * The device's event has no fd to sleep on: short naps. */
+static sl_status_t sl_nccl_wait_until(sl_ncomm_t *c, sl_nreq_t *r,
+                                      double deadline, double slice_end)
 {
-    double          deadline;
     struct timespec nap = {0, 50000};
     sl_status_t     status;
     int             done = 0;
 
-    SL_LIVE(c, "wait");
-    SL_CHECK(sl_nccl_req_check(c, r));
-    deadline = sl_deadline(c->set.timeout);
     for (;;) {
         status = sl_nccl_test(c, r, &done);
         if (done || status != STAGELINK_SUCCESS) {
             return status;
+        }
+        if (sl_deadline_passed(slice_end) && !sl_deadline_passed(deadline)) {
+            return STAGELINK_IN_PROGRESS;
         }
         if (sl_deadline_passed(deadline)) {
             return sl_error(&c->err, STAGELINK_ERR_TIMEOUT,
@@ -638,6 +641,34 @@ static stagelink_status_t sl_nccl_wait(stagelink_comm_t *c,
         }
         nanosleep(&nap, NULL);
     }
+}
+
+static stagelink_status_t sl_nccl_wait(stagelink_comm_t *c,
+                                       stagelink_request_t *r)
+{
+    SL_LIVE(c, "wait");
+    SL_CHECK(sl_nccl_req_check(c, r));
+    return sl_nccl_wait_until(c, r, sl_deadline(c->set.timeout), 0.0);
+}
+
+static stagelink_status_t sl_nccl_wait_for(stagelink_comm_t *c,
+                                           stagelink_request_t *r,
+                                           int timeout_ms)
+{
+    sl_status_t status;
+
+    SL_LIVE(c, "wait_for");
+    SL_CHECK(sl_nccl_req_check(c, r));
+    if (r->wait_deadline == 0.0) {
+        r->wait_deadline = sl_deadline(c->set.timeout);
+    }
+    status = sl_nccl_wait_until(c, r, r->wait_deadline,
+                                (timeout_ms < 0) ? 0.0
+                                    : sl_time_now() + timeout_ms * 1e-3);
+    if (status != STAGELINK_IN_PROGRESS) {
+        r->wait_deadline = 0.0;
+    }
+    return status;
 }
 
 static stagelink_status_t sl_nccl_cancel(stagelink_comm_t *c,
@@ -723,4 +754,5 @@ const stagelink_plugin_v1_t stagelink_plugin_v1 = {
     .comm_abort     = sl_nccl_comm_abort,
     .comm_get_error = sl_nccl_comm_get_error,
     .describe       = sl_nccl_describe,
+    .wait_for       = sl_nccl_wait_for,
 };

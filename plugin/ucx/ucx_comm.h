@@ -151,6 +151,7 @@ struct stagelink_request {
     int                       forwarding;   /**< gather sends relay chunks as they land */
     size_t                    stage_landed; /**< bytes of the own shard in place */
     int                       detached_subs;/**< never reused: UCX may still call back */
+    double                    wait_deadline;/**< of wait_for's slices; 0: none started */
     /** Called once as each sub ends (from ucx_sub.c, maybe inside a UCX
      *  callback): the request's accounting of it. */
     void (*sub_done)(sl_sub_t *sub, sl_status_t status, size_t length,
@@ -280,6 +281,10 @@ void        sl_ucx_flush(sl_comm_t *comm);
 void        sl_ucx_discard_unexpected(sl_comm_t *comm);
 /** Blocks until `req` completes or the deadline passes. */
 sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req);
+/** Waits until `deadline` (STAGELINK_ERR_TIMEOUT) or `slice_end`
+ *  (STAGELINK_IN_PROGRESS, no error set), 0 = none; SUCCESS once done. */
+sl_status_t sl_ucx_wait_until(sl_comm_t *comm, sl_req_t *req,
+                              double deadline, double slice_end);
 /**
  * Parameters of one tagged operation: the caller's callback (set after),
  * user_data, the buffer's memory type and, when the host registered the

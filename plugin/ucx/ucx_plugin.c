@@ -13,6 +13,7 @@
 #include "sl_log.h"
 #include "sl_registry.h"
 #include "sl_settings.h"
+#include "sl_time.h"
 #include "sl_topo.h"
 
 #include <stdio.h>
@@ -397,6 +398,28 @@ static stagelink_status_t sl_ucx_wait_req(stagelink_comm_t *comm,
     return sl_req_finish(comm, request);
 }
 
+static stagelink_status_t sl_ucx_wait_for(stagelink_comm_t *comm,
+                                          stagelink_request_t *request,
+                                          int timeout_ms)
+{
+    sl_status_t status;
+
+    SL_LIVE(comm, "wait_for");
+    SL_CHECK(sl_req_check(comm, request));
+    if (request->wait_deadline == 0.0) {
+        request->wait_deadline = sl_deadline(comm->timeout);
+    }
+    status = sl_ucx_wait_until(comm, request, request->wait_deadline,
+                               (timeout_ms < 0) ? 0.0
+                                   : sl_time_now() + timeout_ms * 1e-3);
+    if (status == STAGELINK_IN_PROGRESS) {
+        return status;
+    }
+    request->wait_deadline = 0.0;
+    SL_CHECK(status);
+    return sl_req_finish(comm, request);
+}
+
 static stagelink_status_t sl_ucx_cancel(stagelink_comm_t *comm,
                                         stagelink_request_t *request)
 {
@@ -533,4 +556,5 @@ const stagelink_plugin_v1_t stagelink_plugin_v1 = {
     .comm_abort     = sl_ucx_comm_abort,
     .comm_get_error = sl_ucx_comm_get_error,
     .describe       = sl_ucx_describe,
+    .wait_for       = sl_ucx_wait_for,
 };

@@ -102,6 +102,7 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->forwarding    = 0;
     req->stage_landed  = 0;
     req->detached_subs = 0;
+    req->wait_deadline = 0.0;
     req->sub_done      = sl_xfer_sub_done;
     req->error[0]      = '\0';
 

@@ -494,8 +494,14 @@ void sl_ucx_param_init(ucp_request_param_t *param, void *user_data,
 
 sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
 {
-    double        deadline   = sl_deadline(comm->timeout);
+    return sl_ucx_wait_until(comm, req, sl_deadline(comm->timeout), 0.0);
+}
+
+sl_status_t sl_ucx_wait_until(sl_comm_t *comm, sl_req_t *req,
+                              double deadline, double slice_end)
+{
     double        spin_until = sl_time_now() + comm->spin;
+    double        wake       = sl_deadline_earlier(deadline, slice_end);
     int           ready, tx_ms = SL_UCX_TX_POLL_MIN_MS, tx_wait;
     ucs_status_t  ucs;
 
@@ -503,6 +509,9 @@ sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
         sl_ucx_progress(comm);
         if (sl_req_done(req)) {
             return STAGELINK_SUCCESS;
+        }
+        if (sl_deadline_passed(slice_end) && !sl_deadline_passed(deadline)) {
+            return STAGELINK_IN_PROGRESS;
         }
         if (sl_deadline_passed(deadline)) {
             char pending[512];
@@ -546,7 +555,7 @@ sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
         /* Same-node peers' pidfds wake us too when one of them dies. */
         tx_wait = sl_ucx_tx_pending(comm);
         ready   = poll(comm->pfds, (nfds_t)comm->npfds,
-                       tx_wait ? tx_ms : sl_deadline_ms(deadline));
+                       tx_wait ? tx_ms : sl_deadline_ms(wake));
         tx_ms   = (ready == 0 && tx_wait && tx_ms < SL_UCX_TX_POLL_MAX_MS)
                       ? 2 * tx_ms : (ready != 0 ? SL_UCX_TX_POLL_MIN_MS : tx_ms);
         if (ready < 0 && errno != EINTR) {

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const stagelink_plugin_v1_t *P;
 static stagelink_comm_t            *C;
@@ -115,6 +116,55 @@ static void chunked_mismatch_cases(int stage)
 
 /* Collective steps need both stages: a barrier-free sequence where each
  * stage only waits on what the other stage posts in the same step. */
+static double now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* wait_for: a slice that ends first leaves the request in flight with
+ * IN_PROGRESS, after sleeping that long; the data still arrives.  Stage 0
+ * sends only once stage 1 has seen its slices end. */
+static void wait_for_cases(int stage, char *buf)
+{
+    stagelink_request_t *r = NULL, *go = NULL;
+    stagelink_xfer_t     x, m;
+    stagelink_status_t   st = STAGELINK_IN_PROGRESS;
+    double               t0;
+    int                  slices;
+
+    if (stage == 1) {
+        x = sl_host_xfer(STAGELINK_PEER_PREV, buf, 256, 1, 400, 0);
+        m = sl_host_xfer(STAGELINK_PEER_PREV, buf + 512, 1, 1, 401, 0);
+        expect(P->irecv(C, &x, &r), STAGELINK_SUCCESS, "receive for wait_for");
+        expect(P->wait_for(C, r, 0), STAGELINK_IN_PROGRESS,
+               "wait_for 0 ms before the send");
+        t0 = now();
+        expect(P->wait_for(C, r, 30), STAGELINK_IN_PROGRESS,
+               "wait_for 30 ms before the send");
+        CHECK(now() - t0 >= 0.025 && now() - t0 < 5,
+              "a 30 ms slice of wait_for took %.3f s", now() - t0);
+        expect(P->isend(C, &m, &go), STAGELINK_SUCCESS, "tell the sender");
+        for (slices = 0; slices < 100000 && st == STAGELINK_IN_PROGRESS;
+             ++slices) {
+            st = P->wait_for(C, r, 20);
+        }
+        expect(st, STAGELINK_SUCCESS, "wait_for until the data arrives");
+        expect(P->wait_for(C, r, 20), STAGELINK_ERR_INVALID_ARG,
+               "wait_for on a completed request");
+        expect(P->wait(C, go), STAGELINK_SUCCESS, "the go-ahead was sent");
+    } else {
+        x = sl_host_xfer(STAGELINK_PEER_NEXT, buf, 256, 1, 400, 0);
+        m = sl_host_xfer(STAGELINK_PEER_NEXT, buf + 512, 1, 1, 401, 0);
+        expect(P->irecv(C, &m, &go), STAGELINK_SUCCESS, "receive the go-ahead");
+        expect(P->wait(C, go), STAGELINK_SUCCESS, "the go-ahead arrived");
+        expect(P->isend(C, &x, &r), STAGELINK_SUCCESS, "send for wait_for");
+        expect(P->wait(C, r), STAGELINK_SUCCESS, "send for wait_for completes");
+    }
+}
+
 static void cross_stage_cases(int stage, char *buf)
 {
     stagelink_request_t *r1 = NULL, *r2 = NULL;
@@ -147,6 +197,7 @@ static void cross_stage_cases(int stage, char *buf)
                STAGELINK_ERR_CANCELED, "wait on the canceled receive");
         expect(P->wait(C, r1), STAGELINK_ERR_INVALID_ARG,
                "wait on a completed request");
+        wait_for_cases(stage, buf);
     } else {
         x = sl_host_xfer(STAGELINK_PEER_NEXT, buf, 64, 1, 100, 0);
         expect(P->isend(C, &x, &r1), STAGELINK_SUCCESS, "send mb 100");
@@ -157,6 +208,7 @@ static void cross_stage_cases(int stage, char *buf)
         x = sl_host_xfer(STAGELINK_PEER_NEXT, buf, 64, 1, 201, 0);
         expect(P->isend(C, &x, &r1), STAGELINK_SUCCESS, "send 64 B (mb 201)");
         P->wait(C, r1);
+        wait_for_cases(stage, buf);
     }
 }
 

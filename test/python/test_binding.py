@@ -84,8 +84,8 @@ with stagelink.Communicator(tp_size=world // 2) as comm:
         except stagelink.StagelinkError as e:
             check(e.status == "ERR_SIZE_MISMATCH", str(e))
     try:
-        comm.isend(memoryview(bytearray(4)).toreadonly())
-        check(False, "a read-only memoryview was accepted")
+        comm.irecv(memoryview(bytearray(4)).toreadonly())
+        check(False, "a read-only memoryview was accepted to receive into")
     except ValueError:
         pass
     check(comm.counters()["transfers_completed"] >= 5, "counters")

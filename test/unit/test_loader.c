@@ -70,7 +70,8 @@ static void check_old_plugin(const char *path)
           "the host's vtable is not the plugin's own up to %zu bytes",
           OLD_V1_SIZE);
     CHECK(p->comm_abort != NULL && p->comm_get_error != NULL &&
-              p->describe != NULL, "missing entries were not filled");
+              p->describe != NULL && p->wait_for != NULL,
+          "missing entries were not filled");
 
     memset(&config, 0, sizeof(config));
     config.struct_size = sizeof(config);
@@ -86,6 +87,8 @@ static void check_old_plugin(const char *path)
         CHECK(p->comm_get_error(comm, &rank) == STAGELINK_ERR_UNSUPPORTED &&
                   rank == -1,
               "comm_get_error of an old plugin (failed rank %d)", rank);
+        CHECK(p->wait_for(comm, NULL, 10) == STAGELINK_ERR_UNSUPPORTED,
+              "wait_for of an old plugin");
         CHECK(p->comm_finalize(comm) == STAGELINK_SUCCESS, "finalize");
     }
     CHECK(p->comm_init(NULL, &comm) == STAGELINK_ERR_INVALID_ARG &&

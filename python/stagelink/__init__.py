@@ -1,0 +1,39 @@
+"""stagelink from Python: pipeline-stage tensor transfers with Megatron's
+scatter/gather, through ctypes (no compiled extension).
+
+    import stagelink, torch
+    with stagelink.Communicator(tp_size=2) as comm:
+        act = torch.empty(4, 1024)
+        comm.recv(act, peer="prev", microbatch=0)
+
+Buffers: torch tensors (CPU or CUDA, contiguous) and anything with the
+buffer protocol (bytearray, numpy arrays, array, memoryview; bytes and
+other read-only buffers for sends only).  A request keeps its buffer's
+memory alive until the transport is done with it, also when dropped.
+
+stagelink.megatron holds the drop-in for Megatron-Core's p2p_communication.
+
+SPDX-License-Identifier: MIT
+"""
+
+from . import _lib
+from ._version import __version__
+from .communicator import (Communicator, P2POp, Placement, Request,
+                           batch_isend_irecv)
+from .errors import (AbortedError, CanceledError, ClosedError,
+                     PeerFailedError, ShapeMismatchError, SizeMismatchError,
+                     StagelinkError, TagInUseError, TimeoutError)
+
+__all__ = ["Communicator", "Request", "Placement", "P2POp",
+           "batch_isend_irecv", "StagelinkError", "PeerFailedError",
+           "TimeoutError", "SizeMismatchError", "ShapeMismatchError",
+           "AbortedError", "CanceledError", "TagInUseError", "ClosedError",
+           "version", "library_version", "__version__"]
+
+
+def library_version():
+    """Version of the libstagelink found at run time."""
+    return _lib.library().stagelink_version().decode()
+
+
+version = library_version  # the name of earlier releases

@@ -1,0 +1,702 @@
+"""Communicator and Request: the C API with the memory safety of torch's
+`Work`.
+
+- A request holds its buffer's memory (a torch tensor's storage, or a
+  buffer export) until the transport is done with it.  A request dropped
+  before completion is completed in the background and its memory kept
+  until then; one that failed with PEER_FAILED or ABORTED keeps it until
+  close(), as the C API asks.
+- A blocking wait sleeps in the library in slices of 50 ms (wait_for) and
+  looks at pending signals between them, so Ctrl-C raises KeyboardInterrupt
+  at once and the request stays usable.
+- The library is called by one thread at a time (its threading model, a
+  lock here); abort() is the exception.  A helper thread completes
+  dropped requests.
+- After close(), every call raises ClosedError instead of reaching the
+  unloaded plugin.
+
+SPDX-License-Identifier: MIT
+"""
+
+import atexit
+import ctypes
+import logging
+import operator
+import os
+import queue
+import threading
+import time
+import weakref
+
+from . import _buffer, _check, _lib, _store
+from .errors import STATUS, ClosedError, StagelinkError, error
+
+__all__ = ["Communicator", "Request", "Placement", "P2POp",
+           "batch_isend_irecv"]
+
+_log = logging.getLogger("stagelink")
+_SLICE_MS = 50  # a wait looks at pending signals this often
+_STOP, _REAP = object(), object()
+_open_comms = weakref.WeakSet()
+# The transport may still write into a failed request's buffer until
+# comm_finalize returns (stagelink.h, comm_abort).
+_HOLD_UNTIL_CLOSE = (STATUS["ERR_PEER_FAILED"], STATUS["ERR_ABORTED"])
+
+
+def _index(value, name, low, high):
+    """operator.index(value) within [low, high], else ValueError (never a
+    silent wrap into the C field)."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError("%s must be an integer, not %s"
+                        % (name, type(value).__name__)) from None
+    if isinstance(value, bool) or not low <= v <= high:
+        raise ValueError("%s=%r is out of range: it must be in [%d, %d]"
+                         % (name, value, low, high))
+    return v
+
+
+def _choice(value, name, choices):
+    if value not in choices:
+        raise ValueError("%s=%r is not one of %s"
+                         % (name, value, ", ".join(map(repr, choices))))
+    return choices[value]
+
+
+class Placement:
+    """Where this rank sits, given explicitly instead of Megatron's rank
+    order (TP fastest, then DP, then PP): the world ranks of the matching
+    TP rank in the previous and next stage (None at the pipeline's ends;
+    the interleaved schedule's wrap-around gives both ends a neighbour)
+    and of this rank's TP group, by TP index."""
+
+    def __init__(self, prev_rank, next_rank, tp_ranks, tp_index=None):
+        self.prev_rank, self.next_rank = prev_rank, next_rank
+        self.tp_ranks = [operator.index(r) for r in tp_ranks]
+        self.tp_index = tp_index
+
+    def __repr__(self):
+        return ("Placement(prev_rank=%r, next_rank=%r, tp_ranks=%r, "
+                "tp_index=%r)" % (self.prev_rank, self.next_rank,
+                                  self.tp_ranks, self.tp_index))
+
+    def _topology(self, rank, world, tp_size):
+        """The C topology; ValueError when it cannot describe `rank`."""
+        if len(self.tp_ranks) != tp_size or len(set(self.tp_ranks)) != tp_size:
+            raise ValueError("placement: tp_ranks %r must be %d distinct ranks"
+                             % (self.tp_ranks, tp_size))
+        for r in self.tp_ranks:
+            _index(r, "placement tp_ranks entry", 0, world - 1)
+        ends = [-1 if r is None else _index(r, "placement neighbour", 0,
+                                            world - 1)
+                for r in (self.prev_rank, self.next_rank)]
+        index = self.tp_index
+        if index is None:
+            if rank is None or rank not in self.tp_ranks:
+                raise ValueError("placement: rank %r is not in tp_ranks %r; "
+                                 "give tp_index" % (rank, self.tp_ranks))
+            index = self.tp_ranks.index(rank)
+        index = _index(index, "placement tp_index", 0, tp_size - 1)
+        ranks = (ctypes.c_int * tp_size)(*self.tp_ranks)
+        topo = _lib.Topology(prev_rank=ends[0], next_rank=ends[1],
+                             tp_index=index, tp_ranks=ranks)
+        return topo, ranks
+
+
+class Request:
+    """One isend or irecv.  wait() blocks until it completes (raising its
+    error), test() polls, cancel() asks to stop it.  A dropped Request is
+    completed in the background; its buffer stays alive until then."""
+
+    __slots__ = ("_comm", "_handle", "_buf", "_what", "_done", "_err",
+                 "_timed_out", "_check", "__weakref__")
+
+    def __init__(self, comm, handle, buf, what, check=None):
+        self._comm, self._handle, self._buf = comm, handle, buf
+        self._what, self._check = what, check
+        self._done, self._err = False, None
+        self._timed_out = None
+
+    def __repr__(self):
+        state = ("done" if self._err is None else "failed: " + self._err[0]) \
+            if self._done else "in flight"
+        return "<stagelink.Request %s (%s)>" % (self._what, state)
+
+    def _result(self):
+        if self._err is not None:
+            raise error(*self._err)
+        return None
+
+    def wait(self, timeout=None):
+        """Blocks until the transfer completes; raises its error.
+
+        The wait sleeps in slices of 50 ms, so signals are handled at once
+        (Ctrl-C raises KeyboardInterrupt; the request stays in flight).
+        `timeout` (seconds) bounds this wait only: on expiry TimeoutError
+        is raised and the request stays in flight, as after the library's
+        own deadline (STAGELINK_TIMEOUT): wait again or cancel it."""
+        comm = self._comm
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._done:
+            slice_ms = _SLICE_MS
+            if deadline is not None:
+                slice_ms = min(slice_ms, max(
+                    int((deadline - time.monotonic()) * 1e3), 0))
+            with comm._lock:
+                comm._require_open("wait")
+                if self._done:  # another thread completed it meanwhile
+                    break
+                comm._reap()
+                status = comm._wait(self, slice_ms)
+            if status == STATUS["ERR_TIMEOUT"]:
+                raise error(status, self._timed_out)
+            if (not self._done and deadline is not None
+                    and time.monotonic() >= deadline):
+                raise error(STATUS["ERR_TIMEOUT"],
+                            "%s did not complete within wait(timeout=%g); it "
+                            "stays in flight: wait again or cancel it"
+                            % (self._what, timeout))
+        return self._result()
+
+    def test(self):
+        """True once the transfer completed (raising its error if it
+        failed); False while it is in flight.  Never blocks for long."""
+        comm = self._comm
+        if not self._done:
+            with comm._lock:
+                comm._require_open("test")
+                comm._reap()
+                if not self._done and not comm._test(self):
+                    return False
+        self._result()
+        return True
+
+    def is_completed(self):
+        """torch's Work.is_completed: True once done, without raising."""
+        try:
+            return self.test()
+        except StagelinkError:
+            return True
+
+    def cancel(self):
+        """Asks the transport to cancel; wait() then raises CanceledError,
+        unless the transfer completed first.  Returns False if it had
+        already completed."""
+        comm = self._comm
+        if self._done:
+            return False
+        comm._require_open("cancel")
+        with comm._lock:
+            comm._require_open("cancel")
+            if self._done:
+                return False
+            comm._call(comm._vt.cancel, comm._comm, self._handle)
+            if self._check is not None:
+                comm._vt.cancel(comm._comm, self._check.request._handle)
+        return True
+
+    def __del__(self):
+        try:
+            if not self._done and self._handle is not None:
+                self._comm._orphan(self)
+        except Exception:  # interpreter shutdown: modules may be gone
+            pass
+
+
+class P2POp:
+    """One operation of batch_isend_irecv, as torch.distributed.P2POp.
+
+    `op` is comm.isend or comm.irecv (or torch.distributed.isend/irecv,
+    or "send"/"recv" with `comm` given); `peer` is "next", "prev" or the
+    world rank of that neighbour."""
+
+    __slots__ = ("op", "tensor", "peer", "microbatch", "chunk", "comm")
+
+    def __init__(self, op, tensor, peer, microbatch=0, chunk=0, comm=None):
+        self.op, self.tensor, self.peer = op, tensor, peer
+        self.microbatch, self.chunk = microbatch, chunk
+        self.comm = comm if comm is not None else getattr(op, "__self__",
+                                                          None)
+
+    def __repr__(self):
+        return "P2POp(%s, peer=%r, microbatch=%r, chunk=%r)" % (
+            getattr(self.op, "__name__", self.op), self.peer, self.microbatch,
+            self.chunk)
+
+    def _kind(self):
+        name = self.op if isinstance(self.op, str) else getattr(
+            self.op, "__name__", None)
+        kinds = {"isend": _lib.OP_SEND, "send": _lib.OP_SEND,
+                 "irecv": _lib.OP_RECV, "recv": _lib.OP_RECV}
+        if name not in kinds:
+            raise ValueError("P2POp op=%r: pass comm.isend or comm.irecv "
+                             "(or torch.distributed.isend/irecv)" % (self.op,))
+        return kinds[name]
+
+
+def batch_isend_irecv(p2p_op_list):
+    """Posts every operation at once, receives first, as
+    torch.distributed.batch_isend_irecv; returns their Requests in the
+    list's order.  On error none of them stays posted."""
+    comms = {id(op.comm): op.comm for op in p2p_op_list}
+    if len(comms) != 1 or None in comms.values():
+        raise ValueError("batch_isend_irecv: every P2POp must belong to one "
+                         "Communicator (op=comm.isend / comm.irecv, or "
+                         "comm=...)")
+    return next(iter(comms.values())).batch_isend_irecv(p2p_op_list)
+
+
+class Communicator:
+    """One stagelink communicator.
+
+    Collective: every rank of the job creates it, with the same sizes.
+    Ranks come from, in order: `rank` and `world_size`; torch.distributed's
+    default process group (whose store also carries the bootstrap, so no
+    second port is opened); the launcher's environment (torchrun, mpirun,
+    Slurm, stagelink_run) with the library's TCP rendezvous.
+
+    store: a torch.distributed Store for the bootstrap (default: the
+      default process group's, when torch.distributed is initialized);
+      False forces the TCP rendezvous (STAGELINK_BOOTSTRAP_PORT).
+    placement: a Placement, for rank orders other than Megatron's.
+    mode: "default" (STAGELINK_MODE, else scatter_gather),
+      "scatter_gather", "full" or "sharded" (see stagelink.h).
+
+    close() (or the end of a `with` block) finalizes collectively; an
+    exception leaving the `with` block aborts instead, so the failing rank
+    does not wait for the others."""
+
+    def __init__(self, tp_size=1, pp_size=0, mode="default", *, rank=None,
+                 world_size=None, placement=None, store=None, plugin=None):
+        tp_size = _index(tp_size, "tp_size", 1, 1 << 30)
+        pp_size = _index(pp_size, "pp_size", 0, 1 << 30)
+        mode_value = _choice(mode, "mode", _lib.MODES)
+        if (rank is None) != (world_size is None):
+            raise ValueError("give rank and world_size together")
+        bootstrap = None
+        if store is None:
+            found = _store.default_store()
+            if found is not None:
+                store = found[0]
+                if rank is None:
+                    rank, world_size = found[1], found[2]
+        if store is not None and store is not False:
+            if rank is None:
+                raise ValueError("store=...: give rank and world_size (or "
+                                 "initialize torch.distributed)")
+        if rank is not None:
+            world_size = _index(world_size, "world_size", 1, 1 << 30)
+            rank = _index(rank, "rank", 0, world_size - 1)
+        if store is not None and store is not False:
+            bootstrap = _store.StoreAllgather(store, rank, world_size)
+        cfg = _lib.Config(struct_size=ctypes.sizeof(_lib.Config),
+                          tp_size=tp_size, pp_size=pp_size, mode=mode_value)
+        if rank is not None:
+            cfg.rank, cfg.world_size = rank, world_size
+            cfg.flags = _lib.CONFIG_RANK_SET
+        keep = None
+        if placement is not None:
+            if not isinstance(placement, Placement):
+                raise TypeError("placement must be a stagelink.Placement")
+            env_rank = rank if rank is not None else _env_rank()
+            topo, ranks = placement._topology(
+                env_rank, world_size or _env_world(), tp_size)
+            keep = (topo, ranks)
+            cfg.topology = ctypes.pointer(topo)
+        if bootstrap is not None:
+            cfg.allgather = bootstrap.callback
+
+        lib = _lib.library()
+        err = ctypes.create_string_buffer(4096)
+        self._open = False
+        self._loader, self._comm = ctypes.c_void_p(), ctypes.c_void_p()
+        status = lib.stagelink_loader_open(
+            plugin.encode() if plugin else None, ctypes.byref(self._loader),
+            err, len(err))
+        if status != 0:
+            raise error(status, err.value.decode())
+        self._vt = lib.stagelink_loader_plugin(self._loader).contents
+        status = lib.stagelink_loader_comm_init(
+            self._loader, ctypes.byref(cfg), ctypes.byref(self._comm), err,
+            len(err))
+        del keep
+        if status != 0:
+            lib.stagelink_loader_close(self._loader)
+            message = err.value.decode()
+            if bootstrap is not None and bootstrap.error is not None:
+                message += " (the store allgather raised %r)" % bootstrap.error
+            raise error(status, message)
+        self._lock = threading.RLock()   # one thread in the library at a time
+        self._life = threading.Lock()    # abort must not race finalize
+        self._queue = queue.SimpleQueue()
+        self._orphans, self._held = [], []
+        self._open, self._closing, self._aborted = True, False, False
+        info = _lib.Info()
+        self._call(self._vt.comm_info, self._comm, ctypes.byref(info))
+        self.info = {name: getattr(info, name) for name, _ in _lib.Info._fields_}
+        for key in ("gather_backend", "node_id"):
+            self.info[key] = self.info[key].decode()
+        self.plugin = self._vt.name.decode()
+        self._check = _check.enabled()
+        self._sliced = self._vt.struct_size >= (
+            _lib.PluginV1.wait_for.offset + ctypes.sizeof(ctypes.c_void_p))
+        self._helper = threading.Thread(target=self._serve, daemon=True,
+                                        name="stagelink-wait-%d" % self.rank)
+        self._helper.start()
+        _open_comms.add(self)
+
+    # -- what this rank is ------------------------------------------------
+    rank = property(lambda self: self.info["rank"])
+    world_size = property(lambda self: self.info["world_size"])
+    tp_size = property(lambda self: self.info["tp_size"])
+    tp_index = property(lambda self: self.info["tp_index"])
+    pp_index = property(lambda self: self.info["pp_index"])
+    is_first_stage = property(lambda self: self.info["prev_rank"] < 0)
+    is_last_stage = property(lambda self: self.info["next_rank"] < 0)
+
+    def __repr__(self):
+        return ("<stagelink.Communicator rank %d of %d, stage %d, TP index "
+                "%d of %d, %s, %s>" % (
+                    self.info["rank"], self.info["world_size"],
+                    self.info["pp_index"], self.info["tp_index"],
+                    self.info["tp_size"],
+                    [k for k, v in _lib.MODES.items()
+                     if v == self.info["mode"]][0],
+                    "open" if self._open else "closed"))
+
+    # -- calls into the library (self._lock held) -------------------------
+    def _require_open(self, what):
+        if not self._open or self._closing:
+            raise ClosedError(message="%s after close(): the communicator "
+                              "was closed (close() or the end of its with "
+                              "block); create a new Communicator" % what)
+
+    def _raise(self, status):
+        raise error(status, self._vt.last_error(self._comm).decode())
+
+    def _call(self, fn, *args):
+        status = fn(*args)
+        if status != 0:
+            self._raise(status)
+
+    def _complete(self, req, status):
+        """Records how `req` ended; its memory is let go once the transport
+        is done with it."""
+        req._done, req._handle = True, None
+        if status != 0:
+            req._err = (status, self._vt.last_error(self._comm).decode())
+        if req._check is not None:
+            self._settle_check(req, status)
+        buf, req._buf = req._buf, None
+        if status in _HOLD_UNTIL_CLOSE:
+            self._held.append(buf)
+        elif buf is not None:
+            buf.release()
+
+    def _test(self, req):
+        done = ctypes.c_int(0)
+        status = self._vt.test(self._comm, req._handle, ctypes.byref(done))
+        if status != 0 or done.value:
+            self._complete(req, status)
+            return True
+        return False
+
+    def _wait(self, req, slice_ms=-1):
+        """Waits for `req` for one slice (-1: until done or the library's
+        deadline) and returns the status; IN_PROGRESS and TIMEOUT leave it
+        in flight (TIMEOUT's sentence in req._timed_out)."""
+        if self._sliced:
+            status = self._vt.wait_for(self._comm, req._handle, slice_ms)
+        else:  # a plugin older than wait_for: signals wait for the end
+            status = self._vt.wait(self._comm, req._handle)
+        if status == STATUS["IN_PROGRESS"]:
+            return status
+        if status == STATUS["ERR_TIMEOUT"]:
+            req._timed_out = self._vt.last_error(self._comm).decode()
+        else:
+            self._complete(req, status)
+        return status
+
+    def _settle_check(self, req, status):
+        """Completes the dtype/shape descriptor that travelled with `req`
+        and turns a disagreement into the request's error."""
+        chk, req._check = req._check, None
+        sub = chk.request
+        if not sub._done:
+            if status == 0 or status == STATUS["ERR_SIZE_MISMATCH"]:
+                self._wait(sub)
+            else:
+                self._vt.cancel(self._comm, sub._handle)
+                self._wait(sub)
+        if not sub._done:  # its own deadline passed: give up the check
+            return
+        req._err = chk.verdict(status, sub._err, req._err)
+
+    def _orphan(self, req):
+        """A dropped request: completed by the helper thread.  Called from
+        __del__, so it only appends (SimpleQueue.put is reentrant)."""
+        if self._open:
+            self._orphans.append(req)  # resurrected until completed
+            self._queue.put(_REAP)
+
+    def _reap(self):
+        if not self._orphans:
+            return
+        left = []
+        for req in self._orphans:
+            if not self._test(req):
+                left.append(req)
+            elif req._err is not None and not self._aborted:
+                # Nobody can see this failure but the log.
+                _log.warning("stagelink: a dropped %s failed: %s",
+                             req._what, error(*req._err))
+        self._orphans = left
+
+    def _serve(self):
+        """The helper thread: completes dropped requests in the background
+        (a test every 10 ms while there are any)."""
+        while True:
+            try:
+                item = self._queue.get(timeout=0.01 if self._orphans
+                                       else None)
+            except queue.Empty:
+                item = _REAP
+            if item is _STOP:
+                return
+            with self._lock:
+                if self._open and not self._closing:
+                    self._reap()
+
+    # -- posting ------------------------------------------------------------
+    def _peer(self, peer):
+        if isinstance(peer, str):
+            return _choice(peer, "peer", _lib.PEERS)
+        rank = _index(peer, "peer", 0, self.world_size - 1)
+        ends = [p for p, r in (("next", self.info["next_rank"]),
+                               ("prev", self.info["prev_rank"])) if r == rank]
+        if len(ends) != 1:
+            raise ValueError(
+                "peer=%d is %s of rank %d (prev %d, next %d): pass \"next\" "
+                "or \"prev\"" % (rank, "both neighbours" if ends else
+                                 "no neighbour", self.rank,
+                                 self.info["prev_rank"],
+                                 self.info["next_rank"]))
+        return _lib.PEERS[ends[0]]
+
+    def _xfer(self, recv, buf, peer, microbatch, chunk, elem_size, stream):
+        peer_value = self._peer(peer)
+        microbatch = _index(microbatch, "microbatch", 0,
+                            _lib.TAG_MAX_MICROBATCH)
+        chunk = _index(chunk, "chunk", 0, _check.max_chunk(self._check))
+        b = _buffer.describe(buf, writable=recv)
+        itemsize = b.itemsize if elem_size is None else _index(
+            elem_size, "elem_size", 1, 1 << 40)
+        if stream is None and b.mem == _lib.MEM_CUDA:
+            import torch  # the stream that produced the tensor orders it
+            stream = torch.cuda.current_stream(buf.device).cuda_stream
+        xfer = _lib.Xfer(peer=peer_value, buf=b.addr, nbytes=b.nbytes,
+                         elem_size=itemsize, mem_type=b.mem, stream=stream,
+                         tag=_lib.Tag(microbatch=microbatch, chunk=chunk))
+        what = "%s of microbatch %d chunk %d %s %s stage (%s)" % (
+            "irecv" if recv else "isend", microbatch, chunk,
+            "from the" if recv else "to the",
+            "next" if peer_value == 0 else "previous", b.describe())
+        return xfer, b, what
+
+    def _post(self, recv, buf, peer, microbatch, chunk, elem_size, stream):
+        xfer, b, what = self._xfer(recv, buf, peer, microbatch, chunk,
+                                   elem_size, stream)
+        with self._lock:
+            self._require_open("irecv" if recv else "isend")
+            self._reap()
+            chk = None
+            if self._check:
+                chk = _check.post(self, recv, xfer, b)
+            handle = ctypes.c_void_p()
+            fn = self._vt.irecv if recv else self._vt.isend
+            status = fn(self._comm, ctypes.byref(xfer), ctypes.byref(handle))
+            if status != 0:
+                message = self._vt.last_error(self._comm).decode()
+                b.release()
+                if chk is not None:
+                    chk.abandon(self)
+                raise error(status, message)
+            return Request(self, handle, b, what, chk)
+
+    def isend(self, buf, peer="next", microbatch=0, chunk=0, elem_size=None,
+              stream=None):
+        """Starts sending `buf` (the full tensor) to the next ("next") or
+        previous ("prev") stage, tagged (microbatch, chunk); returns a
+        Request.  Shards fall on whole elements (elem_size, default the
+        buffer's item size).  A CUDA tensor is ordered on `stream` (a
+        cudaStream_t as an int; default torch's current stream)."""
+        return self._post(False, buf, peer, microbatch, chunk, elem_size,
+                          stream)
+
+    def irecv(self, buf, peer="prev", microbatch=0, chunk=0, elem_size=None,
+              stream=None):
+        """Starts receiving into `buf` (the full tensor; writable) from a
+        neighbour stage; returns a Request."""
+        return self._post(True, buf, peer, microbatch, chunk, elem_size,
+                          stream)
+
+    def send(self, buf, peer="next", microbatch=0, chunk=0, elem_size=None,
+             stream=None):
+        """isend, then wait."""
+        self.isend(buf, peer, microbatch, chunk, elem_size, stream).wait()
+
+    def recv(self, buf, peer="prev", microbatch=0, chunk=0, elem_size=None,
+             stream=None):
+        """irecv, then wait."""
+        self.irecv(buf, peer, microbatch, chunk, elem_size, stream).wait()
+
+    def batch_isend_irecv(self, p2p_op_list):
+        """Posts a list of P2POp at once (post_batch: receives first, never
+        blocking), as torch.distributed.batch_isend_irecv; returns their
+        Requests in the list's order.  On error none stays posted."""
+        ops = list(p2p_op_list)
+        for op in ops:
+            if not isinstance(op, P2POp):
+                raise TypeError("batch_isend_irecv takes a list of "
+                                "stagelink.P2POp, not %s" % type(op).__name__)
+            if op.comm is not None and op.comm is not self:
+                raise ValueError("%r belongs to another Communicator" % op)
+        built = [self._xfer(op._kind() == _lib.OP_RECV, op.tensor, op.peer,
+                            op.microbatch, op.chunk, None, None) for op in ops]
+        if not ops:
+            return []
+        with self._lock:
+            self._require_open("batch_isend_irecv")
+            self._reap()
+            checks = []
+            if self._check:
+                checks = [_check.post(self, op._kind() == _lib.OP_RECV, x, b)
+                          for op, (x, b, _) in zip(ops, built)]
+            arr = (_lib.Op * len(ops))(*[
+                _lib.Op(kind=op._kind(), xfer=x) for op, (x, _, _) in
+                zip(ops, built)])
+            handles = (ctypes.c_void_p * len(ops))()
+            status = self._vt.post_batch(self._comm, arr, len(ops), handles)
+            if status != 0:
+                message = self._vt.last_error(self._comm).decode()
+                for _, b, _ in built:
+                    b.release()
+                for chk in checks:
+                    chk.abandon(self)
+                raise error(status, message)
+            return [Request(self, ctypes.c_void_p(h), b, what,
+                            checks[i] if checks else None)
+                    for i, (h, (_, b, what)) in enumerate(zip(handles,
+                                                              built))]
+
+    # -- the communicator as a whole -----------------------------------------
+    def counters(self):
+        """Byte counters since init (stagelink_counters_t) as a dict."""
+        c = _lib.Counters()
+        with self._lock:
+            self._require_open("counters")
+            self._call(self._vt.get_counters, self._comm, ctypes.byref(c))
+        return {name: getattr(c, name) for name, _ in _lib.Counters._fields_}
+
+    def get_error(self):
+        """None while healthy; else the PeerFailedError or AbortedError the
+        communicator holds (`failed_rank` set on it), without progressing
+        it."""
+        rank = ctypes.c_int(-1)
+        with self._lock:
+            self._require_open("get_error")
+            status = self._vt.comm_get_error(self._comm, ctypes.byref(rank))
+            if status == 0:
+                return None
+            exc = error(status, self._vt.last_error(self._comm).decode())
+        exc.failed_rank = rank.value
+        return exc
+
+    def abort(self):
+        """Fails every transfer in flight with AbortedError and refuses new
+        ones, without waiting for any peer.  Safe from any thread (a
+        watchdog, a signal handler's caller), also while a wait blocks;
+        close() still has to follow.  A no-op once closed."""
+        with self._life:
+            if self._open:
+                self._aborted = True
+                self._call(self._vt.comm_abort, self._comm)
+
+    def close(self):
+        """Completes the requests dropped unfinished (unless the
+        communicator failed or was aborted), then finalizes (collective:
+        every rank calls it) and unloads the plugin.  Requests still in
+        flight are canceled.  A second close() does nothing."""
+        if not self._open or self._closing:
+            return
+        self._closing = True
+        self._queue.put(_STOP)
+        if self._helper is not threading.current_thread():
+            self._helper.join()
+        with self._lock:
+            healthy = ctypes.c_int(-1)
+            if not self._aborted and self._vt.comm_get_error(
+                    self._comm, ctypes.byref(healthy)) == 0:
+                for req in self._orphans:
+                    status = STATUS["IN_PROGRESS"]
+                    while status == STATUS["IN_PROGRESS"]:  # Ctrl-C works
+                        status = self._wait(req, _SLICE_MS)
+                    if not req._done:
+                        _log.warning("stagelink: close() gave up on a dropped "
+                                     "%s: %s", req._what, req._timed_out)
+            with self._life:
+                self._open = False
+                status = self._vt.comm_finalize(self._comm)
+                _lib.library().stagelink_loader_close(self._loader)
+        _open_comms.discard(self)
+        for b in self._held + [r._buf for r in self._orphans]:
+            if b is not None:
+                b.release()
+        self._held, self._orphans = [], []
+        if status != 0:
+            raise error(status, "comm_finalize of rank %d failed; the log "
+                        "(STAGELINK_DEBUG=INFO) says why" % self.rank)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+            return
+        # The failing rank must not wait out the others in a collective
+        # finalize: abort (its peers see it go), then close quietly so the
+        # original traceback is what the user sees.
+        try:
+            self.abort()
+            self.close()
+        except StagelinkError as e:
+            _log.info("stagelink: closing after %s: %s", exc_type.__name__, e)
+
+
+def _env_rank():
+    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"):
+        if name in os.environ:
+            return int(os.environ[name])
+    return None
+
+
+def _env_world():
+    for name in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS",
+                 "PMI_SIZE"):
+        if name in os.environ:
+            return int(os.environ[name])
+    raise ValueError("placement needs the world size: give rank and "
+                     "world_size, or launch with torchrun, mpirun or Slurm")
+
+
+@atexit.register
+def _close_at_exit():
+    """Communicators left open: their dropped requests complete and they
+    finalize, as close() would."""
+    for comm in list(_open_comms):
+        try:
+            comm.close()
+        except StagelinkError as e:
+            _log.warning("stagelink: closing at exit: %s", e)

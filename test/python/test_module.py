@@ -1,0 +1,70 @@
+"""The package without a communicator: status names agree with the
+library's, the exception classes, the version, and what a user sees when
+libstagelink cannot be found (a clear StagelinkError, not a bare OSError).
+Usage: test_module.py PROJECT_VERSION
+SPDX-License-Identifier: MIT
+"""
+import builtins
+import os
+import pickle
+import subprocess
+import sys
+
+import stagelink
+from stagelink import _lib, errors
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+
+
+lib = _lib.library()
+for code, name in enumerate(errors.STATUS_NAMES):
+    got = lib.stagelink_status_string(code).decode()
+    check(got == "STAGELINK_" + name, "status %d: the library says %s, the "
+          "package %s" % (code, got, name))
+check(lib.stagelink_status_string(len(errors.STATUS_NAMES)).decode() ==
+      "STAGELINK_ERR_UNKNOWN_STATUS", "the library has statuses the package "
+      "does not know")
+
+check(stagelink.__version__ == sys.argv[1] == stagelink.library_version(),
+      "versions: package %s, meson %s, library %s" % (
+          stagelink.__version__, sys.argv[1], stagelink.library_version()))
+
+kinds = {"ERR_PEER_FAILED": stagelink.PeerFailedError,
+         "ERR_TIMEOUT": stagelink.TimeoutError,
+         "ERR_SIZE_MISMATCH": stagelink.SizeMismatchError,
+         "ERR_ABORTED": stagelink.AbortedError,
+         "ERR_CANCELED": stagelink.CanceledError,
+         "ERR_TAG_IN_USE": stagelink.TagInUseError,
+         "ERR_TRANSPORT": stagelink.StagelinkError}
+for name, kind in kinds.items():
+    e = errors.error(errors.STATUS[name], "a sentence")
+    check(type(e) is kind and isinstance(e, stagelink.StagelinkError) and
+          isinstance(e, RuntimeError) and e.status == name and
+          str(e) == name + ": a sentence", "%s gives %r" % (name, e))
+    back = pickle.loads(pickle.dumps(e))
+    check(type(back) is kind and str(back) == str(e), "pickled %r" % e)
+check(issubclass(stagelink.TimeoutError, builtins.TimeoutError),
+      "stagelink.TimeoutError is no builtin TimeoutError")
+check(issubclass(stagelink.ShapeMismatchError, stagelink.SizeMismatchError),
+      "ShapeMismatchError is no SizeMismatchError")
+
+# No library where it is looked for: one sentence saying what to do.
+env = dict(os.environ, STAGELINK_LIBRARY="/nonexistent/libstagelink.so.1")
+out = subprocess.run([sys.executable, "-c",
+                      "import stagelink; stagelink.Communicator()"],
+                     env=env, capture_output=True, text=True, timeout=60)
+last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ""
+check(out.returncode != 0 and last.startswith("stagelink.errors.StagelinkError"
+                                              ": ERR_NOT_FOUND") and
+      "STAGELINK_LIBRARY" in last and "meson devenv" in last,
+      "a missing library: %s" % last)
+
+print("%d checks failed" % len(failures) if failures else
+      "all checks passed")
+sys.exit(1 if failures else 0)
