@@ -61,7 +61,10 @@ static stagelink_status_t sl_loader_fail(char *err, size_t errlen,
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    SL_WARN(SL_SUBSYS_INIT, "%s: %s", stagelink_status_string(status), msg);
+    /* WARN only where the caller gets no sentence: errors it receives are
+     * INFO (STAGELINK_DEBUG=INFO shows them), not noise on every rank. */
+    sl_log((err != NULL && errlen > 0) ? SL_LOG_INFO : SL_LOG_WARN,
+           SL_SUBSYS_INIT, "%s: %s", stagelink_status_string(status), msg);
     if (err != NULL && errlen > 0) {
         snprintf(err, errlen, "%s", msg);
     }

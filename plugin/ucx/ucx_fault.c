@@ -436,7 +436,8 @@ static void sl_fault_apply(sl_comm_t *comm)
         comm->fault   = STAGELINK_ERR_ABORTED;
         snprintf(comm->fault_err.msg, sizeof(comm->fault_err.msg),
                  "the communicator was aborted (comm_abort); finalize it");
-        SL_WARN(SL_SUBSYS_NET, "aborted: failing every transfer in flight");
+        /* The caller asked for it and gets ABORTED on every request. */
+        SL_INFO(SL_SUBSYS_NET, "aborted: failing every transfer in flight");
         sl_fault_abort_all(comm);
         return;
     }
