@@ -1,6 +1,6 @@
 /*
  * The one table of environment variables stagelink reads.  Every getenv of
- * the project goes through sl_env_get(); the same table feeds README,
+ * the project goes through sl_env_get(); the same table feeds docs/configuration.md,
  * stagelink_info and the loader's public listing.  SPDX-License-Identifier: MIT
  */
 #ifndef SL_ENV_H

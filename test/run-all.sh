@@ -11,6 +11,8 @@ meson setup build-test -Dwarning_level=3 -Dwerror=true
 meson test -C build-test --print-errorlogs --num-processes 2
 # Skipped tests say why (the gpu suite without a GPU, netns without rights).
 grep -h '^SKIP' build-test/meson-logs/testlog.txt | sort | uniq -c || true
+# Installed, as a user would use it (CI=true only: it writes the prefix).
+test/install/check_install.sh build-test || [ $? -eq 77 ]
 
 meson test -C build-test --setup valgrind --print-errorlogs --num-processes 2 \
     --suite unit

@@ -8,4 +8,4 @@ apt-get install -y -qq --no-install-recommends \
     libucx-dev ucx-utils libibverbs-dev rdma-core \
     openmpi-bin libopenmpi-dev \
     iproute2 gnuplot-nox clang libclang-rt-14-dev valgrind \
-    python3-numpy python3-torch >/dev/null
+    python3-numpy python3-torch python3-setuptools >/dev/null

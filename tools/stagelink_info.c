@@ -5,7 +5,7 @@
  * would use, what the plugin the loader finds reports (UCX version,
  * transports, memory types, GPU runtime), and every variable.  Works with
  * none of it present (exit 0) and says what is missing.  -c: the variables
- * only; -m: as a Markdown table (the one in README.md is made with it).
+ * only; -m: as a Markdown table (the one in docs/configuration.md is made with it).
  * SPDX-License-Identifier: MIT
  */
 #include <stagelink/loader.h>

@@ -245,7 +245,7 @@ static void die_mid_transfer(const scenario_t *sc, placement_t where,
     if (sc->when == TP_DURING_SEND && where == ONE_NODE) {
         /* It dies between its calls into UCX, never in the middle of
          * writing into a survivor's shared-memory FIFO (which would wedge
-         * that FIFO: see README). */
+         * that FIFO: see docs/reliability.md). */
         struct pollfd   p    = {.fd = flow_pipe[0], .events = POLLIN};
         struct timespec step = {0, 50000}; /* between progress calls */
 
@@ -352,7 +352,7 @@ static void run_rank(const scenario_t *sc, int rank, int port,
         /* A receiver in the middle of a CMA read of the victim holds a
          * reference to its address space, so the kernel has that receiver
          * tear it down (measured 15-115 ms here, and more the bigger the
-         * victim: README, Reliability).  The rule is about what stagelink
+         * victim: docs/reliability.md).  The rule is about what stagelink
          * does once it can run, so this case reads through shared memory
          * without CMA; setenv leaves a UCX_TLS given by the caller. */
         setenv("UCX_TLS", "^cma", 0);

@@ -1,4 +1,4 @@
-/* The README's minimal host: stage 0 sends a tensor, stage 1 receives it. */
+/* The minimal host of docs/c-api.md: stage 0 sends a tensor, stage 1 receives it. */
 #include <stagelink/loader.h>
 
 #include <stdio.h>
