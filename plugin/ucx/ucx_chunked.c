@@ -47,7 +47,7 @@ static sl_status_t sl_chunk_status(const sl_staged_t *st, ucs_status_t ucs)
     case UCS_ERR_CONNECTION_RESET:
     case UCS_ERR_ENDPOINT_TIMEOUT:
     case UCS_ERR_UNREACHABLE:
-        sl_fault_peer_down(st->sub->peer, "UCX reported \"%s\" on a chunk",
+        sl_fault_peer_down(st->sub->peer, 0, "UCX reported \"%s\" on a chunk",
                            ucs_status_string(ucs));
         return STAGELINK_ERR_PEER_FAILED;
     default:
@@ -536,11 +536,12 @@ static void sl_chunked_progress(sl_comm_t *comm)
             if (st->hdr[1] == UINT64_MAX) {
                 snprintf(why, sizeof(why), "the sender's part fits one "
                          "message (at most STAGELINK_CHUNK bytes), this one is "
-                         "%zu; both sides must pass the same nbytes",
+                         "%zu; both sides must pass the same nbytes and elem_size",
                          sub->expected);
             } else {
                 snprintf(why, sizeof(why), "the sender's part is %llu bytes, "
-                         "this one %zu; both sides must pass the same nbytes",
+                         "this one %zu; both sides must pass the same nbytes and "
+                         "elem_size",
                          (unsigned long long)st->hdr[1], sub->expected);
             }
             sl_sub_finish(sub, st->x.status, 0, why);

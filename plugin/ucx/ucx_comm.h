@@ -240,6 +240,12 @@ struct stagelink_comm {
     int                         failed_rank; /**< first failed peer, -1 */
     sl_errbuf_t                 fault_err;   /**< the fault's sentence */
     int                         fault_pending; /**< seen in a callback, not yet applied */
+    /** The fault is known only from a UCX error on a live link, which a
+     *  peer that left after its own fault also causes: until
+     *  fault_apply_at a death seen directly (pidfd, a report) names the
+     *  rank instead. */
+    int                         fault_indirect;
+    double                      fault_apply_at;
     atomic_int                  aborting;    /**< comm_abort, from any thread */
     int                         aborted;     /**< the abort was applied */
     int                         fault_applied; /**< every request failed */
@@ -302,9 +308,14 @@ void        sl_fault_init(sl_comm_t *comm);
 sl_status_t sl_fault_watch(sl_comm_t *comm, const sl_peer_process_t *procs);
 void        sl_fault_cleanup(sl_comm_t *comm);
 /** Records that `peer` died (callable from UCX callbacks); applied by
- *  sl_fault_progress: its subs fail, its endpoint is closed by force. */
-void        sl_fault_peer_down(sl_ucx_peer_t *peer, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+ *  sl_fault_progress: its subs fail, its endpoint is closed by force.
+ *  `direct`: its death was seen (pidfd, a report), not only a UCX error. */
+void        sl_fault_peer_down(sl_ucx_peer_t *peer, int direct,
+                               const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/** When a wait must wake to apply a fault held back for a direct sighting
+ *  (0: none). */
+double      sl_fault_wake_at(const sl_comm_t *comm);
 /** The sentence of a failed peer: who, where, how it was seen, what to do. */
 void        sl_fault_describe(const sl_ucx_peer_t *peer, char *buf,
                               size_t len);

@@ -21,6 +21,12 @@
  * ranks that see the death first tell every neighbour rank (a report on
  * the FAULT tag class, listened for from init), which fail and pass it
  * on, so the whole job hears of it within milliseconds.
+ *
+ * A UCX error on a link is weaker evidence than a death seen: a live peer
+ * that failed for another rank's death and closed its endpoints causes
+ * the same error, sometimes before its report arrives (seen: over TCP
+ * between TP peers).  Such a fault is held back for SL_FAULT_GRACE, during
+ * which a pidfd or a report names the rank that really died.
  * SPDX-License-Identifier: MIT
  */
 #include "ucx_comm.h"
@@ -43,6 +49,10 @@
 #define SL_FAULT_LIVENESS_PERIOD 1e-3
 
 #define SL_FAULT_MAGIC 0x534c4641494c4544ull /* "SLFAILED" */
+
+/* How long a fault known only from a UCX error waits for a direct
+ * sighting of the death before it is applied (seconds). */
+#define SL_FAULT_GRACE 0.02
 
 /* How long finalize lets fault reports still queued go out (seconds). */
 #define SL_FAULT_REPORT_DRAIN 0.2
@@ -80,6 +90,14 @@ static uint64_t sl_fault_tag(int sender)
     return sl_tag_encode(&f);
 }
 
+/* The fault is a peer failure known only from a UCX error, not applied yet:
+ * a direct sighting may still name another rank. */
+static int sl_fault_unsure(const sl_comm_t *comm)
+{
+    return comm->fault == STAGELINK_ERR_PEER_FAILED && comm->fault_indirect &&
+           !comm->fault_applied;
+}
+
 /* A neighbour rank reports that rank `failed` died. */
 static void sl_fault_reported(sl_comm_t *comm, int failed, int from)
 {
@@ -90,14 +108,15 @@ static void sl_fault_reported(sl_comm_t *comm, int failed, int from)
         sl_ucx_peer_t *peer = sl_fault_peer_at(comm, i);
 
         if (peer->rank == failed && peer->ep != NULL) {
-            sl_fault_peer_down(peer, "rank %d saw it die", from);
+            sl_fault_peer_down(peer, 1, "rank %d saw it die", from);
         }
     }
-    if (comm->fault != STAGELINK_SUCCESS) {
+    if (comm->fault != STAGELINK_SUCCESS && !sl_fault_unsure(comm)) {
         return;
     }
-    comm->fault         = STAGELINK_ERR_PEER_FAILED;
-    comm->fault_pending = 1;
+    comm->fault          = STAGELINK_ERR_PEER_FAILED;
+    comm->fault_pending  = 1;
+    comm->fault_indirect = 0;
     if (failed == comm->layout.rank) {
         /* A slow link made a peer give this live rank up: the job is
          * broken all the same, and the reporter is the one we know of. */
@@ -222,8 +241,9 @@ static void sl_fault_report(sl_comm_t *comm)
 
 void sl_fault_init(sl_comm_t *comm)
 {
-    comm->failed_rank = -1;
-    comm->fault       = STAGELINK_SUCCESS;
+    comm->failed_rank    = -1;
+    comm->fault          = STAGELINK_SUCCESS;
+    comm->fault_indirect = 0;
     atomic_init(&comm->aborting, 0);
 }
 
@@ -269,7 +289,7 @@ sl_status_t sl_fault_watch(sl_comm_t *comm, const sl_peer_process_t *procs)
         if (fd < 0) {
             /* ESRCH: it died during init, which the first transfer reports. */
             if (errno == ESRCH) {
-                sl_fault_peer_down(peer, "its process (pid %d) exited during "
+                sl_fault_peer_down(peer, 1, "its process (pid %d) exited during "
                                    "init", (int)p->pid);
                 continue;
             }
@@ -333,7 +353,8 @@ void sl_fault_describe(const sl_ucx_peer_t *peer, char *buf, size_t len)
              peer->why);
 }
 
-void sl_fault_peer_down(sl_ucx_peer_t *peer, const char *fmt, ...)
+void sl_fault_peer_down(sl_ucx_peer_t *peer, int direct, const char *fmt,
+                        ...)
 {
     sl_comm_t *comm = peer->comm;
     va_list    ap;
@@ -347,11 +368,15 @@ void sl_fault_peer_down(sl_ucx_peer_t *peer, const char *fmt, ...)
     va_end(ap);
     comm->fault_pending = 1;
     if (comm->fault == STAGELINK_SUCCESS) {
-        comm->fault       = STAGELINK_ERR_PEER_FAILED;
-        comm->failed_rank = peer->rank;
-        sl_fault_describe(peer, comm->fault_err.msg,
-                          sizeof(comm->fault_err.msg));
+        comm->fault_apply_at = sl_time_now() + SL_FAULT_GRACE;
+    } else if (!(direct && sl_fault_unsure(comm))) {
+        goto log;
     }
+    comm->fault          = STAGELINK_ERR_PEER_FAILED;
+    comm->failed_rank    = peer->rank;
+    comm->fault_indirect = !direct;
+    sl_fault_describe(peer, comm->fault_err.msg, sizeof(comm->fault_err.msg));
+log:
     /* In finalize the peers close and exit too; that is no failure. */
     sl_log(comm->closing ? SL_LOG_INFO : SL_LOG_WARN, SL_SUBSYS_NET,
            "rank %d is gone: %s", peer->rank, peer->why);
@@ -469,7 +494,7 @@ void sl_fault_polled(sl_comm_t *comm)
             /* Seen once: a negative fd takes it out of later polls, which
              * would otherwise return at once for as long as we wait. */
             comm->pfds[i].fd = -comm->pfds[i].fd - 1;
-            sl_fault_peer_down(comm->pfd_peer[i], "its process exited "
+            sl_fault_peer_down(comm->pfd_peer[i], 1, "its process exited "
                                "(seen through its pidfd)");
         }
     }
@@ -477,12 +502,18 @@ void sl_fault_polled(sl_comm_t *comm)
 
 /* After each UCX round: liveness of same-node peers, pending failures and
  * an abort become request errors. */
+double sl_fault_wake_at(const sl_comm_t *comm)
+{
+    return (comm->fault_pending && comm->fault_indirect && !comm->aborted)
+               ? comm->fault_apply_at : 0.0;
+}
+
 static void sl_fault_progress(sl_comm_t *comm)
 {
-    double now;
+    double now = sl_time_now();
+    int    aborting;
 
     if (comm->npfds > 1) {
-        now = sl_time_now();
         if (now >= comm->liveness_next) {
             comm->liveness_next = now + SL_FAULT_LIVENESS_PERIOD;
             if (poll(comm->pfds + 1, (nfds_t)(comm->npfds - 1), 0) > 0) {
@@ -490,11 +521,11 @@ static void sl_fault_progress(sl_comm_t *comm)
             }
         }
     }
-    if (comm->fault_pending ||
-        atomic_load_explicit(&comm->aborting, memory_order_relaxed)) {
-        if (!comm->aborted) {
-            sl_fault_apply(comm);
-        }
+    aborting = atomic_load_explicit(&comm->aborting, memory_order_relaxed);
+    if ((comm->fault_pending || aborting) && !comm->aborted &&
+        (aborting || !comm->fault_indirect || comm->fault_applied ||
+         now >= comm->fault_apply_at)) {
+        sl_fault_apply(comm);
     }
 }
 

@@ -83,7 +83,8 @@ static void sl_sub_complete(sl_sub_t *sub, ucs_status_t ucs, size_t length)
         return;
     case UCS_ERR_MESSAGE_TRUNCATED:
         snprintf(why, sizeof(why), "the sender sent more than the %zu bytes "
-                 "expected; both sides must pass the same nbytes",
+                 "expected; both sides must pass the same nbytes and "
+                 "elem_size",
                  sub->expected);
         sl_sub_finish(sub, STAGELINK_ERR_SIZE_MISMATCH, 0, why);
         return;
@@ -92,7 +93,7 @@ static void sl_sub_complete(sl_sub_t *sub, ucs_status_t ucs, size_t length)
     case UCS_ERR_UNREACHABLE:
         /* Seen on the operation before (or instead of) the endpoint's
          * error callback. */
-        sl_fault_peer_down(sub->peer, "UCX reported \"%s\" on a transfer",
+        sl_fault_peer_down(sub->peer, 0, "UCX reported \"%s\" on a transfer",
                            ucs_status_string(ucs));
         break;
     default:

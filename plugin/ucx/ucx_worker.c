@@ -144,7 +144,7 @@ static ucs_status_t sl_ucx_address(sl_comm_t *comm, int net_only,
 static void sl_ucx_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     (void)ep;
-    sl_fault_peer_down(arg, "UCX reported \"%s\" on its endpoint",
+    sl_fault_peer_down(arg, 0, "UCX reported \"%s\" on its endpoint",
                        ucs_status_string(status));
 }
 
@@ -501,7 +501,7 @@ sl_status_t sl_ucx_wait_until(sl_comm_t *comm, sl_req_t *req,
                               double deadline, double slice_end)
 {
     double        spin_until = sl_time_now() + comm->spin;
-    double        wake       = sl_deadline_earlier(deadline, slice_end);
+    double        wake;
     int           ready, tx_ms = SL_UCX_TX_POLL_MIN_MS, tx_wait;
     ucs_status_t  ucs;
 
@@ -552,7 +552,10 @@ sl_status_t sl_ucx_wait_until(sl_comm_t *comm, sl_req_t *req,
                             "ucp_worker_arm failed: %s",
                             ucs_status_string(ucs));
         }
-        /* Same-node peers' pidfds wake us too when one of them dies. */
+        /* Same-node peers' pidfds wake us too when one of them dies; a
+         * fault held back for a direct sighting, when its grace ends. */
+        wake    = sl_deadline_earlier(sl_deadline_earlier(deadline, slice_end),
+                                      sl_fault_wake_at(comm));
         tx_wait = sl_ucx_tx_pending(comm);
         ready   = poll(comm->pfds, (nfds_t)comm->npfds,
                        tx_wait ? tx_ms : sl_deadline_ms(wake));

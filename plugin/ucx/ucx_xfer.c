@@ -134,11 +134,14 @@ void sl_xfer_sub_done(sl_sub_t *sub, sl_status_t status, size_t length,
     } else if (length != sub->expected) {
         sl_req_fail(req, STAGELINK_ERR_SIZE_MISMATCH,
                     "%s of microbatch %u chunk %u from rank %d got %zu "
-                    "bytes, expected %zu (receiver nbytes %zu); both "
-                    "sides must pass the same nbytes",
+                    "bytes, expected %zu (this rank's part of %zu bytes "
+                    "cut on %zu-byte elements); both sides must pass the "
+                    "same nbytes and elem_size (shards are cut on whole "
+                    "elements, so another element size moves the cuts)",
                     sl_sub_name(sub->kind), tag->microbatch, tag->chunk,
                     sub->peer->rank, length, sub->expected,
-                    req->xfer.nbytes);
+                    req->xfer.nbytes,
+                    req->xfer.elem_size ? req->xfer.elem_size : (size_t)1);
     } else {
         sl_sub_count(comm, sub, length);
     }

@@ -351,11 +351,13 @@ static void run_rank(const scenario_t *sc, int rank, int port,
     if (sc->when == TP_DURING_SEND && where == ONE_NODE) {
         /* A receiver in the middle of a CMA read of the victim holds a
          * reference to its address space, so the kernel has that receiver
-         * tear it down (measured 15-115 ms here, and more the bigger the
+         * tear it down (15-115 ms measured here, and more the bigger the
          * victim: docs/reliability.md).  The rule is about what stagelink
-         * does once it can run, so this case reads through shared memory
-         * without CMA; setenv leaves a UCX_TLS given by the caller. */
-        setenv("UCX_TLS", "^cma", 0);
+         * does once it can run, so this case moves the data through shared
+         * memory without CMA, and without TCP, which UCX would take for
+         * the rendezvous instead (where UCX 1.13 once failed an assertion
+         * as the victim died).  A UCX_TLS given by the caller stays. */
+        setenv("UCX_TLS", "^cma,tcp", 0);
     }
     me->fds_before = open_fds();
     /* The whole tensor, of which each TP rank moves BIG bytes. */
