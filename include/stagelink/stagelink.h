@@ -127,7 +127,8 @@ typedef struct stagelink_memh    stagelink_memh_t;
  * Out-of-band allgather a host may provide instead of the built-in TCP
  * rendezvous (the way a runtime passes its own store): gather `size` bytes
  * from every rank into `recvbuf` (world_size * size bytes, rank order).
- * Returns 0 on success.  Called collectively, only during init.
+ * Returns 0 on success.  Called collectively during init and by
+ * comm_finalize's closing barrier: it must stay callable until then.
  */
 typedef int (*stagelink_allgather_fn_t)(void *ctx, const void *sendbuf,
                                         void *recvbuf, size_t size);

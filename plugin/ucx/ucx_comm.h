@@ -254,6 +254,7 @@ struct stagelink_comm {
     int                         nreports;
     uint64_t                    fault_msg[2]; /**< the report this rank sends */
     int                         reports_inflight; /**< its sends not yet done */
+    double                      reported_at;  /**< when it sent them, 0: never */
     struct pollfd              *pfds;        /**< UCX event fd, then peers' pidfds */
     sl_ucx_peer_t             **pfd_peer;    /**< owner of each pidfd entry */
     int                         npfds;

@@ -57,6 +57,13 @@
 /* How long finalize lets fault reports still queued go out (seconds). */
 #define SL_FAULT_REPORT_DRAIN 0.2
 
+/* How long after sending its reports a rank keeps its endpoints open in
+ * finalize (seconds): an eager send is complete for us while the bytes
+ * may still be on the way, and the forced close that follows a fault can
+ * reach a live peer first (seen over TCP: the peer then named this live
+ * rank as the failed one, instead of the rank whose death it reported). */
+#define SL_FAULT_REPORT_LINGER 0.05
+
 /* The receive listening for one neighbour rank's report. */
 typedef struct sl_fault_report {
     sl_comm_t     *comm;
@@ -236,6 +243,7 @@ static void sl_fault_report(sl_comm_t *comm)
                                sl_fault_tag(comm->layout.rank), &param);
         /* Its callback releases it; an error is no news. */
         comm->reports_inflight += UCS_PTR_IS_PTR(ptr);
+        comm->reported_at       = sl_time_now();
     }
 }
 
@@ -244,6 +252,7 @@ void sl_fault_init(sl_comm_t *comm)
     comm->failed_rank    = -1;
     comm->fault          = STAGELINK_SUCCESS;
     comm->fault_indirect = 0;
+    comm->reported_at    = 0.0;
     atomic_init(&comm->aborting, 0);
 }
 
@@ -314,9 +323,17 @@ void sl_fault_cleanup(sl_comm_t *comm)
     int    i, pending = 0;
 
     /* Finalize closes every endpoint by force after a fault, which would
-     * drop reports still queued (behind detached chunks, say). */
-    while (comm->reports_inflight > 0 && sl_time_now() < deadline) {
-        ucp_worker_progress(comm->worker);
+     * drop reports still queued (behind detached chunks, say), or reach
+     * the peer before them. */
+    while ((comm->reports_inflight > 0 ||
+            (comm->reported_at > 0 &&
+             sl_time_now() < comm->reported_at + SL_FAULT_REPORT_LINGER)) &&
+           sl_time_now() < deadline) {
+        struct timespec nap = {0, 100000};
+
+        if (ucp_worker_progress(comm->worker) == 0) {
+            nanosleep(&nap, NULL); /* ranks may share cores: no spinning */
+        }
     }
 
     /* UCX completes a canceled receive that never matched at once. */
