@@ -376,7 +376,9 @@ void sl_fault_peer_down(sl_ucx_peer_t *peer, int direct, const char *fmt,
     sl_comm_t *comm = peer->comm;
     va_list    ap;
 
-    if (peer->failed) {
+    /* Seen again directly (its pidfd after a UCX error, say): that
+     * settles the fault at once. */
+    if (peer->failed && !(direct && sl_fault_unsure(comm))) {
         return;
     }
     peer->failed = 1;
