@@ -62,7 +62,7 @@ class _Export:
             flags |= _PyBUF_WRITABLE
         try:
             _get_buffer(obj, ctypes.byref(self.view), flags)
-        except BufferError as e:
+        except (BufferError, ValueError) as e:  # numpy raises ValueError
             if writable and _readonly(obj):
                 raise ValueError(
                     "a receive buffer must be writable; %s is read-only "
@@ -156,7 +156,11 @@ def describe(obj, writable):
     b.addr, b.nbytes = v.buf, v.len
     b.itemsize = max(v.itemsize, 1)
     b.mem, b.device, b.keep = _lib.MEM_HOST, None, export
-    b.shape = tuple(v.shape[i] for i in range(v.ndim)) if v.shape else (v.len,)
+    if v.ndim == 0:
+        b.shape = ()  # a scalar: numpy's scalars and 0-d arrays
+    else:
+        b.shape = (tuple(v.shape[i] for i in range(v.ndim)) if v.shape
+                   else (v.len // b.itemsize,))
     fmt = (v.format or b"B").decode().lstrip("@=<>!")
     dtype = getattr(obj, "dtype", None)  # numpy's own name where it has one
     b.dtype = str(dtype) if dtype is not None else _FORMATS.get(fmt, fmt)

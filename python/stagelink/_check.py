@@ -56,11 +56,6 @@ class Check:
         self.recv, self.mine, self.record = recv, mine, record
         self.request = request
 
-    def abandon(self, comm):
-        """The data transfer could not be posted: end the descriptor's."""
-        comm._vt.cancel(comm._comm, self.request._handle)
-        comm._wait(self.request)
-
     def verdict(self, status, desc_err, err):
         """The data request's outcome given the descriptor: `err` (its
         (code, message) or None) as it is, completed, or replaced."""
@@ -88,9 +83,10 @@ class Check:
                 ShapeMismatchError)
 
 
-def post(comm, recv, xfer, buf):
-    """Posts the descriptor of the transfer `xfer` about to be posted."""
-    from .communicator import Request  # a Request of its own, not exposed
+def attach(comm, req, recv, xfer, buf):
+    """Posts the descriptor of `req`, the transfer `xfer` just posted (the
+    comm's lock held).  If it cannot be posted, the data transfer is
+    canceled and completed in the background, and the error raised."""
     t = comm.info["tp_size"]
     record = (ctypes.c_char * _RECORD.size * t)()
     if not recv:
@@ -102,12 +98,16 @@ def post(comm, recv, xfer, buf):
                      mem_type=_lib.MEM_HOST,
                      tag=_lib.Tag(microbatch=xfer.tag.microbatch,
                                   chunk=xfer.tag.chunk | CHECK_CHUNK_BIT))
-    handle = ctypes.c_void_p()
-    fn = comm._vt.irecv if recv else comm._vt.isend
-    comm._call(fn, comm._comm, ctypes.byref(desc), ctypes.byref(handle))
-    chk = Check(recv, buf, record,
-                Request(comm, handle, _buffer.Held(record),
-                        "dtype/shape descriptor"))
+    try:
+        sub = comm._posted(recv, desc, _buffer.Held(record),
+                           "dtype/shape descriptor of microbatch %d chunk %d"
+                           % (xfer.tag.microbatch, xfer.tag.chunk))
+    except BaseException:
+        comm._vt.cancel(comm._comm, req._handle)
+        comm._orphans.append(req)
+        raise
+    chk = Check(recv, buf, record, sub)
     chk.tp_slot = comm.info["tp_index"]
-    chk.what = "microbatch %d chunk %d" % (xfer.tag.microbatch, xfer.tag.chunk)
-    return chk
+    chk.what = "microbatch %d chunk %d" % (xfer.tag.microbatch,
+                                            xfer.tag.chunk)
+    req._check = chk

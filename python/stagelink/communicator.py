@@ -24,9 +24,11 @@ import logging
 import operator
 import os
 import queue
+import sys
 import threading
 import time
 import weakref
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import _buffer, _check, _lib, _store
 from .errors import STATUS, ClosedError, StagelinkError, error
@@ -35,7 +37,12 @@ __all__ = ["Communicator", "Request", "Placement", "P2POp",
            "batch_isend_irecv"]
 
 _log = logging.getLogger("stagelink")
+# A torch tensor, or any object with the buffer protocol.
+Buffer = Any
+# "next", "prev", or the world rank of that neighbour (batch operations).
+Peer = Union[str, int]
 _SLICE_MS = 50  # a wait looks at pending signals this often
+_CHECK_WAIT = 1.0  # seconds a checked receive waits for its descriptor
 _STOP, _REAP = object(), object()
 _open_comms = weakref.WeakSet()
 # The transport may still write into a failed request's buffer until
@@ -47,11 +54,13 @@ def _index(value, name, low, high):
     """operator.index(value) within [low, high], else ValueError (never a
     silent wrap into the C field)."""
     try:
+        if isinstance(value, bool):
+            raise TypeError
         v = operator.index(value)
     except TypeError:
         raise TypeError("%s must be an integer, not %s"
                         % (name, type(value).__name__)) from None
-    if isinstance(value, bool) or not low <= v <= high:
+    if not low <= v <= high:
         raise ValueError("%s=%r is out of range: it must be in [%d, %d]"
                          % (name, value, low, high))
     return v
@@ -71,7 +80,9 @@ class Placement:
     the interleaved schedule's wrap-around gives both ends a neighbour)
     and of this rank's TP group, by TP index."""
 
-    def __init__(self, prev_rank, next_rank, tp_ranks, tp_index=None):
+    def __init__(self, prev_rank: Optional[int], next_rank: Optional[int],
+                 tp_ranks: Sequence[int], tp_index: Optional[int] = None
+                 ) -> None:
         self.prev_rank, self.next_rank = prev_rank, next_rank
         self.tp_ranks = [operator.index(r) for r in tp_ranks]
         self.tp_index = tp_index
@@ -119,8 +130,8 @@ class Request:
         self._timed_out = None
 
     def __repr__(self):
-        state = ("done" if self._err is None else "failed: " + self._err[0]) \
-            if self._done else "in flight"
+        state = ("done" if self._err is None else "failed: " +
+                 error(*self._err).status) if self._done else "in flight"
         return "<stagelink.Request %s (%s)>" % (self._what, state)
 
     def _result(self):
@@ -128,7 +139,7 @@ class Request:
             raise error(*self._err)
         return None
 
-    def wait(self, timeout=None):
+    def wait(self, timeout: Optional[float] = None) -> None:
         """Blocks until the transfer completes; raises its error.
 
         The wait sleeps in slices of 50 ms, so signals are handled at once
@@ -159,7 +170,7 @@ class Request:
                             % (self._what, timeout))
         return self._result()
 
-    def test(self):
+    def test(self) -> bool:
         """True once the transfer completed (raising its error if it
         failed); False while it is in flight.  Never blocks for long."""
         comm = self._comm
@@ -172,14 +183,14 @@ class Request:
         self._result()
         return True
 
-    def is_completed(self):
+    def is_completed(self) -> bool:
         """torch's Work.is_completed: True once done, without raising."""
         try:
             return self.test()
         except StagelinkError:
             return True
 
-    def cancel(self):
+    def cancel(self) -> bool:
         """Asks the transport to cancel; wait() then raises CanceledError,
         unless the transfer completed first.  Returns False if it had
         already completed."""
@@ -213,7 +224,9 @@ class P2POp:
 
     __slots__ = ("op", "tensor", "peer", "microbatch", "chunk", "comm")
 
-    def __init__(self, op, tensor, peer, microbatch=0, chunk=0, comm=None):
+    def __init__(self, op: Any, tensor: Buffer, peer: Peer,
+                 microbatch: int = 0, chunk: int = 0,
+                 comm: Optional["Communicator"] = None) -> None:
         self.op, self.tensor, self.peer = op, tensor, peer
         self.microbatch, self.chunk = microbatch, chunk
         self.comm = comm if comm is not None else getattr(op, "__self__",
@@ -235,7 +248,7 @@ class P2POp:
         return kinds[name]
 
 
-def batch_isend_irecv(p2p_op_list):
+def batch_isend_irecv(p2p_op_list: Sequence["P2POp"]) -> List[Request]:
     """Posts every operation at once, receives first, as
     torch.distributed.batch_isend_irecv; returns their Requests in the
     list's order.  On error none of them stays posted."""
@@ -267,8 +280,11 @@ class Communicator:
     exception leaving the `with` block aborts instead, so the failing rank
     does not wait for the others."""
 
-    def __init__(self, tp_size=1, pp_size=0, mode="default", *, rank=None,
-                 world_size=None, placement=None, store=None, plugin=None):
+    def __init__(self, tp_size: int = 1, pp_size: int = 0,
+                 mode: str = "default", *, rank: Optional[int] = None,
+                 world_size: Optional[int] = None,
+                 placement: Optional["Placement"] = None,
+                 store: Any = None, plugin: Optional[str] = None) -> None:
         tp_size = _index(tp_size, "tp_size", 1, 1 << 30)
         pp_size = _index(pp_size, "pp_size", 0, 1 << 30)
         mode_value = _choice(mode, "mode", _lib.MODES)
@@ -288,8 +304,6 @@ class Communicator:
         if rank is not None:
             world_size = _index(world_size, "world_size", 1, 1 << 30)
             rank = _index(rank, "rank", 0, world_size - 1)
-        if store is not None and store is not False:
-            bootstrap = _store.StoreAllgather(store, rank, world_size)
         cfg = _lib.Config(struct_size=ctypes.sizeof(_lib.Config),
                           tp_size=tp_size, pp_size=pp_size, mode=mode_value)
         if rank is not None:
@@ -304,7 +318,9 @@ class Communicator:
                 env_rank, world_size or _env_world(), tp_size)
             keep = (topo, ranks)
             cfg.topology = ctypes.pointer(topo)
-        if bootstrap is not None:
+        if store is not None and store is not False:
+            # Numbered only once every argument passed, alike on every rank.
+            bootstrap = _store.StoreAllgather(store, rank, world_size)
             cfg.allgather = bootstrap.callback
 
         lib = _lib.library()
@@ -327,18 +343,38 @@ class Communicator:
             if bootstrap is not None and bootstrap.error is not None:
                 message += " (the store allgather raised %r)" % bootstrap.error
             raise error(status, message)
+        # The finalize barrier calls the allgather too: it lives as long.
+        self._bootstrap = bootstrap
         self._lock = threading.RLock()   # one thread in the library at a time
-        self._life = threading.Lock()    # abort must not race finalize
+        # abort must not race finalize; reentrant for a signal handler that
+        # aborts while close() finalizes on the same thread.
+        self._life = threading.RLock()
         self._queue = queue.SimpleQueue()
         self._orphans, self._held = [], []
         self._open, self._closing, self._aborted = True, False, False
         info = _lib.Info()
-        self._call(self._vt.comm_info, self._comm, ctypes.byref(info))
+        status = self._vt.comm_info(self._comm, ctypes.byref(info))
+        if status != 0:
+            message = self._vt.last_error(self._comm).decode()
+            self._vt.comm_abort(self._comm)
+            self._vt.comm_finalize(self._comm)
+            lib.stagelink_loader_close(self._loader)
+            raise error(status, message)
         self.info = {name: getattr(info, name) for name, _ in _lib.Info._fields_}
         for key in ("gather_backend", "node_id"):
             self.info[key] = self.info[key].decode()
         self.plugin = self._vt.name.decode()
         self._check = _check.enabled()
+        if self._check and self.plugin != "ucx":
+            self._vt.comm_abort(self._comm)
+            self._vt.comm_finalize(self._comm)
+            lib.stagelink_loader_close(self._loader)
+            raise StagelinkError(
+                STATUS["ERR_UNSUPPORTED"], "STAGELINK_CHECK sends its "
+                "descriptors from host memory, which the %s plugin cannot "
+                "move; unset STAGELINK_CHECK or use the ucx plugin"
+                % self.plugin)
+        self._device = _cuda_device()
         self._sliced = self._vt.struct_size >= (
             _lib.PluginV1.wait_for.offset + ctypes.sizeof(ctypes.c_void_p))
         self._helper = threading.Thread(target=self._serve, daemon=True,
@@ -380,42 +416,90 @@ class Communicator:
         if status != 0:
             self._raise(status)
 
-    def _complete(self, req, status):
-        """Records how `req` ended; its memory is let go once the transport
-        is done with it."""
+    def _complete(self, req, status, message=None):
+        """Records how `req` ended (the library has released it); its memory
+        is let go once the transport is done with it."""
         req._done, req._handle = True, None
         if status != 0:
-            req._err = (status, self._vt.last_error(self._comm).decode())
+            req._err = (status, message if message is not None else
+                        self._vt.last_error(self._comm).decode())
         if req._check is not None:
             self._settle_check(req, status)
         buf, req._buf = req._buf, None
-        if status in _HOLD_UNTIL_CLOSE:
+        if buf is None:
+            return
+        rank = ctypes.c_int(-1)
+        if status != 0 and (status in _HOLD_UNTIL_CLOSE or self._vt.comm_get_error(
+                self._comm, ctypes.byref(rank)) != 0):
+            # After a failure or an abort the transport may still write
+            # into it until finalize, whatever status the request ended with
+            # first (stagelink.h, comm_abort).
             self._held.append(buf)
-        elif buf is not None:
+        else:
             buf.release()
 
-    def _test(self, req):
+    def _settle(self, req, status):
+        """After a call that may have released `req` and whose status was
+        an error (or was lost to an exception): the library answers a
+        released request's test with INVALID_ARG.  Nothing else runs in
+        between (the lock is held), so the slot cannot have been reused.
+        Returns the call's sentence."""
+        if status is None:
+            message = ("%s completed as an exception (Ctrl-C?) arrived; its "
+                       "outcome is unknown" % req._what)
+        else:
+            message = self._vt.last_error(self._comm).decode()
         done = ctypes.c_int(0)
-        status = self._vt.test(self._comm, req._handle, ctypes.byref(done))
-        if status != 0 or done.value:
-            self._complete(req, status)
-            return True
+        probe = self._vt.test(self._comm, req._handle, ctypes.byref(done))
+        if done.value:
+            self._complete(req, probe)
+        elif probe == STATUS["ERR_INVALID_ARG"]:
+            self._complete(req, STATUS["ERR_INTERNAL"] if status is None
+                           else status, message)
+        # else: still in flight; an error was the call's, not the request's
+        return message
+
+    def _test(self, req):
+        done, status = ctypes.c_int(0), None
+        try:
+            status = self._vt.test(self._comm, req._handle,
+                                   ctypes.byref(done))
+            if done.value:
+                self._complete(req, status)
+                return True
+        except BaseException:
+            if not req._done:
+                self._settle(req, status if done.value else None)
+            raise
+        if status != 0:  # the call failed; the request is in flight
+            self._raise(status)
         return False
 
     def _wait(self, req, slice_ms=-1):
         """Waits for `req` for one slice (-1: until done or the library's
         deadline) and returns the status; IN_PROGRESS and TIMEOUT leave it
         in flight (TIMEOUT's sentence in req._timed_out)."""
-        if self._sliced:
-            status = self._vt.wait_for(self._comm, req._handle, slice_ms)
-        else:  # a plugin older than wait_for: signals wait for the end
-            status = self._vt.wait(self._comm, req._handle)
-        if status == STATUS["IN_PROGRESS"]:
-            return status
-        if status == STATUS["ERR_TIMEOUT"]:
-            req._timed_out = self._vt.last_error(self._comm).decode()
-        else:
-            self._complete(req, status)
+        status = None
+        try:
+            if self._sliced:
+                status = self._vt.wait_for(self._comm, req._handle, slice_ms)
+            else:  # a plugin older than wait_for: signals wait for the end
+                status = self._vt.wait(self._comm, req._handle)
+            if status == STATUS["IN_PROGRESS"]:
+                return status
+            if status == STATUS["ERR_TIMEOUT"]:
+                req._timed_out = self._vt.last_error(self._comm).decode()
+            elif status == 0:
+                self._complete(req, status)
+            else:  # completed with an error, or the call itself failed
+                message = self._settle(req, status)
+                if not req._done:
+                    raise error(status, message)
+        except BaseException:
+            if not req._done and status != STATUS["IN_PROGRESS"] and \
+                    status != STATUS["ERR_TIMEOUT"]:
+                self._settle(req, status)
+            raise
         return status
 
     def _settle_check(self, req, status):
@@ -423,13 +507,22 @@ class Communicator:
         and turns a disagreement into the request's error."""
         chk, req._check = req._check, None
         sub = chk.request
+        if not sub._done and status not in (0, STATUS["ERR_SIZE_MISMATCH"]):
+            self._vt.cancel(self._comm, sub._handle)
+        # The sender posts it with the data: once the data is here, so is
+        # it, unless the sender does not check (STAGELINK_CHECK differs).
+        end = time.monotonic() + _CHECK_WAIT
+        try:
+            while not sub._done and time.monotonic() < end:
+                if self._wait(sub, _SLICE_MS) == STATUS["ERR_TIMEOUT"]:
+                    break
+        except StagelinkError:
+            pass
         if not sub._done:
-            if status == 0 or status == STATUS["ERR_SIZE_MISMATCH"]:
-                self._wait(sub)
-            else:
-                self._vt.cancel(self._comm, sub._handle)
-                self._wait(sub)
-        if not sub._done:  # its own deadline passed: give up the check
+            _log.warning("stagelink: no dtype/shape descriptor came with %s "
+                         "within %g s: is STAGELINK_CHECK=1 set on every "
+                         "rank?", req._what, _CHECK_WAIT)
+            self._orphans.append(sub)  # completed in the background
             return
         req._err = chk.verdict(status, sub._err, req._err)
 
@@ -441,21 +534,28 @@ class Communicator:
             self._queue.put(_REAP)
 
     def _reap(self):
-        if not self._orphans:
-            return
-        left = []
-        for req in self._orphans:
-            if not self._test(req):
-                left.append(req)
-            elif req._err is not None and not self._aborted:
+        # In place: __del__ may append to this very list meanwhile (a
+        # collection in this loop, or another thread).
+        for req in [r for r in self._orphans[:] if self._reaped(r)]:
+            self._orphans.remove(req)
+            if req._err is not None and not self._aborted:
                 # Nobody can see this failure but the log.
                 _log.warning("stagelink: a dropped %s failed: %s",
                              req._what, error(*req._err))
-        self._orphans = left
+
+    def _reaped(self, req):
+        try:
+            return self._test(req)
+        except StagelinkError as e:  # the call failed: try again later
+            _log.info("stagelink: testing a dropped %s: %s", req._what, e)
+            return False
 
     def _serve(self):
         """The helper thread: completes dropped requests in the background
         (a test every 10 ms while there are any)."""
+        if self._device is not None:  # the plugin's device work runs here too
+            import torch
+            torch.cuda.set_device(self._device)
         while True:
             try:
                 item = self._queue.get(timeout=0.01 if self._orphans
@@ -492,9 +592,16 @@ class Communicator:
         b = _buffer.describe(buf, writable=recv)
         itemsize = b.itemsize if elem_size is None else _index(
             elem_size, "elem_size", 1, 1 << 40)
-        if stream is None and b.mem == _lib.MEM_CUDA:
+        if b.mem == _lib.MEM_CUDA:
             import torch  # the stream that produced the tensor orders it
-            stream = torch.cuda.current_stream(buf.device).cuda_stream
+            current = torch.cuda.current_stream(buf.device)
+            if stream is None:
+                stream = current.cuda_stream
+            elif stream != current.cuda_stream:
+                # The caching allocator must not hand this memory to
+                # another stream before the transfer's work on `stream`.
+                buf.record_stream(torch.cuda.ExternalStream(
+                    stream, device=buf.device))
         xfer = _lib.Xfer(peer=peer_value, buf=b.addr, nbytes=b.nbytes,
                          elem_size=itemsize, mem_type=b.mem, stream=stream,
                          tag=_lib.Tag(microbatch=microbatch, chunk=chunk))
@@ -504,28 +611,40 @@ class Communicator:
             "next" if peer_value == 0 else "previous", b.describe())
         return xfer, b, what
 
+    def _posted(self, recv, xfer, buf, what):
+        """Posts one transfer (self._lock held).  A Request owns it from the
+        moment the library does, also when an exception (Ctrl-C) lands as
+        the call returns: the Request is then dropped, so it is completed
+        in the background with its memory kept."""
+        req = Request(self, ctypes.c_void_p(), buf, what)
+        fn = self._vt.irecv if recv else self._vt.isend
+        status = None
+        try:
+            status = fn(self._comm, ctypes.byref(xfer),
+                        ctypes.byref(req._handle))
+        finally:
+            if status != 0 and not req._handle.value:
+                req._done, req._buf = True, None  # nothing was posted
+        if status != 0:
+            message = self._vt.last_error(self._comm).decode()
+            buf.release()
+            raise error(status, message)
+        return req
+
     def _post(self, recv, buf, peer, microbatch, chunk, elem_size, stream):
         xfer, b, what = self._xfer(recv, buf, peer, microbatch, chunk,
                                    elem_size, stream)
         with self._lock:
             self._require_open("irecv" if recv else "isend")
             self._reap()
-            chk = None
+            req = self._posted(recv, xfer, b, what)
             if self._check:
-                chk = _check.post(self, recv, xfer, b)
-            handle = ctypes.c_void_p()
-            fn = self._vt.irecv if recv else self._vt.isend
-            status = fn(self._comm, ctypes.byref(xfer), ctypes.byref(handle))
-            if status != 0:
-                message = self._vt.last_error(self._comm).decode()
-                b.release()
-                if chk is not None:
-                    chk.abandon(self)
-                raise error(status, message)
-            return Request(self, handle, b, what, chk)
+                _check.attach(self, req, recv, xfer, b)
+            return req
 
-    def isend(self, buf, peer="next", microbatch=0, chunk=0, elem_size=None,
-              stream=None):
+    def isend(self, buf: Buffer, peer: Peer = "next", microbatch: int = 0,
+              chunk: int = 0, elem_size: Optional[int] = None,
+              stream: Optional[int] = None) -> Request:
         """Starts sending `buf` (the full tensor) to the next ("next") or
         previous ("prev") stage, tagged (microbatch, chunk); returns a
         Request.  Shards fall on whole elements (elem_size, default the
@@ -534,24 +653,28 @@ class Communicator:
         return self._post(False, buf, peer, microbatch, chunk, elem_size,
                           stream)
 
-    def irecv(self, buf, peer="prev", microbatch=0, chunk=0, elem_size=None,
-              stream=None):
+    def irecv(self, buf: Buffer, peer: Peer = "prev", microbatch: int = 0,
+              chunk: int = 0, elem_size: Optional[int] = None,
+              stream: Optional[int] = None) -> Request:
         """Starts receiving into `buf` (the full tensor; writable) from a
         neighbour stage; returns a Request."""
         return self._post(True, buf, peer, microbatch, chunk, elem_size,
                           stream)
 
-    def send(self, buf, peer="next", microbatch=0, chunk=0, elem_size=None,
-             stream=None):
+    def send(self, buf: Buffer, peer: Peer = "next", microbatch: int = 0,
+             chunk: int = 0, elem_size: Optional[int] = None,
+             stream: Optional[int] = None) -> None:
         """isend, then wait."""
         self.isend(buf, peer, microbatch, chunk, elem_size, stream).wait()
 
-    def recv(self, buf, peer="prev", microbatch=0, chunk=0, elem_size=None,
-             stream=None):
+    def recv(self, buf: Buffer, peer: Peer = "prev", microbatch: int = 0,
+             chunk: int = 0, elem_size: Optional[int] = None,
+             stream: Optional[int] = None) -> None:
         """irecv, then wait."""
         self.irecv(buf, peer, microbatch, chunk, elem_size, stream).wait()
 
-    def batch_isend_irecv(self, p2p_op_list):
+    def batch_isend_irecv(self, p2p_op_list: Sequence["P2POp"]
+                          ) -> List[Request]:
         """Posts a list of P2POp at once (post_batch: receives first, never
         blocking), as torch.distributed.batch_isend_irecv; returns their
         Requests in the list's order.  On error none stays posted."""
@@ -569,29 +692,31 @@ class Communicator:
         with self._lock:
             self._require_open("batch_isend_irecv")
             self._reap()
-            checks = []
-            if self._check:
-                checks = [_check.post(self, op._kind() == _lib.OP_RECV, x, b)
-                          for op, (x, b, _) in zip(ops, built)]
             arr = (_lib.Op * len(ops))(*[
                 _lib.Op(kind=op._kind(), xfer=x) for op, (x, _, _) in
                 zip(ops, built)])
             handles = (ctypes.c_void_p * len(ops))()
-            status = self._vt.post_batch(self._comm, arr, len(ops), handles)
-            if status != 0:
+            status = None
+            try:
+                status = self._vt.post_batch(self._comm, arr, len(ops),
+                                             handles)
+            finally:
+                posted = [Request(self, ctypes.c_void_p(h), b, what)
+                          for h, (_, b, what) in zip(handles, built) if h]
+            if status != 0:  # then none of the batch stays posted
                 message = self._vt.last_error(self._comm).decode()
+                for req in posted:
+                    req._done, req._buf = True, None
                 for _, b, _ in built:
                     b.release()
-                for chk in checks:
-                    chk.abandon(self)
                 raise error(status, message)
-            return [Request(self, ctypes.c_void_p(h), b, what,
-                            checks[i] if checks else None)
-                    for i, (h, (_, b, what)) in enumerate(zip(handles,
-                                                              built))]
+            if self._check:
+                for op, req, (x, b, _) in zip(ops, posted, built):
+                    _check.attach(self, req, op._kind() == _lib.OP_RECV, x, b)
+            return posted
 
     # -- the communicator as a whole -----------------------------------------
-    def counters(self):
+    def counters(self) -> Dict[str, int]:
         """Byte counters since init (stagelink_counters_t) as a dict."""
         c = _lib.Counters()
         with self._lock:
@@ -599,7 +724,7 @@ class Communicator:
             self._call(self._vt.get_counters, self._comm, ctypes.byref(c))
         return {name: getattr(c, name) for name, _ in _lib.Counters._fields_}
 
-    def get_error(self):
+    def get_error(self) -> Optional[StagelinkError]:
         """None while healthy; else the PeerFailedError or AbortedError the
         communicator holds (`failed_rank` set on it), without progressing
         it."""
@@ -613,7 +738,7 @@ class Communicator:
         exc.failed_rank = rank.value
         return exc
 
-    def abort(self):
+    def abort(self) -> None:
         """Fails every transfer in flight with AbortedError and refuses new
         ones, without waiting for any peer.  Safe from any thread (a
         watchdog, a signal handler's caller), also while a wait blocks;
@@ -623,40 +748,67 @@ class Communicator:
                 self._aborted = True
                 self._call(self._vt.comm_abort, self._comm)
 
-    def close(self):
+    def close(self) -> None:
         """Completes the requests dropped unfinished (unless the
-        communicator failed or was aborted), then finalizes (collective:
-        every rank calls it) and unloads the plugin.  Requests still in
-        flight are canceled.  A second close() does nothing."""
-        if not self._open or self._closing:
-            return
-        self._closing = True
+        communicator failed or was aborted; up to one library deadline in
+        all), then finalizes (collective: every rank calls it) and unloads
+        the plugin.  Requests still in flight are canceled.  Interrupted
+        (Ctrl-C), it aborts and finalizes without the barrier before the
+        exception goes on.  A second close() does nothing."""
+        with self._life:
+            if not self._open or self._closing:
+                return
+            self._closing = True
         self._queue.put(_STOP)
         if self._helper is not threading.current_thread():
             self._helper.join()
-        with self._lock:
-            healthy = ctypes.c_int(-1)
-            if not self._aborted and self._vt.comm_get_error(
-                    self._comm, ctypes.byref(healthy)) == 0:
-                for req in self._orphans:
-                    status = STATUS["IN_PROGRESS"]
-                    while status == STATUS["IN_PROGRESS"]:  # Ctrl-C works
-                        status = self._wait(req, _SLICE_MS)
-                    if not req._done:
-                        _log.warning("stagelink: close() gave up on a dropped "
-                                     "%s: %s", req._what, req._timed_out)
-            with self._life:
-                self._open = False
-                status = self._vt.comm_finalize(self._comm)
-                _lib.library().stagelink_loader_close(self._loader)
+        try:
+            with self._lock:
+                self._drain()
+        except BaseException:
+            self._aborted = True
+            self._vt.comm_abort(self._comm)
+            self._finalize()
+            raise
+        status = self._finalize()
+        if status != 0:
+            raise error(status, "comm_finalize of rank %d failed; the log "
+                        "(STAGELINK_DEBUG=INFO) says why" % self.rank)
+
+    def _drain(self):
+        """The dropped requests, completed before a healthy finalize; after
+        the first one that passes the library's deadline, finalize cancels
+        the rest."""
+        healthy = ctypes.c_int(-1)
+        if self._aborted or self._vt.comm_get_error(
+                self._comm, ctypes.byref(healthy)) != 0:
+            return
+        for req in self._orphans[:]:
+            status = STATUS["IN_PROGRESS"]
+            try:
+                while not req._done and status == STATUS["IN_PROGRESS"]:
+                    status = self._wait(req, _SLICE_MS)  # Ctrl-C works
+            except StagelinkError as e:
+                _log.warning("stagelink: close(): a dropped %s: %s",
+                             req._what, e)
+            if status == STATUS["ERR_TIMEOUT"]:
+                _log.warning("stagelink: close() gave up on the dropped "
+                             "requests: %s", req._timed_out)
+                return
+
+    def _finalize(self):
+        with self._lock, self._life:
+            self._open = False
+            status = self._vt.comm_finalize(self._comm)
+            _lib.library().stagelink_loader_close(self._loader)
+            self._bootstrap = None
         _open_comms.discard(self)
+        # The transport is done with every buffer now.
         for b in self._held + [r._buf for r in self._orphans]:
             if b is not None:
                 b.release()
         self._held, self._orphans = [], []
-        if status != 0:
-            raise error(status, "comm_finalize of rank %d failed; the log "
-                        "(STAGELINK_DEBUG=INFO) says why" % self.rank)
+        return status
 
     def __enter__(self):
         return self
@@ -668,11 +820,21 @@ class Communicator:
         # The failing rank must not wait out the others in a collective
         # finalize: abort (its peers see it go), then close quietly so the
         # original traceback is what the user sees.
-        try:
-            self.abort()
-            self.close()
-        except StagelinkError as e:
-            _log.info("stagelink: closing after %s: %s", exc_type.__name__, e)
+        for step in (self.abort, self.close):
+            try:
+                step()
+            except StagelinkError as e:
+                _log.info("stagelink: %s after %s: %s", step.__name__,
+                          exc_type.__name__, e)
+
+
+def _cuda_device():
+    """The current CUDA device when torch has initialized CUDA, else None
+    (never initializes CUDA itself)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    return torch.cuda.current_device()
 
 
 def _env_rank():
@@ -694,9 +856,13 @@ def _env_world():
 @atexit.register
 def _close_at_exit():
     """Communicators left open: their dropped requests complete and they
-    finalize, as close() would."""
+    finalize, as close() would; after an uncaught exception they abort
+    first, so the peers are not kept waiting for this rank."""
+    failed = getattr(sys, "last_value", None) is not None
     for comm in list(_open_comms):
         try:
+            if failed:
+                comm.abort()
             comm.close()
         except StagelinkError as e:
             _log.warning("stagelink: closing at exit: %s", e)

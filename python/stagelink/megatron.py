@@ -28,6 +28,8 @@ Megatron-Core does (or let Megatron's parallel_state answer, when present).
 SPDX-License-Identifier: MIT
 """
 
+from typing import Any, List, Optional, Tuple
+
 import torch
 
 from . import _lib
@@ -51,6 +53,7 @@ class _State:
         # recv/prev, backward send/prev and recv/next.
         self.count = {("send", "next"): 0, ("recv", "prev"): 0,
                       ("send", "prev"): 0, ("recv", "next"): 0}
+        self.broken = None  # why the counters may differ from the peers'
 
     def tag(self, op, peer):
         k = self.count[(op, peer)]
@@ -58,7 +61,7 @@ class _State:
         return k
 
 
-def initialize(comm, device=None):
+def initialize(comm: Communicator, device: Optional[Any] = None) -> None:
     """Makes `comm` carry the p2p functions of this module.  `device`: where
     received tensors are created (default: the current CUDA device when
     CUDA is initialized, else the CPU).  Counters start at zero, so every
@@ -122,12 +125,28 @@ def _post(ops):
     return _get().comm.batch_isend_irecv(ops)
 
 
+class _Handles(dict):
+    """The requests of an overlapped call, keyed as Megatron-Core's
+    _p2p_ops keys them ("send_next", "recv_prev", "send_prev",
+    "recv_next"; schedules pop them by key); iterating yields the requests
+    themselves, as the schedules of older Megatron-Core that loop
+    `for req in handles: req.wait()` expect."""
+
+    def __iter__(self):
+        return iter(list(self.values()))
+
+
 def _communicate(*, tensor_send_next, tensor_send_prev, recv_prev, recv_next,
                  tensor_shape, config, wait_on_reqs=True):
     """Megatron-Core's _communicate: returns (tensor_recv_prev,
     tensor_recv_next, requests), the requests None once waited for."""
     st = _get()
     comm = st.comm
+    if st.broken is not None:
+        raise RuntimeError(
+            "stagelink.megatron: an earlier transfer failed (%s), so this "
+            "rank's tag counters no longer match its peers': restart from a "
+            "checkpoint" % st.broken)
     if (getattr(config, "sequence_parallel", False) and
             comm.info["tp_size"] > 1 and
             comm.info["mode"] != _lib.MODES["full"]):
@@ -137,54 +156,72 @@ def _communicate(*, tensor_send_next, tensor_send_prev, recv_prev, recv_next,
             "with mode=\"full\" (scatter_gather would split and gather it)")
     send = {"next": tensor_send_next, "prev": tensor_send_prev}
     recv = {"prev": recv_prev, "next": recv_next}
-    # Tags first, in one fixed order, so that both sides count alike.
-    tags = {("send", p): st.tag("send", p) for p in ("next", "prev")
-            if send[p] is not None}
-    tags.update({("recv", p): st.tag("recv", p) for p in ("prev", "next")
-                 if recv[p]})
-
-    shapes = {"prev": tensor_shape, "next": tensor_shape}
-    if getattr(config, "variable_seq_lengths", False):
-        ops, boxes = [], {}
-        for p in ("prev", "next"):
-            if recv[p]:
-                boxes[p] = torch.empty(_SHAPE_SLOTS, dtype=torch.int64)
-                ops.append(P2POp(comm.irecv, boxes[p], p,
-                                 tags[("recv", p)], _SHAPE_CHUNK))
-            if send[p] is not None:
-                ops.append(P2POp(comm.isend, _shape_tensor(send[p]), p,
-                                 tags[("send", p)], _SHAPE_CHUNK))
-        for req in _post(ops):
-            req.wait()
-        for p, box in boxes.items():
-            ndim = int(box[0])
-            shapes[p] = [int(v) for v in box[1:1 + ndim]]
-
-    received = {}
-    ops = []
+    varlen = getattr(config, "variable_seq_lengths", False)
     for p in ("prev", "next"):
         if not recv[p]:
             continue
         if getattr(config, "pipeline_dtype", None) is None:
             raise RuntimeError("pipeline_dtype must be provided if recv_%s is "
                                "True" % p)
-        if shapes[p] is None:
+        if tensor_shape is None and not varlen:
             raise RuntimeError(
                 "tensor_shape must be specified if recv_%s is True. Common "
                 "tensor_shape is (seq_length, micro_batch_size, hidden_size)"
                 % p)
-        received[p] = torch.empty(shapes[p], requires_grad=True,
-                                  device=st.device,
-                                  dtype=config.pipeline_dtype)
-        ops.append(P2POp(comm.irecv, received[p], p, tags[("recv", p)]))
+    # Tags only once nothing can be refused before posting, in one fixed
+    # order, so that both sides count alike.
+    tags = {("send", p): st.tag("send", p) for p in ("next", "prev")
+            if send[p] is not None}
+    tags.update({("recv", p): st.tag("recv", p) for p in ("prev", "next")
+                 if recv[p]})
+    try:
+        return _exchange(st, send, recv, tags, tensor_shape, config, varlen,
+                         wait_on_reqs)
+    except BaseException as e:
+        st.broken = "%s: %s" % (type(e).__name__, e)
+        raise
+
+
+def _exchange(st, send, recv, tags, tensor_shape, config, varlen,
+              wait_on_reqs):
+    comm = st.comm
+    shapes = {"prev": tensor_shape, "next": tensor_shape}
+    if varlen:
+        ops, boxes = [], {}
+        for p in ("prev", "next"):
+            if recv[p]:
+                boxes[p] = torch.empty(_SHAPE_SLOTS, dtype=torch.int64,
+                                       device=st.device)
+                ops.append(P2POp(comm.irecv, boxes[p], p,
+                                 tags[("recv", p)], _SHAPE_CHUNK))
+            if send[p] is not None:
+                ops.append(P2POp(comm.isend, _shape_tensor(send[p]).to(
+                    st.device), p, tags[("send", p)], _SHAPE_CHUNK))
+        for req in _post(ops):
+            req.wait()
+        for p, box in boxes.items():
+            sizes = box.tolist()
+            shapes[p] = sizes[1:1 + sizes[0]]
+
+    received, ops, keys = {}, [], []
+    for p in ("prev", "next"):
+        if recv[p]:
+            received[p] = torch.empty(shapes[p], requires_grad=True,
+                                      device=st.device,
+                                      dtype=config.pipeline_dtype)
+            ops.append(P2POp(comm.irecv, received[p], p, tags[("recv", p)]))
+            keys.append("recv_" + p)
     for p in ("next", "prev"):
         if send[p] is not None:
             ops.append(P2POp(comm.isend, send[p], p, tags[("send", p)]))
+            keys.append("send_" + p)
     reqs = _post(ops)
     if wait_on_reqs:
         for req in reqs:
             req.wait()
         reqs = None
+    else:
+        reqs = _Handles(zip(keys, reqs))
     return received.get("prev"), received.get("next"), reqs
 
 
@@ -203,7 +240,9 @@ class _Timed:
             self.timers(self.name).stop()
 
 
-def recv_forward(tensor_shape, config, is_first_stage=None):
+def recv_forward(tensor_shape: Optional[List[int]], config: Any,
+                 is_first_stage: Optional[bool] = None
+                 ) -> Optional[torch.Tensor]:
     """Receive from the previous stage (forward); None on the first."""
     if _is_first(is_first_stage):
         return None
@@ -213,7 +252,9 @@ def recv_forward(tensor_shape, config, is_first_stage=None):
                             tensor_shape=tensor_shape, config=config)[0]
 
 
-def recv_backward(tensor_shape, config, is_last_stage=None):
+def recv_backward(tensor_shape: Optional[List[int]], config: Any,
+                  is_last_stage: Optional[bool] = None
+                  ) -> Optional[torch.Tensor]:
     """Receive from the next stage (backward); None on the last."""
     if _is_last(is_last_stage):
         return None
@@ -223,7 +264,8 @@ def recv_backward(tensor_shape, config, is_last_stage=None):
                             tensor_shape=tensor_shape, config=config)[1]
 
 
-def send_forward(output_tensor, config, is_last_stage=None):
+def send_forward(output_tensor: Optional[torch.Tensor], config: Any,
+                 is_last_stage: Optional[bool] = None) -> None:
     """Send to the next stage (forward); nothing on the last."""
     if not _is_last(is_last_stage):
         with _Timed(config, "forward-send"):
@@ -232,7 +274,8 @@ def send_forward(output_tensor, config, is_last_stage=None):
                          recv_next=False, tensor_shape=None, config=config)
 
 
-def send_backward(input_tensor_grad, config, is_first_stage=None):
+def send_backward(input_tensor_grad: Optional[torch.Tensor], config: Any,
+                  is_first_stage: Optional[bool] = None) -> None:
     """Send to the previous stage (backward); nothing on the first."""
     if not _is_first(is_first_stage):
         with _Timed(config, "backward-send"):

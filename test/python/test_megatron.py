@@ -279,6 +279,26 @@ def interleaved(model, config):
             config=config))
 
 
+def overlapped(comm, config, case):
+    """overlap_p2p_comm around the ring: the handles are keyed as
+    Megatron-Core's _p2p_ops keys them, and iterating them yields the
+    requests (older schedules loop over them)."""
+    shape = [case.t * 2 // (case.t if case.sp else 1), B, H]
+    # The same on every TP rank of a stage (scatter_gather rebuilds one
+    # tensor from the group's shards).
+    mine = torch.full(shape, float(comm.rank // case.t), dtype=DTYPE)
+    got, handles = p2p.send_forward_recv_forward(
+        mine, recv_prev=True, tensor_shape=shape, config=config,
+        overlap_p2p_comm=True)
+    check(sorted(handles.keys()) == ["recv_prev", "send_next"],
+          "overlap handles keyed %s" % sorted(handles.keys()))
+    handles.pop("send_next").wait()
+    for req in handles:
+        req.wait()
+    check(torch.equal(got.detach(), torch.full(shape, float(
+        comm.info["prev_rank"] // case.t), dtype=DTYPE)), "overlapped receive")
+
+
 def run(case, world, t):
     rank = int(os.environ["RANK"])
     stage, tp_index = rank // t, rank % t
@@ -297,6 +317,8 @@ def run(case, world, t):
                                  sequence_parallel=case.sp)
         model = Model(case, stage, tp_index)
         (interleaved if case.v > 1 else one_f_one_b)(model, config)
+        if case.v > 1:
+            overlapped(comm, config, case)
         sent = comm.counters()["stage_bytes_sent"]
     ref = reference(case, tp_index)
     worst = 0.0

@@ -240,6 +240,41 @@ def bad_arguments(comm):
                                                           words, e))
 
 
+def quiet_errors(comm):
+    """Errors the caller receives are not also WARN lines on stderr."""
+    import tempfile
+    peer = "next" if comm.is_first_stage else "prev"
+    with tempfile.TemporaryFile() as err:
+        saved = os.dup(2)
+        sys.stderr.flush()
+        os.dup2(err.fileno(), 2)
+        try:
+            first = comm.irecv(torch.empty(4), peer=peer, microbatch=160)
+            try:
+                comm.irecv(torch.empty(4), peer=peer, microbatch=160)
+                check(False, "the same tag twice in flight was accepted")
+            except stagelink.TagInUseError:
+                pass
+            try:
+                comm.isend(torch.empty(4), peer="prev" if peer == "next"
+                           else "next")
+                check(False, "a send past the pipeline's end was accepted")
+            except stagelink.StagelinkError as e:
+                check(e.status == "ERR_NO_PEER", "past the end: %s" % e)
+            first.cancel()
+            try:
+                first.wait()
+            except stagelink.StagelinkError:
+                pass  # canceled (or its TP peer's cancel came first)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        err.seek(0)
+        text = err.read().decode(errors="replace")
+    check("WARN" not in text, "errors the caller received were also "
+          "logged as WARN: %r" % text)
+
+
 def readonly_sends(comm):
     mb = 150
     arr = np.arange(1000, dtype=np.float32)
@@ -363,7 +398,7 @@ world = int(os.environ["WORLD_SIZE"])
 comm = stagelink.Communicator(tp_size=world // 2)
 print(repr(comm), flush=True)
 for case in (dropped_send, deallocated_output, dropped_recv, wait_again,
-             interrupted, bad_arguments, readonly_sends):
+             interrupted, bad_arguments, quiet_errors, readonly_sends):
     case(comm)
     print("rank %d: %s done" % (comm.rank, case.__name__), flush=True)
 pending = comm.irecv(torch.empty(4), peer="next" if comm.is_first_stage

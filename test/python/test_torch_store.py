@@ -1,0 +1,97 @@
+"""stagelink inside a torch.distributed job: after init_process_group (gloo,
+the job's MASTER_ADDR/MASTER_PORT), a Communicator bootstraps through the
+default group's store (no second listener on MASTER_PORT, which torch's
+store holds), and through a store passed in; an explicit Placement with
+the stages in reverse rank order; batch_isend_irecv with torch's P2POp
+forms (comm.isend, torch.distributed.isend with comm=, a neighbour's
+world rank as the peer).  t = WORLD_SIZE / 2.
+SPDX-License-Identifier: MIT
+"""
+import gc
+import os
+import sys
+
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError as e:
+    print("SKIP: %s (install python3-torch)" % e)
+    sys.exit(77)
+
+import stagelink
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+
+
+def exchange(comm, base):
+    """Forward and back in one batch on each side, checked."""
+    fwd, bwd = torch.arange(1000.) + base, -torch.arange(1000.) - base
+    if comm.is_first_stage:
+        got = torch.zeros(1000)
+        ops = [stagelink.P2POp(comm.isend, fwd, "next", microbatch=base),
+               stagelink.P2POp(dist.irecv, got, comm.info["next_rank"],
+                               microbatch=base, comm=comm)]
+        reqs = stagelink.batch_isend_irecv(ops)
+        check(len(reqs) == 2 and all(isinstance(r, stagelink.Request)
+                                     for r in reqs), "batch requests")
+        for r in reqs:
+            r.wait()
+        check(torch.equal(got, bwd), "backward data (base %d)" % base)
+    else:
+        got = torch.zeros(1000)
+        reqs = comm.batch_isend_irecv([
+            stagelink.P2POp(dist.isend, bwd, comm.info["prev_rank"],
+                            microbatch=base, comm=comm),
+            stagelink.P2POp("irecv", got, "prev", microbatch=base,
+                            comm=comm)])
+        for r in reqs:
+            r.wait()
+        check(torch.equal(got, fwd), "forward data (base %d)" % base)
+
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+t = world // 2
+dist.init_process_group("gloo")  # env:// on stagelink_run's MASTER_PORT
+
+# 1. The default group's store, ranks from torch.distributed.
+with stagelink.Communicator(tp_size=t) as comm:
+    check(comm.rank == dist.get_rank() and comm.world_size == world,
+          "ranks from torch.distributed: %r" % comm)
+    exchange(comm, 10)
+
+# 2. A store passed in, with the stages in reverse rank order: stage 0 is
+# the upper half of the ranks.
+stage = 1 - rank // t
+tp_ranks = [(1 - stage) * t + i for i in range(t)]
+placement = stagelink.Placement(
+    prev_rank=None if stage == 0 else rank + t,
+    next_rank=rank - t if stage == 0 else None, tp_ranks=tp_ranks)
+store = dist.PrefixStore("mine", dist.distributed_c10d._get_default_store())
+with stagelink.Communicator(tp_size=t, store=store, rank=rank,
+                            world_size=world, placement=placement) as comm:
+    check(comm.is_first_stage == (stage == 0) and
+          comm.is_last_stage == (stage == 1) and
+          comm.info["tp_index"] == rank % t,
+          "placement: rank %d (%r) is not stage %d, TP index %d"
+          % (rank, comm.info, stage, rank % t))
+    exchange(comm, 20)
+    gc.collect()  # the store callback must outlive a collection: finalize
+    # runs its closing barrier through it
+    try:
+        comm.batch_isend_irecv([stagelink.P2POp(comm.isend, torch.zeros(4),
+                                                rank)])
+        check(False, "its own rank accepted as a peer")
+    except ValueError as e:
+        check("no neighbour" in str(e), "own rank as peer: %s" % e)
+
+dist.barrier()
+dist.destroy_process_group()
+print("rank %d: %s" % (rank, "all checks passed" if not failures else
+                       "%d failed" % len(failures)), flush=True)
+sys.exit(1 if failures else 0)
