@@ -287,6 +287,18 @@ void        sl_ucx_flush(sl_comm_t *comm);
  */
 void        sl_ucx_discard_unexpected(sl_comm_t *comm);
 /** Blocks until `req` completes or the deadline passes. */
+/** Counts stagelink's UCX callbacks (process-wide; any change will do):
+ *  a callback can run where UCX reports no progress (a deferred
+ *  completion, or one inside the post of an operation), and its
+ *  follow-up (the next chunk to post) is the hooks' to do before a wait
+ *  sleeps. */
+extern atomic_uint sl_ucx_callbacks;
+
+static inline void sl_ucx_callback_ran(void)
+{
+    atomic_fetch_add_explicit(&sl_ucx_callbacks, 1u, memory_order_relaxed);
+}
+
 sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req);
 /** Waits until `deadline` (STAGELINK_ERR_TIMEOUT) or `slice_end`
  *  (STAGELINK_IN_PROGRESS, no error set), 0 = none; SUCCESS once done. */

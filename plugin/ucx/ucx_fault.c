@@ -149,6 +149,7 @@ static void sl_fault_report_cb(void *request, ucs_status_t status,
 {
     sl_fault_report_t *r = user;
 
+    sl_ucx_callback_ran();
     ucp_request_free(request);
     r->req  = NULL;
     r->done = 1;
@@ -162,6 +163,7 @@ static void sl_fault_report_sent(void *request, ucs_status_t status,
                                  void *user)
 {
     (void)status;
+    sl_ucx_callback_ran();
     ucp_request_free(request);
     --((sl_comm_t *)user)->reports_inflight;
 }

@@ -112,6 +112,7 @@ static void sl_sub_send_cb(void *request, ucs_status_t status, void *user_data)
 {
     sl_sub_t *sub = user_data;
 
+    sl_ucx_callback_ran();
     ucp_request_free(request);
     if (sub->state == SL_SUB_DETACHED) {
         return;
@@ -148,6 +149,7 @@ static void sl_sub_recv_cb(void *request, ucs_status_t status,
     void     *msg;
     uint64_t  value = 0;
 
+    sl_ucx_callback_ran();
     ucp_request_free(request);
     if (sub->state == SL_SUB_DETACHED) {
         return;
@@ -391,7 +393,7 @@ void sl_sub_detach(sl_comm_t *comm, sl_sub_t *sub, sl_status_t status,
 int sl_sub_describe(const sl_sub_t *sub, char *out, size_t len)
 {
     const sl_staged_t *st = sub->staged;
-    char               state[192] = "", relay[64] = "";
+    char               state[256] = "", relay[96] = "";
 
     if (!sl_sub_in_flight(sub)) {
         return 0;
@@ -401,6 +403,10 @@ int sl_sub_describe(const sl_sub_t *sub, char *out, size_t len)
         if (st->x.avail != NULL) {
             snprintf(relay, sizeof(relay), ", %zu bytes of the own shard "
                      "landed", *st->x.avail);
+        } else if (st->draining) {
+            snprintf(relay, sizeof(relay), ", %zu of the sender's chunks "
+                     "left to drain%s", (size_t)st->drain_left,
+                     (st->drain_req != NULL) ? ", one posted" : "");
         }
         snprintf(state, sizeof(state), " (%s, %zu of %zu chunks done, %zu "
                  "posted%s%s%s)",
