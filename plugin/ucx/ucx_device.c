@@ -17,8 +17,11 @@
 
 #include "sl_log.h"
 
+#include <dlfcn.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void sl_device_probe(sl_comm_t *comm)
 {
@@ -45,11 +48,38 @@ int sl_device_topo_gpus(sl_comm_t *comm, const char *root, sl_topo_t *t)
     return (t->ngpus > 0) ? comm->local_rank % t->ngpus : -1;
 }
 
+/* The libucp the dynamic linker chose (-Ducx_prefix's run path, or
+ * LD_LIBRARY_PATH, decides which) and whether that UCX was built with CUDA:
+ * its libuct_cuda module sits in the module directory.  A UCX built with
+ * CUDA that reports no CUDA memory type has found no driver. */
+void sl_device_ucx_build(char *out, size_t len)
+{
+    const char *env_dir = getenv("UCX_MODULE_DIR");
+    char        lib[PATH_MAX] = "", dir[PATH_MAX], module[PATH_MAX + 32];
+    Dl_info     info;
+
+    if (dladdr((void *)ucp_get_version_string, &info) && info.dli_fname != NULL &&
+        realpath(info.dli_fname, lib) == NULL) {
+        snprintf(lib, sizeof(lib), "%s", info.dli_fname);
+    }
+    if (env_dir != NULL && env_dir[0] != '\0') {
+        snprintf(dir, sizeof(dir), "%s", env_dir);
+    } else {
+        snprintf(dir, sizeof(dir), "%s", lib);
+        *strrchr(dir, '/') = '\0';
+        strncat(dir, "/ucx", sizeof(dir) - strlen(dir) - 1);
+    }
+    snprintf(module, sizeof(module), "%s/libuct_cuda.so", dir);
+    snprintf(out, len, "%s, built %s CUDA", lib[0] ? lib : "libucp (path unknown)",
+             access(module, F_OK) == 0 ? "with" : "without");
+}
+
 static const sl_progress_hook_t sl_device_hook;
 
 sl_status_t sl_device_init(sl_comm_t *comm)
 {
     ucp_context_attr_t attr;
+    char               build[PATH_MAX + 64];
 
     sl_ucx_progress_register(comm, &sl_device_hook);
     /* An explicit UCX_TLS without cuda hides CUDA from this bitmap too. */
@@ -58,8 +88,10 @@ sl_status_t sl_device_init(sl_comm_t *comm)
     if (ucp_context_query(comm->ucp_ctx, &attr) == UCS_OK) {
         comm->ucx_cuda = !!(attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA));
     }
-    SL_INFO(SL_SUBSYS_INIT, "GPU runtime %s: %s; UCX memory types 0x%llx "
-            "(CUDA %s)", comm->gpu->name, comm->gpu_why,
+    sl_device_ucx_build(build, sizeof(build));
+    SL_INFO(SL_SUBSYS_INIT, "GPU runtime %s: %s; UCX %s (%s), memory types "
+            "0x%llx (CUDA %s)", comm->gpu->name, comm->gpu_why,
+            ucp_get_version_string(), build,
             (unsigned long long)attr.memory_types,
             comm->ucx_cuda ? "yes: GPU-direct" : "no: device buffers are staged");
     return STAGELINK_SUCCESS;

@@ -16,6 +16,7 @@
 #include "sl_time.h"
 #include "sl_topo.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -471,13 +472,15 @@ static size_t sl_ucx_describe(char *buf, size_t len)
                                                UCP_FEATURE_WAKEUP};
     ucp_context_attr_t attr   = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
     ucp_context_h      ctx;
-    char               resources[1024] = "", gpu[160], *text = NULL;
+    char               resources[1024] = "", gpu[160], build[PATH_MAX + 64];
+    char              *text = NULL;
     size_t             text_len = 0;
     FILE              *info;
     ucs_status_t       ucs;
     int                n;
 
     sl_gpu_default_ops.probe(gpu, sizeof(gpu));
+    sl_device_ucx_build(build, sizeof(build));
     ucs = ucp_init(&params, NULL, &ctx);
     if (ucs == UCS_OK) {
         info = open_memstream(&text, &text_len);
@@ -494,10 +497,10 @@ static size_t sl_ucx_describe(char *buf, size_t len)
         ucp_context_query(ctx, &attr);
         ucp_cleanup(ctx);
     }
-    n = snprintf(buf, len, "UCX %s at run time%s%s\n"
+    n = snprintf(buf, len, "UCX %s at run time (%s)%s%s\n"
                  "UCX transports (UCX_TLS, UCX_NET_DEVICES apply): %s\n"
                  "UCX memory types: host%s (device buffers %s)\n"
-                 "GPU: %s\n", ucp_get_version_string(),
+                 "GPU: %s\n", ucp_get_version_string(), build,
                  ucs == UCS_OK ? "" : ": cannot create a context: ",
                  ucs == UCS_OK ? "" : ucs_status_string(ucs),
                  resources[0] ? resources : "none",

@@ -1,59 +1,140 @@
 /*
- * The reference for staging: cudaMemcpyAsync between device memory and
- * pinned host memory, each direction, per size (GB/s = 1e9 B/s).
+ * The limits a device shard transfer is measured against, per size (GB/s =
+ * 1e9 B/s, each the mean of 10 copies after a warm-up, timed with events):
+ * cudaMemcpyAsync device to pinned host and back (what staging costs per
+ * hop), device to device (the copy engine's ceiling), and, where NCCL is
+ * built in, NCCL's own send/recv (what Megatron's p2p uses) as a one-rank
+ * send to self: NCCL refuses two ranks of one communicator on one GPU.
  *   copy_bench SIZE...     SPDX-License-Identifier: MIT
  */
 #include "host.h"
+#ifdef STAGELINK_HAVE_NCCL
+#include "nccl_api.h"
+#endif
 
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#define COPY_REPS 10
+
+static double gbps(size_t n, cudaEvent_t a, cudaEvent_t b)
+{
+    float ms = 0;
+
+    cudaEventSynchronize(b);
+    cudaEventElapsedTime(&ms, a, b);
+    return (ms > 0) ? (double)n * COPY_REPS / (ms * 1e6) : 0;
+}
+
 static double bench(void *dst, const void *src, size_t n, cudaStream_t s)
 {
     cudaEvent_t a, b;
-    float       ms = 0;
-    int         i, reps = 10;
+    double      r;
+    int         i;
 
     cudaEventCreate(&a);
     cudaEventCreate(&b);
     cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s); /* warm-up */
     cudaEventRecord(a, s);
-    for (i = 0; i < reps; ++i) {
+    for (i = 0; i < COPY_REPS; ++i) {
         cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s);
     }
     cudaEventRecord(b, s);
-    cudaEventSynchronize(b);
-    cudaEventElapsedTime(&ms, a, b);
+    r = gbps(n, a, b);
     cudaEventDestroy(a);
     cudaEventDestroy(b);
-    return (double)n * reps / (ms * 1e6);
+    return r;
 }
+
+#ifdef STAGELINK_HAVE_NCCL
+static ncclComm_t           nccl_comm;
+static const sl_nccl_api_t *nccl;
+
+static int nccl_setup(void)
+{
+    ncclUniqueId id;
+    sl_errbuf_t  eb;
+
+    if (sl_nccl_api_get(&nccl, &eb) != STAGELINK_SUCCESS ||
+        sl_nccl_check(nccl, nccl->GetUniqueId(&id), NULL, "ncclGetUniqueId", &eb) ||
+        sl_nccl_check(nccl, nccl->CommInitRank(&nccl_comm, 1, id, 0), NULL,
+                      "ncclCommInitRank", &eb)) {
+        fprintf(stderr, "NCCL column left out: %s\n", eb.msg);
+        return 0;
+    }
+    return 1;
+}
+
+static int nccl_sendrecv(void *dst, const void *src, size_t n, cudaStream_t s)
+{
+    return nccl->GroupStart() != ncclSuccess ||
+           nccl->Send(src, n, ncclChar, 0, nccl_comm, s) != ncclSuccess ||
+           nccl->Recv(dst, n, ncclChar, 0, nccl_comm, s) != ncclSuccess ||
+           nccl->GroupEnd() != ncclSuccess;
+}
+
+static double bench_nccl(void *dst, const void *src, size_t n, cudaStream_t s)
+{
+    cudaEvent_t a, b;
+    double      r = 0;
+    int         i, bad = nccl_sendrecv(dst, src, n, s);
+
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    cudaEventRecord(a, s);
+    for (i = 0; i < COPY_REPS && !bad; ++i) {
+        bad = nccl_sendrecv(dst, src, n, s);
+    }
+    cudaEventRecord(b, s);
+    r = bad ? -1 : gbps(n, a, b);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return r;
+}
+#endif
 
 int main(int argc, char **argv)
 {
     cudaStream_t s;
-    void        *dev, *pinned;
+    void        *dev, *dev2, *pinned;
     size_t       n;
-    int          i, ndev = 0;
+    int          i, ndev = 0, with_nccl = 0;
 
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("SKIP: no CUDA device\n");
         return 77;
     }
     cudaStreamCreate(&s);
-    printf("%12s %12s %12s\n", "size(B)", "D2H GB/s", "H2D GB/s");
+#ifdef STAGELINK_HAVE_NCCL
+    with_nccl = nccl_setup();
+#endif
+    printf("%12s %12s %12s %12s %12s\n", "size(B)", "D2H GB/s", "H2D GB/s",
+           "D2D GB/s", with_nccl ? "NCCL GB/s" : "");
     for (i = 1; i < argc; ++i) {
         if (sl_host_parse_size(argv[i], &n) != 0 ||
             cudaMalloc(&dev, n) != cudaSuccess ||
+            cudaMalloc(&dev2, n) != cudaSuccess ||
             cudaHostAlloc(&pinned, n, cudaHostAllocDefault) != cudaSuccess) {
             fprintf(stderr, "cannot set up %s bytes\n", argv[i]);
             return 1;
         }
-        printf("%12zu %12.2f %12.2f\n", n, bench(pinned, dev, n, s),
-               bench(dev, pinned, n, s));
+        printf("%12zu %12.2f %12.2f %12.2f", n, bench(pinned, dev, n, s),
+               bench(dev, pinned, n, s), bench(dev2, dev, n, s));
+#ifdef STAGELINK_HAVE_NCCL
+        if (with_nccl) {
+            printf(" %12.2f", bench_nccl(dev2, dev, n, s));
+        }
+#endif
+        printf("\n");
         cudaFree(dev);
+        cudaFree(dev2);
         cudaFreeHost(pinned);
     }
+#ifdef STAGELINK_HAVE_NCCL
+    if (with_nccl) {
+        nccl->CommDestroy(nccl_comm);
+    }
+#endif
     return 0;
 }
