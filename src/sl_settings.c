@@ -53,8 +53,11 @@ sl_status_t sl_settings_parse(const stagelink_config_t *config,
     }
     SL_CHECK(sl_env_parse_u64(SL_ENV_MAX_REQUESTS, 1, 1 << 20, &max_requests,
                               eb));
-    SL_CHECK(sl_env_parse_u64(SL_ENV_CHUNK, 4096, 1ull << 30, &chunk,
-                              eb));
+    if (strcmp(sl_env_get(SL_ENV_CHUNK), "auto") == 0) {
+        chunk = 0; /* decided with the peers, once UCX is up (ucx_chunked.c) */
+    } else {
+        SL_CHECK(sl_env_parse_u64(SL_ENV_CHUNK, 4096, 1ull << 30, &chunk, eb));
+    }
     SL_CHECK(sl_env_parse_u64(SL_ENV_STAGING_BUFFERS, 1, 64, &nbufs, eb));
     s->spin         = (spin_us == UINT64_MAX) ? -1.0 : (double)spin_us * 1e-6;
     s->max_requests = (int)max_requests;

@@ -188,10 +188,22 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
     return 0;
 }
 
-static int post_wait(sl_host_t *h, stagelink_op_kind_t kind,
-                     stagelink_peer_t peer, void *buf, size_t n, uint32_t mb)
+/* Where the tensors live (-m); declared, as a framework that knows its
+ * tensors does, rather than classified per transfer. */
+static stagelink_mem_type_t perf_mem = STAGELINK_MEM_HOST;
+
+static stagelink_xfer_t perf_xfer(stagelink_peer_t peer, void *buf, size_t n,
+                                  uint32_t mb, uint16_t chunk)
 {
-    stagelink_xfer_t     x = sl_host_xfer(peer, buf, n, 1, mb, 0);
+    stagelink_xfer_t x = sl_host_xfer(peer, buf, n, 1, mb, chunk);
+
+    x.mem_type = perf_mem;
+    return x;
+}
+
+/* One transfer, posted and waited for; `x` says where and what. */
+static int post_wait(sl_host_t *h, stagelink_op_kind_t kind, stagelink_xfer_t x)
+{
     stagelink_request_t *req;
 
     if (sl_host_report(h, (kind == STAGELINK_OP_SEND)
@@ -217,18 +229,18 @@ static int round_trip(const perf_opts_t *o, sl_host_t *h, unsigned char *send,
     int                  i, rc = 0;
 
     if (h->info.pp_index == 1) {
-        if (post_wait(h, STAGELINK_OP_RECV, STAGELINK_PEER_PREV, recv, n, mb)) {
+        if (post_wait(h, STAGELINK_OP_RECV, perf_xfer(STAGELINK_PEER_PREV, recv, n, mb, 0))) {
             return -1;
         }
         if (o->corrupt && n > 0 && !o->cuda) {
             recv[n / 2] ^= 0x40; /* the self-test: the check must catch it */
         }
-        return post_wait(h, STAGELINK_OP_SEND, STAGELINK_PEER_PREV, recv, n, mb);
+        return post_wait(h, STAGELINK_OP_SEND, perf_xfer(STAGELINK_PEER_PREV, recv, n, mb, 0));
     }
     ops[0].kind = STAGELINK_OP_RECV;
-    ops[0].xfer = sl_host_xfer(STAGELINK_PEER_NEXT, recv, n, 1, mb, 0);
+    ops[0].xfer = perf_xfer(STAGELINK_PEER_NEXT, recv, n, mb, 0);
     ops[1].kind = STAGELINK_OP_SEND;
-    ops[1].xfer = sl_host_xfer(STAGELINK_PEER_NEXT, send, n, 1, mb, 0);
+    ops[1].xfer = perf_xfer(STAGELINK_PEER_NEXT, send, n, mb, 0);
     if (sl_host_report(h, h->plugin->post_batch(h->comm, ops, 2, reqs),
                        "post_batch")) {
         return -1;
@@ -260,17 +272,18 @@ static int stream(sl_host_t *h, unsigned char *send, unsigned char *recv,
                                 "wait") ? -1 : 0;
         }
         if (i < count && rc == 0) {
-            x = sl_host_xfer(s0 ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV,
-                             s0 ? send : recv, n, 1, first + (uint32_t)i, 0);
+            x = perf_xfer(s0 ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV,
+                          s0 ? send : recv, n, first + (uint32_t)i, 0);
             rc = sl_host_report(h, s0 ? h->plugin->isend(h->comm, &x, &reqs[i % PERF_WINDOW])
                                       : h->plugin->irecv(h->comm, &x, &reqs[i % PERF_WINDOW]),
                                 s0 ? "isend" : "irecv") ? -1 : 0;
         }
     }
     if (rc == 0) {
+        /* The answer is one host byte, whatever the tensors are. */
         rc = post_wait(h, s0 ? STAGELINK_OP_RECV : STAGELINK_OP_SEND,
-                       s0 ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV, &ack, 1,
-                       first + (uint32_t)count);
+                       sl_host_xfer(s0 ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV,
+                                    &ack, 1, 1, first + (uint32_t)count, 0));
     }
     *us = now_us() - t0;
     return rc;
@@ -290,10 +303,10 @@ static int pipeline(sl_host_t *h, const sl_sched_step_t *steps, int nsteps,
             int to_next = op->send ? !op->backward : op->backward;
 
             ops[k].kind = op->send ? STAGELINK_OP_SEND : STAGELINK_OP_RECV;
-            ops[k].xfer = sl_host_xfer(to_next ? STAGELINK_PEER_NEXT
-                                               : STAGELINK_PEER_PREV,
-                                       op->send ? send : recv, n, 1,
-                                       op->microbatch, op->chunk);
+            ops[k].xfer = perf_xfer(to_next ? STAGELINK_PEER_NEXT
+                                            : STAGELINK_PEER_PREV,
+                                    op->send ? send : recv, n,
+                                    op->microbatch, op->chunk);
         }
         if (sl_host_report(h, h->plugin->post_batch(h->comm, ops,
                                                      (size_t)steps[i].nops, reqs),
@@ -560,6 +573,7 @@ int main(int argc, char **argv)
             return 77;
         }
         cudaSetDevice((lr ? atoi(lr) : 0) % ndev);
+        perf_mem = STAGELINK_MEM_CUDA;
     }
 #else
     if (o.cuda) {

@@ -19,6 +19,7 @@
 #include "nccl_api.h"
 #include "sl_bootstrap.h"
 #include "sl_log.h"
+#include "sl_topo.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -35,11 +36,37 @@ typedef struct sl_nccl_card {
     ncclUniqueId id;     /**< valid on TP index 0 */
     int32_t      use;    /**< this rank will use NCCL */
     int32_t      failed; /**< TP index 0: NCCL usable, but no id (ncclGetUniqueId failed) */
+    char         gpu[16]; /**< PCI address of this rank's current device */
 } sl_nccl_card_t;
+
+/*
+ * Two TP ranks on one GPU (several processes sharing a device, as on a
+ * one-GPU test machine): NCCL refuses such a communicator ("invalid
+ * usage"), so the group must know before it asks.  The same answer on
+ * every rank of the group, from the same cards.
+ */
+static int sl_nccl_shared_gpu(const sl_comm_t *comm, const sl_nccl_card_t *cards,
+                              int *a, int *b)
+{
+    int i, j;
+
+    for (i = 0; i < comm->layout.tp_size; ++i) {
+        for (j = 0; j < i; ++j) {
+            *a = comm->layout.tp_ranks[j];
+            *b = comm->layout.tp_ranks[i];
+            if (cards[*a].gpu[0] != '\0' &&
+                strcmp(cards[*a].gpu, cards[*b].gpu) == 0 &&
+                strcmp(comm->node_ids[*a], comm->node_ids[*b]) == 0) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
 
 static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
 {
-    int               world = comm->layout.world_size, k, root;
+    int               world = comm->layout.world_size, k, root, a, b;
     const sl_nccl_api_t *api = NULL;
     sl_gather_nccl_t *g     = NULL;
     sl_nccl_card_t    mine, *cards;
@@ -52,7 +79,14 @@ static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
     if (!comm->gpu_usable) {
         snprintf(why.msg, sizeof(why.msg), "%s", comm->gpu_why);
     } else if (sl_nccl_api_get(&api, &why) == STAGELINK_SUCCESS) {
+        char ids[SL_TOPO_MAX_GPUS][16];
+        int  current = -1;
+
         mine.use = 1;
+        if (comm->gpu->pci_bus_ids(ids, SL_TOPO_MAX_GPUS, &current) > current &&
+            current >= 0) {
+            memcpy(mine.gpu, ids[current], sizeof(mine.gpu));
+        }
         if (comm->layout.tp_index == 0 &&
             sl_nccl_check(api, api->GetUniqueId(&mine.id), NULL,
                           "ncclGetUniqueId", &why) != STAGELINK_SUCCESS) {
@@ -122,6 +156,22 @@ static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
     if (!mine.use || comm->layout.tp_size == 1) {
         SL_INFO(SL_SUBSYS_GATHER, "NCCL gather not used: %s",
                 mine.use ? "TP size 1" : why.msg);
+        status = STAGELINK_SUCCESS;
+        goto out;
+    }
+    if (sl_nccl_shared_gpu(comm, cards, &a, &b)) {
+        if (comm->gather_choice == SL_GATHER_NCCL) {
+            status = sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
+                              "STAGELINK_GATHER=nccl but ranks %d and %d of "
+                              "this TP group share GPU %s, and NCCL allows one "
+                              "rank per GPU in a communicator; give each TP "
+                              "rank its own GPU, or use STAGELINK_GATHER=ucx",
+                              a, b, cards[a].gpu);
+            goto out;
+        }
+        SL_INFO(SL_SUBSYS_GATHER, "NCCL gather not used: ranks %d and %d of "
+                "this TP group share GPU %s (NCCL allows one rank per GPU); "
+                "device buffers gather over UCX", a, b, cards[a].gpu);
         status = STAGELINK_SUCCESS;
         goto out;
     }

@@ -12,6 +12,7 @@
  */
 #include "ucx_comm.h"
 
+#include "sl_log.h"
 #include "sl_tag.h"
 
 #include <stdio.h>
@@ -588,6 +589,30 @@ void sl_chunked_init(sl_comm_t *comm)
     };
 
     sl_ucx_progress_register(comm, &hook);
+}
+
+/*
+ * Every chunk is one tagged message, so one rendezvous: a few microseconds
+ * of protocol that a staged chunk spends anyway on its copies, but that at
+ * NVLink or HDR rates outweighs moving 1 MiB (on an H200, two processes:
+ * 1 MiB chunks carried a 64 MiB tensor at 107 GB/s, 16 MiB chunks at
+ * 1.3 TB/s, UCX's own limit 1.7 TB/s).  Bounce buffers want small chunks;
+ * without them a larger chunk still leaves the gather's forwarding a
+ * pipeline.  Derived from the same cards on every rank, so alike.
+ */
+#define SL_CHUNK_STAGED ((size_t)1 << 20)
+#define SL_CHUNK_DIRECT ((size_t)16 << 20)
+
+void sl_chunked_size_agree(sl_comm_t *comm)
+{
+    if (comm->chunk != 0) {
+        return;
+    }
+    comm->chunk = comm->all_direct ? SL_CHUNK_DIRECT : SL_CHUNK_STAGED;
+    SL_INFO(SL_SUBSYS_NET, "chunk %zu bytes (STAGELINK_CHUNK=auto: %s)",
+            comm->chunk, comm->all_direct
+                             ? "every rank's UCX moves device memory itself"
+                             : "some rank stages device memory, or has no GPU");
 }
 
 void sl_chunked_detach(sl_comm_t *comm, sl_staged_t *st)

@@ -44,16 +44,35 @@ static sl_status_t sl_mem_check_type(sl_comm_t *comm, const void *buf,
     case STAGELINK_MEM_AUTO:
         *resolved = (nbytes > 0) ? comm->gpu->classify(buf) : STAGELINK_MEM_HOST;
         return STAGELINK_SUCCESS;
-    case STAGELINK_MEM_HOST:
-    case STAGELINK_MEM_CUDA_MANAGED:
-        /* Managed memory is reachable from the host: UCX may read it. */
-        *resolved = requested;
-        return STAGELINK_SUCCESS;
     case STAGELINK_MEM_CUDA:
         if (!comm->gpu_usable) {
             return sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
                             "memory type %s given, but %s",
                             sl_mem_name(requested), comm->gpu_why);
+        }
+        /* fall through */
+    case STAGELINK_MEM_HOST:
+    case STAGELINK_MEM_CUDA_MANAGED:
+        /*
+         * A declared type is checked where a GPU is usable: a device pointer
+         * declared host would reach UCX as host memory, whose shared-memory
+         * copy then fails in the peer (UCX reports it as the peer's
+         * connection reset), and a host pointer declared device would be
+         * handed to the CUDA transports.  Managed memory is reachable from
+         * the host, so host and managed may be declared for each other.
+         */
+        if (comm->gpu_usable && nbytes > 0) {
+            stagelink_mem_type_t actual = comm->gpu->classify(buf);
+
+            if ((actual == STAGELINK_MEM_CUDA) != (requested == STAGELINK_MEM_CUDA)) {
+                return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
+                                "buffer %p is %s memory, but the transfer "
+                                "says %s; pass its memory type (%s), or "
+                                "STAGELINK_MEM_AUTO", buf, sl_mem_name(actual),
+                                sl_mem_name(requested),
+                                actual == STAGELINK_MEM_CUDA
+                                    ? "STAGELINK_MEM_CUDA" : "STAGELINK_MEM_HOST");
+            }
         }
         *resolved = requested;
         return STAGELINK_SUCCESS;

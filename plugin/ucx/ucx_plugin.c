@@ -64,7 +64,7 @@ static sl_status_t sl_comm_layout(sl_comm_t *comm,
 /* What every rank must know of every other before the UCX context exists. */
 typedef struct sl_rank_facts {
     char              node_id[SL_NODE_ID_LEN];
-    uint64_t          chunk; /**< with the mode, the wire format of large messages */
+    uint64_t          chunk; /**< with the mode, the wire format of large messages (0: auto) */
     uint32_t          mode;
     sl_peer_process_t proc;  /**< to watch same-node peers (ucx_fault.c) */
 } sl_rank_facts_t;
@@ -109,12 +109,18 @@ static sl_status_t sl_comm_locality(sl_comm_t *comm)
             goto out;
         }
         if (all[r].chunk != mine.chunk) {
+            char theirs[24] = "auto", ours[24] = "auto";
+
+            if (all[r].chunk != 0) {
+                snprintf(theirs, sizeof(theirs), "%llu", (unsigned long long)all[r].chunk);
+            }
+            if (mine.chunk != 0) {
+                snprintf(ours, sizeof(ours), "%llu", (unsigned long long)mine.chunk);
+            }
             status = sl_error(&comm->err, STAGELINK_ERR_CONFIG,
-                              "STAGELINK_CHUNK is %llu on rank %d but "
-                              "%llu here: device transfers are cut in these "
-                              "chunks, so set it alike on every rank",
-                              (unsigned long long)all[r].chunk, r,
-                              (unsigned long long)mine.chunk);
+                              "STAGELINK_CHUNK is %s on rank %d but %s here: "
+                              "large transfers are cut in these chunks, so "
+                              "set it alike on every rank", theirs, r, ours);
             goto out;
         }
     }
@@ -217,6 +223,7 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *config,
     SL_CHECK_GOTO(sl_device_init(comm), err_destroy);
     sl_chunked_init(comm);
     SL_CHECK_GOTO(sl_ucx_connect(comm, comm->bootstrap), err_destroy);
+    sl_chunked_size_agree(comm);
     SL_CHECK_GOTO(sl_fault_watch(comm, comm->procs), err_destroy);
     free(comm->procs);
     comm->procs = NULL;

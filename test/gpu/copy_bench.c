@@ -5,6 +5,7 @@
  * hop), device to device (the copy engine's ceiling), and, where NCCL is
  * built in, NCCL's own send/recv (what Megatron's p2p uses) as a one-rank
  * send to self: NCCL refuses two ranks of one communicator on one GPU.
+ * Then the latency floor of a small device transfer (see latency()).
  *   copy_bench SIZE...     SPDX-License-Identifier: MIT
  */
 #include "host.h"
@@ -15,8 +16,40 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define COPY_REPS 10
+#define LAT_REPS  200
+
+static double now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+/*
+ * What one small device transfer cannot go below: the host-observed time of
+ * a 1-byte async copy completed through an event polled with
+ * cudaEventQuery (how the plugin's staging and stream ordering see the GPU),
+ * and of an event alone on the legacy stream.  Mean of LAT_REPS, in us.
+ */
+static double latency(void *dst, const void *src, cudaStream_t s, cudaEvent_t ev)
+{
+    double t0 = now_us();
+    int    i;
+
+    for (i = 0; i < LAT_REPS; ++i) {
+        if (dst != NULL) {
+            cudaMemcpyAsync(dst, src, 1, cudaMemcpyDefault, s);
+        }
+        cudaEventRecord(ev, s);
+        while (cudaEventQuery(ev) == cudaErrorNotReady) {
+        }
+    }
+    return (now_us() - t0) / LAT_REPS;
+}
 
 static double gbps(size_t n, cudaEvent_t a, cudaEvent_t b)
 {
@@ -129,6 +162,20 @@ int main(int argc, char **argv)
         printf("\n");
         cudaFree(dev);
         cudaFree(dev2);
+        cudaFreeHost(pinned);
+    }
+    if (cudaMalloc(&dev, 1) == cudaSuccess &&
+        cudaHostAlloc(&pinned, 1, cudaHostAllocDefault) == cudaSuccess) {
+        cudaEvent_t ev;
+
+        cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        latency(pinned, dev, s, ev); /* warm-up */
+        printf("latency, us (1 B, event polled): D2H %.1f, H2D %.1f, "
+               "event alone %.1f, event alone on the legacy stream %.1f\n",
+               latency(pinned, dev, s, ev), latency(dev, pinned, s, ev),
+               latency(NULL, NULL, s, ev), latency(NULL, NULL, NULL, ev));
+        cudaEventDestroy(ev);
+        cudaFree(dev);
         cudaFreeHost(pinned);
     }
 #ifdef STAGELINK_HAVE_NCCL

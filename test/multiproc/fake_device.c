@@ -6,7 +6,8 @@
  * fault and the rank die; instead every tensor must arrive whole through
  * the staging buffers.  Also: memory type given or classified, gather of
  * device shards, odd sizes around the chunk size, and a device sender
- * with a receiver in host memory (scatter_gather chunks host shards too).
+ * with a receiver in host memory (scatter_gather chunks host shards too),
+ * and a declared memory type that contradicts the buffer, refused.
  * Run with stagelink_run -n 4 (t = 2, p = 2), STAGELINK_CHUNK=4096.
  * SPDX-License-Identifier: MIT
  */
@@ -182,6 +183,25 @@ int main(void)
         bad = sl_pattern_check(host_buf, 0, x.nbytes, 99);
         CHECK(bad == SIZE_MAX, "host receiver of a device sender: byte %zu", bad);
     }
+
+    /* A declared type the runtime contradicts is refused at post, on this
+     * rank alone: a device pointer declared host would reach UCX (and
+     * fault), a host pointer declared device would be copied as device. */
+    x = sl_host_xfer(stage == 0 ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV,
+                     dev, 4096, 1, 100, 0);
+    x.mem_type = STAGELINK_MEM_HOST;
+    st = (stage == 0) ? p->isend(comm, &x, &req) : p->irecv(comm, &x, &req);
+    CHECK(st == STAGELINK_ERR_INVALID_ARG &&
+              strstr(p->last_error(comm), "is cuda memory, but the transfer says host"),
+          "device buffer declared host: %s: %s", stagelink_status_string(st),
+          p->last_error(comm));
+    x.buf      = host_buf;
+    x.mem_type = STAGELINK_MEM_CUDA;
+    st = (stage == 0) ? p->isend(comm, &x, &req) : p->irecv(comm, &x, &req);
+    CHECK(st == STAGELINK_ERR_INVALID_ARG &&
+              strstr(p->last_error(comm), "is host memory, but the transfer says cuda"),
+          "host buffer declared cuda: %s: %s", stagelink_status_string(st),
+          p->last_error(comm));
     p->comm_finalize(comm);
     return check_summary();
 }

@@ -9,7 +9,9 @@
  *   STAGELINK_GATHER=nccl  both fail (STAGELINK_ERR_UNSUPPORTED), none by
  *                          waiting out the exchange;
  *   STAGELINK_GATHER=auto  both fall back to UCX (no NCCL state).
- * And when it works, both set up the NCCL gather with rank 0's id.
+ * And when it works, both set up the NCCL gather with rank 0's id; when
+ * both drive one GPU (NCCL refuses that), auto falls back to UCX and nccl
+ * fails naming the GPU, without asking NCCL.
  *   test_gather_nccl FAKE_NCCL.so
  * SPDX-License-Identifier: MIT
  */
@@ -36,6 +38,22 @@ typedef struct exchange {
 } exchange_t;
 
 static __thread int thread_rank;
+
+/* The GPU each rank drives: its own (0000:0r:00.0), or one for both. */
+static int shared_gpu;
+
+static int fake_pci_bus_ids(char (*ids)[16], int max, int *current)
+{
+    int n = (max < WORLD) ? max : WORLD, i;
+
+    for (i = 0; i < n; ++i) {
+        snprintf(ids[i], 16, "0000:%02x:00.0", i + 1);
+    }
+    *current = shared_gpu ? 0 : thread_rank;
+    return n;
+}
+
+static sl_gpu_ops_t fake_gpu = {.name = "fake", .pci_bus_ids = fake_pci_bus_ids};
 
 static int thread_allgather(void *ctx, const void *send, void *recv, size_t size)
 {
@@ -103,12 +121,15 @@ static void *run_rank(void *arg)
     bs.world_size = WORLD;
     bs.root_fd    = -1;
     comm->bootstrap     = &bs;
+    comm->gpu           = &fake_gpu;
     comm->gpu_usable    = 1;
+    comm->node_ids      = calloc(WORLD, SL_NODE_ID_LEN); /* one node */
     comm->gather_choice = run->choice;
     if (sl_layout_from_order(run->rank, WORLD, WORLD, 1, &comm->layout,
                              &comm->err) != STAGELINK_SUCCESS) {
         run->status = STAGELINK_ERR_INTERNAL;
         snprintf(run->msg, sizeof(run->msg), "%s", comm->err.msg);
+        free(comm->node_ids);
         free(comm);
         return NULL;
     }
@@ -119,6 +140,7 @@ static void *run_rank(void *arg)
     snprintf(run->msg, sizeof(run->msg), "%s", comm->err.msg);
     sl_gather_nccl_ops.cleanup(state);
     sl_layout_cleanup(&comm->layout);
+    free(comm->node_ids);
     free(comm);
     return NULL;
 }
@@ -195,5 +217,24 @@ int main(int argc, char **argv)
               runs[r].msg);
     }
     unsetenv("FAKE_NCCL_UNIQUE_ID");
+
+    /* Both ranks on one GPU: NCCL would refuse the communicator, so auto
+     * gathers over UCX and nccl says why, before NCCL is asked. */
+    shared_gpu = 1;
+    run_both(SL_GATHER_AUTO, runs);
+    for (r = 0; r < WORLD; ++r) {
+        CHECK(runs[r].status == STAGELINK_SUCCESS && !runs[r].has_state,
+              "rank %d, GATHER=auto, one GPU for both: %s, NCCL state %d (%s)",
+              r, stagelink_status_string(runs[r].status), runs[r].has_state,
+              runs[r].msg);
+    }
+    run_both(SL_GATHER_NCCL, runs);
+    for (r = 0; r < WORLD; ++r) {
+        CHECK(runs[r].status == STAGELINK_ERR_UNSUPPORTED && !runs[r].has_state &&
+                  strstr(runs[r].msg, "share GPU 0000:01:00.0") != NULL,
+              "rank %d, GATHER=nccl, one GPU for both: %s (%s)", r,
+              stagelink_status_string(runs[r].status), runs[r].msg);
+    }
+    shared_gpu = 0;
     return check_summary();
 }
