@@ -1,12 +1,13 @@
 #!/bin/sh
 # README's test command: every suite with warnings as errors; valgrind
-# memcheck on the unit suite and on two- and four-rank transfers; then
+# memcheck on the unit suite and on two- and four-rank transfers; the unit
+# and multiproc suites against UCX with CUDA where one is built; then
 # every suite again under AddressSanitizer and UBSan (but fuzz: its target
 # is built with both sanitizers already; and python: the interpreter is not
 # instrumented, so an instrumented libstagelink cannot be loaded into it).
 set -eu
 cd "$(dirname "$0")/.."
-rm -rf build-test build-sanitize
+rm -rf build-test build-sanitize build-ucx-cuda
 meson setup build-test -Dwarning_level=3 -Dwerror=true
 meson test -C build-test --print-errorlogs --num-processes 2
 # Skipped tests say why (the gpu suite without a GPU, netns without rights).
@@ -19,6 +20,20 @@ meson test -C build-test --setup valgrind --print-errorlogs --num-processes 2 \
 meson test -C build-test --setup valgrind --print-errorlogs --num-processes 2 \
     minimal-host t1-p2-sweep t2-p2-scatter_gather-sweep t2-p2-chunked-inflight \
     bad-input-t1 threads-t1
+
+# Against UCX with CUDA (tools/build-ucx-cuda.sh; .ci/run builds it): a
+# UCX whose cuda module loads no driver here, so the plugin must stage, and
+# stagelink_info must name that UCX.
+ucx_cuda=${STAGELINK_UCX_CUDA:-/opt/ucx-cuda}
+if [ -e "$ucx_cuda/lib/pkgconfig/ucx.pc" ]; then
+    meson setup build-ucx-cuda -Ducx_prefix="$ucx_cuda" -Dwarning_level=3 -Dwerror=true
+    meson test -C build-ucx-cuda --print-errorlogs --num-processes 2 \
+        --suite unit --suite multiproc
+    STAGELINK_PLUGIN_PATH=build-ucx-cuda/plugin build-ucx-cuda/tools/stagelink_info |
+        grep '^UCX .*at run time' | grep -q "$ucx_cuda/lib/libucp.so.*built with CUDA"
+else
+    echo "SKIP: no UCX with CUDA in $ucx_cuda (tools/build-ucx-cuda.sh builds one)"
+fi
 
 meson setup build-sanitize -Db_sanitize=address,undefined -Db_lundef=false \
     -Dwarning_level=3 -Dwerror=true

@@ -422,8 +422,8 @@ sl_status_t sl_notice_status(uint64_t value);
 /* ucx_device.c: device memory */
 /** Whether a GPU is usable: known before any exchange. */
 void        sl_device_probe(sl_comm_t *comm);
-/** Which libucp runs, and whether that UCX was built with CUDA. */
-void        sl_device_ucx_build(char *out, size_t len);
+/** Which libucp runs, and whether that UCX was built with CUDA (1). */
+int         sl_device_ucx_build(char *out, size_t len);
 /** The node's GPUs into `t` (CUDA's visible devices, else the PCI bus);
  *  the index of this rank's GPU, -1 when none is known. */
 int         sl_device_topo_gpus(sl_comm_t *comm, const char *root,

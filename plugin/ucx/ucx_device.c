@@ -52,13 +52,18 @@ int sl_device_topo_gpus(sl_comm_t *comm, const char *root, sl_topo_t *t)
  * LD_LIBRARY_PATH, decides which) and whether that UCX was built with CUDA:
  * its libuct_cuda module sits in the module directory.  A UCX built with
  * CUDA that reports no CUDA memory type has found no driver. */
-void sl_device_ucx_build(char *out, size_t len)
+int sl_device_ucx_build(char *out, size_t len)
 {
     const char *env_dir = getenv("UCX_MODULE_DIR");
+    const char *(*in_libucp)(void) = ucp_get_version_string;
     char        lib[PATH_MAX] = "", dir[PATH_MAX], module[PATH_MAX + 32];
+    void       *addr;
     Dl_info     info;
+    int         with_cuda;
 
-    if (dladdr((void *)ucp_get_version_string, &info) && info.dli_fname != NULL &&
+    /* ISO C has no cast from a function pointer to void *: copy it. */
+    memcpy(&addr, &in_libucp, sizeof(addr));
+    if (dladdr(addr, &info) && info.dli_fname != NULL &&
         realpath(info.dli_fname, lib) == NULL) {
         snprintf(lib, sizeof(lib), "%s", info.dli_fname);
     }
@@ -70,8 +75,10 @@ void sl_device_ucx_build(char *out, size_t len)
         strncat(dir, "/ucx", sizeof(dir) - strlen(dir) - 1);
     }
     snprintf(module, sizeof(module), "%s/libuct_cuda.so", dir);
+    with_cuda = (access(module, F_OK) == 0);
     snprintf(out, len, "%s, built %s CUDA", lib[0] ? lib : "libucp (path unknown)",
-             access(module, F_OK) == 0 ? "with" : "without");
+             with_cuda ? "with" : "without");
+    return with_cuda;
 }
 
 static const sl_progress_hook_t sl_device_hook;

@@ -484,11 +484,11 @@ static size_t sl_ucx_describe(char *buf, size_t len)
     size_t             text_len = 0;
     FILE              *info;
     ucs_status_t       ucs;
-    int                n;
+    int                n, with_cuda, cuda;
 
     sl_gpu_default_ops.probe(gpu, sizeof(gpu));
-    sl_device_ucx_build(build, sizeof(build));
-    ucs = ucp_init(&params, NULL, &ctx);
+    with_cuda = sl_device_ucx_build(build, sizeof(build));
+    ucs       = ucp_init(&params, NULL, &ctx);
     if (ucs == UCS_OK) {
         info = open_memstream(&text, &text_len);
         if (info != NULL) {
@@ -504,16 +504,18 @@ static size_t sl_ucx_describe(char *buf, size_t len)
         ucp_context_query(ctx, &attr);
         ucp_cleanup(ctx);
     }
+    cuda = !!(attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA));
     n = snprintf(buf, len, "UCX %s at run time (%s)%s%s\n"
                  "UCX transports (UCX_TLS, UCX_NET_DEVICES apply): %s\n"
-                 "UCX memory types: host%s (device buffers %s)\n"
+                 "UCX memory types: host%s (device buffers %s%s)\n"
                  "GPU: %s\n", ucp_get_version_string(), build,
                  ucs == UCS_OK ? "" : ": cannot create a context: ",
                  ucs == UCS_OK ? "" : ucs_status_string(ucs),
                  resources[0] ? resources : "none",
-                 (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) ? ", cuda" : "",
-                 (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA))
-                     ? "go GPU-direct" : "are staged through host memory",
+                 cuda ? ", cuda" : "",
+                 cuda ? "go GPU-direct" : "are staged through host memory",
+                 (!cuda && with_cuda) ? ": this UCX's cuda module found no "
+                                        "usable GPU or driver" : "",
                  gpu);
     return (n < 0) ? 0 : (size_t)n;
 }
