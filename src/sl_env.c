@@ -27,7 +27,7 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
     [SL_ENV_TIMEOUT] = {"STAGELINK_TIMEOUT", "600",
         "Seconds a blocking call (bootstrap, wait) may take before failing with STAGELINK_ERR_TIMEOUT; 0 waits forever."},
     [SL_ENV_SPIN_US] = {"STAGELINK_SPIN_US", "auto",
-        "Microseconds wait() polls before sleeping on the UCX event fd; auto: 50, or 0 when this node runs more ranks than it has CPUs (a spinning rank would hold the core its peer needs). GPU copies and stream events wake no fd: while one is in flight, a rank with a spin above 0 polls it (yielding the CPU), one with 0 looks every 50 us."},
+        "Microseconds wait() polls before sleeping on the UCX event fd; auto: 50, or 0 when this node runs more ranks than it has CPUs (a spinning rank would hold the core its peer needs). GPU copies and stream events wake no fd: while one is in flight, a rank with a spin above 0 polls it (yielding the CPU) for up to 1 ms, then, like a rank with 0, looks every 50 us."},
     [SL_ENV_MAX_REQUESTS] = {"STAGELINK_MAX_REQUESTS", "1024",
         "Transfers one communicator may have in flight."},
     [SL_ENV_NET_DEVICES] = {"STAGELINK_NET_DEVICES", "",

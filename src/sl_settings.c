@@ -5,6 +5,7 @@
 
 #include <sched.h>
 #include <string.h>
+#include <strings.h>
 
 static sl_status_t sl_settings_mode(const stagelink_config_t *config,
                                     stagelink_mode_t *mode, sl_errbuf_t *eb)
@@ -53,7 +54,7 @@ sl_status_t sl_settings_parse(const stagelink_config_t *config,
     }
     SL_CHECK(sl_env_parse_u64(SL_ENV_MAX_REQUESTS, 1, 1 << 20, &max_requests,
                               eb));
-    if (strcmp(sl_env_get(SL_ENV_CHUNK), "auto") == 0) {
+    if (strcasecmp(sl_env_get(SL_ENV_CHUNK), "auto") == 0) {
         chunk = 0; /* decided with the peers, once UCX is up (ucx_chunked.c) */
     } else {
         SL_CHECK(sl_env_parse_u64(SL_ENV_CHUNK, 4096, 1ull << 30, &chunk, eb));

@@ -24,7 +24,7 @@ meson test -C build-test --setup valgrind --print-errorlogs --num-processes 2 \
 # Against UCX with CUDA (tools/build-ucx-cuda.sh; .ci/run builds it): a
 # UCX whose cuda module loads no driver here, so the plugin must stage, and
 # stagelink_info must name that UCX.
-ucx_cuda=${STAGELINK_UCX_CUDA:-/opt/ucx-cuda}
+ucx_cuda=$(realpath -m "${STAGELINK_UCX_CUDA:-/opt/ucx-cuda}")
 if [ -e "$ucx_cuda/lib/pkgconfig/ucx.pc" ]; then
     meson setup build-ucx-cuda -Ducx_prefix="$ucx_cuda" -Dwarning_level=3 -Dwerror=true
     meson test -C build-ucx-cuda --print-errorlogs --num-processes 2 \

@@ -8,7 +8,7 @@
 # plugin's direct path (device pointers handed to ucp_tag_send_nbx) exist.
 #
 # Only Debian's repositories are used: the source comes from a deb-src entry
-# for bookworm main, nvml.h from libnvidia-ml-dev in non-free, both fetched
+# for this release's main, nvml.h from libnvidia-ml-dev in non-free, both fetched
 # through a private apt state so the system's sources stay as they are.  No
 # driver is needed to build: libuct_cuda links against a stub
 # libnvidia-ml.so.1 made from nvml.h; at run time the driver's library of
@@ -17,10 +17,10 @@
 #
 # Shared libraries only.  When PREFIX already holds a build of the same
 # source version for the same CUDA, nothing is done.  Needs root for apt
-# (build dependencies); about 12 minutes on 2 cores.
+# (build dependencies); about 5 minutes on 2 cores.
 set -eu
 
-[ $# -eq 1 ] || { sed -n '2,19p' "$0"; exit 2; }
+[ $# -eq 1 ] || { sed -n '2,20p' "$0"; exit 2; }
 prefix=$(realpath -m "$1")
 cuda=${CUDA_HOME:-/usr/local/cuda}
 [ -f "$cuda/include/cuda.h" ] || { echo "build-ucx-cuda: no CUDA toolkit in $cuda (set CUDA_HOME)" >&2; exit 1; }
@@ -30,7 +30,9 @@ cuda_version=$(sed -n 's/^#define CUDA_VERSION \([0-9]*\).*/\1/p' "$cuda/include
 ucx_version=$(dpkg-query -W -f '${Version}' libucx-dev 2>/dev/null || true)
 [ -n "$ucx_version" ] || { echo "build-ucx-cuda: libucx-dev is not installed (tools/install-deps.sh)" >&2; exit 1; }
 stamp=$prefix/share/stagelink/ucx-cuda.stamp
-want="ucx $ucx_version cuda $cuda_version"
+# Bumped when this recipe changes what it builds.
+recipe=2
+want="ucx $ucx_version cuda $cuda_version recipe $recipe"
 
 modules() {
     printf 'UCT modules in %s: ' "$prefix"
@@ -44,7 +46,11 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -e "$prefix/lib/libuc
     exit 0
 fi
 
+[ "$(id -u)" -eq 0 ] || { echo "build-ucx-cuda: needs root (apt)" >&2; exit 1; }
+codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+[ -n "$codename" ] || { echo "build-ucx-cuda: no VERSION_CODENAME in /etc/os-release" >&2; exit 1; }
 export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
 apt-get install -y -qq --no-install-recommends dpkg-dev autoconf automake \
     libtool make g++ pkg-config libnuma-dev libibverbs-dev librdmacm-dev \
     >/dev/null
@@ -56,8 +62,8 @@ apt_dir=$work/apt
 mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/parts"
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 cat >"$apt_dir/sources.list" <<EOF
-deb-src [signed-by=$keyring] http://deb.debian.org/debian bookworm main
-deb [signed-by=$keyring] http://deb.debian.org/debian bookworm non-free
+deb-src [signed-by=$keyring] http://deb.debian.org/debian $codename main
+deb [signed-by=$keyring] http://deb.debian.org/debian $codename non-free
 EOF
 apt() {
     apt-get -qq -o APT::Sandbox::User=root -o Dir::Etc::SourceList="$apt_dir/sources.list" \
@@ -66,7 +72,8 @@ apt() {
 }
 apt update
 cd "$work"
-apt source --download-only "ucx=$ucx_version"
+apt source --download-only "ucx=$ucx_version" ||
+    { echo "build-ucx-cuda: $codename's sources have no ucx $ucx_version (the installed libucx-dev)" >&2; exit 1; }
 apt download libnvidia-ml-dev
 dpkg-source -x ucx_*.dsc src >/dev/null
 dpkg -x libnvidia-ml-dev_*.deb nvml
@@ -83,16 +90,18 @@ cc -shared -fPIC -Wl,-soname,libnvidia-ml.so.1 -o stub/libnvidia-ml.so stub/nvml
 # Debian keeps upstream's own packaging in debian.upstream/; configure.ac
 # still generates files into debian/, from those templates.
 cd src
-for f in debian.upstream/*; do
-    [ -e "debian/$(basename "$f")" ] || cp -r "$f" debian/
-done
+if [ -d debian.upstream ]; then
+    for f in debian.upstream/*; do
+        [ -e "debian/$(basename "$f")" ] || cp -r "$f" debian/
+    done
+fi
 ./autogen.sh >/dev/null 2>&1
 ./configure -q --prefix="$prefix" --disable-static --enable-shared \
     --enable-mt --with-cuda="$cuda" --with-verbs --with-rdmacm \
     --without-java --without-go --without-rocm --without-knem --without-xpmem \
     --disable-doxygen-doc --disable-logging --disable-debug --disable-assertions \
     CPPFLAGS="-I$(cd "$(dirname "$work/$nvml_h")" && pwd)" \
-    LDFLAGS="-L$work/stub -Wl,-rpath-link,$work/stub"
+    LDFLAGS="-L$work/stub -Wl,-rpath-link,$work/stub -Wl,-rpath,$cuda/lib64"
 grep -q '^#define HAVE_CUDA 1' config.h ||
     { echo "build-ucx-cuda: configure did not enable CUDA" >&2; exit 1; }
 # Only the libraries and the two tools: UCX's own tests do not build with

@@ -19,8 +19,13 @@ typedef struct sl_gpu_ops {
     /** PCI addresses of the visible devices ("0000:1B:00.0"), at most
      *  `max`; their count, and in *current the calling thread's device. */
     int         (*pci_bus_ids)(char (*ids)[16], int max, int *current);
-    /** Memory type of `ptr`; host for memory the runtime does not know. */
+    /** Memory type of `ptr`; host for memory the runtime does not know,
+     *  STAGELINK_MEM_AUTO when the runtime cannot say (a broken context). */
     stagelink_mem_type_t (*classify)(const void *ptr);
+    /** 1 when the calling thread has a current GPU context, i.e. the
+     *  application works on the GPU from it; asking creates none (NULL:
+     *  cannot tell, taken as 1). */
+    int         (*thread_on_gpu)(void);
     void       *(*host_alloc)(size_t len, void *ctx);  /**< pinned */
     void        (*host_free)(void *ptr, void *ctx);
     sl_status_t (*stream_create)(void **stream, sl_errbuf_t *eb);

@@ -4,8 +4,11 @@
  */
 #include "gpu.h"
 
+#include <cuda.h>
 #include <cuda_runtime.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 
 static sl_status_t sl_cuda_check(cudaError_t err, const char *what,
                                  sl_errbuf_t *eb)
@@ -59,14 +62,47 @@ static stagelink_mem_type_t sl_cuda_classify(const void *ptr)
     struct cudaPointerAttributes attr;
 
     if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
-        cudaGetLastError(); /* not a pointer CUDA knows: host memory */
-        return STAGELINK_MEM_HOST;
+        /* Not an answer about the pointer (an unknown one is reported as
+         * unregistered host memory): a broken or missing context. */
+        cudaGetLastError();
+        return STAGELINK_MEM_AUTO;
     }
     switch (attr.type) {
     case cudaMemoryTypeDevice:  return STAGELINK_MEM_CUDA;
     case cudaMemoryTypeManaged: return STAGELINK_MEM_CUDA_MANAGED;
     default:                    return STAGELINK_MEM_HOST;
     }
+}
+
+/* cuCtxGetCurrent from the driver the runtime loaded (stagelink does not
+ * link libcuda): it answers without creating a context, which a runtime
+ * call such as cudaPointerGetAttributes may do on device 0. */
+static CUresult (*sl_cu_ctx_get_current)(CUcontext *ctx);
+static pthread_once_t sl_cu_once = PTHREAD_ONCE_INIT;
+
+static void sl_cuda_resolve(void)
+{
+    enum cudaDriverEntryPointQueryResult found;
+    void                                *fn = NULL;
+
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 4000,
+                                         cudaEnableDefault, &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess && fn != NULL) {
+        /* ISO C has no cast from void * to a function pointer: copy it. */
+        memcpy(&sl_cu_ctx_get_current, &fn, sizeof(fn));
+    }
+    cudaGetLastError();
+}
+
+static int sl_cuda_thread_on_gpu(void)
+{
+    CUcontext ctx = NULL;
+
+    pthread_once(&sl_cu_once, sl_cuda_resolve);
+    if (sl_cu_ctx_get_current == NULL) {
+        return 1; /* cannot tell */
+    }
+    return sl_cu_ctx_get_current(&ctx) == CUDA_SUCCESS && ctx != NULL;
 }
 
 static void *sl_cuda_host_alloc(size_t len, void *ctx)
@@ -149,6 +185,7 @@ const sl_gpu_ops_t sl_gpu_default_ops = {
     .probe             = sl_cuda_probe,
     .pci_bus_ids       = sl_cuda_pci_bus_ids,
     .classify          = sl_cuda_classify,
+    .thread_on_gpu     = sl_cuda_thread_on_gpu,
     .host_alloc        = sl_cuda_host_alloc,
     .host_free         = sl_cuda_host_free,
     .stream_create     = sl_cuda_stream_create,

@@ -273,6 +273,18 @@ void sl_staging_abandon(sl_staging_xfer_t *x, sl_status_t status)
     *next    = x->nchunks;
 }
 
+int sl_staging_copying(const sl_staging_xfer_t *x)
+{
+    int i;
+
+    for (i = 0; i < x->pool->nbufs; ++i) {
+        if (x->slots[i].in_use && x->slots[i].state == SL_CHUNK_COPYING) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 size_t sl_staging_landed(const sl_staging_xfer_t *x)
 {
     size_t first = x->next_post, bytes;

@@ -133,6 +133,9 @@ int sl_staging_progress(sl_staging_xfer_t *x);
 void   sl_staging_abandon(sl_staging_xfer_t *x, sl_status_t status);
 /** Receiver: bytes of the leading chunks that are complete (in place). */
 size_t sl_staging_landed(const sl_staging_xfer_t *x);
+/** 1 while a copy of one of its chunks is running (the copy engine's
+ *  completion wakes nothing, so a waiter must look). */
+int    sl_staging_copying(const sl_staging_xfer_t *x);
 
 /** Bytes in chunk `index`. */
 size_t sl_staging_chunk_len(const sl_staging_xfer_t *x, size_t index);

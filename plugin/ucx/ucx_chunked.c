@@ -567,14 +567,14 @@ static void sl_chunked_progress(sl_comm_t *comm)
     }
 }
 
-/* A transfer through bounce buffers: its GPU copies complete without
- * waking the UCX event fd. */
+/* A GPU copy of a staged chunk completes without waking the UCX event fd;
+ * chunks on the wire are UCX events and do. */
 static int sl_chunked_copying(const sl_comm_t *comm)
 {
     const sl_staged_t *st;
 
     for (st = comm->staged_active; st != NULL; st = st->next) {
-        if (!st->x.direct) {
+        if (!st->x.direct && sl_staging_copying(&st->x)) {
             return 1;
         }
     }

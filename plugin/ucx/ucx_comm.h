@@ -478,8 +478,9 @@ sl_status_t sl_mem_deregister(sl_comm_t *comm, stagelink_memh_t *memh);
 /** Deregisters what the host left registered (at finalize). */
 void        sl_mem_cleanup(sl_comm_t *comm);
 /** Checks the memory type and registration; *mem_type is what the buffer
- *  really is (classified when the host said AUTO). */
+ *  really is (classified when the host said AUTO).  may_ask 0: the
+ *  declared type was checked already, ask the runtime only for AUTO. */
 sl_status_t sl_mem_resolve(sl_comm_t *comm, const stagelink_xfer_t *xfer,
-                           stagelink_mem_type_t *mem_type);
+                           int may_ask, stagelink_mem_type_t *mem_type);
 
 #endif

@@ -50,16 +50,21 @@ int sl_device_topo_gpus(sl_comm_t *comm, const char *root, sl_topo_t *t)
 
 /* The libucp the dynamic linker chose (-Ducx_prefix's run path, or
  * LD_LIBRARY_PATH, decides which) and whether that UCX was built with CUDA:
- * its libuct_cuda module sits in the module directory.  A UCX built with
- * CUDA that reports no CUDA memory type has found no driver. */
+ * its libuct_cuda module sits in the module directory (under the name UCX
+ * loads, or the runtime package's versioned one).  A UCX built with CUDA
+ * that reports no CUDA memory type found no driver, was told UCX_TLS
+ * without cuda, or could not load its CUDA runtime. */
 int sl_device_ucx_build(char *out, size_t len)
 {
+    static const char *const names[] = {"libuct_cuda.so", "libuct_cuda.so.0"};
     const char *env_dir = getenv("UCX_MODULE_DIR");
     const char *(*in_libucp)(void) = ucp_get_version_string;
-    char        lib[PATH_MAX] = "", dir[PATH_MAX], module[PATH_MAX + 32];
+    char        lib[PATH_MAX] = "", dir[PATH_MAX] = "", module[PATH_MAX + 32];
+    char       *slash;
     void       *addr;
     Dl_info     info;
-    int         with_cuda;
+    size_t      i;
+    int         with_cuda = 0;
 
     /* ISO C has no cast from a function pointer to void *: copy it. */
     memcpy(&addr, &in_libucp, sizeof(addr));
@@ -69,13 +74,14 @@ int sl_device_ucx_build(char *out, size_t len)
     }
     if (env_dir != NULL && env_dir[0] != '\0') {
         snprintf(dir, sizeof(dir), "%s", env_dir);
-    } else {
-        snprintf(dir, sizeof(dir), "%s", lib);
-        *strrchr(dir, '/') = '\0';
-        strncat(dir, "/ucx", sizeof(dir) - strlen(dir) - 1);
+    } else if ((slash = strrchr(lib, '/')) != NULL) {
+        /* UCX linked into the executable, or no dladdr: no directory. */
+        snprintf(dir, sizeof(dir), "%.*s/ucx", (int)(slash - lib), lib);
     }
-    snprintf(module, sizeof(module), "%s/libuct_cuda.so", dir);
-    with_cuda = (access(module, F_OK) == 0);
+    for (i = 0; dir[0] != '\0' && i < sizeof(names) / sizeof(names[0]); ++i) {
+        snprintf(module, sizeof(module), "%s/%s", dir, names[i]);
+        with_cuda = with_cuda || access(module, F_OK) == 0;
+    }
     snprintf(out, len, "%s, built %s CUDA", lib[0] ? lib : "libucp (path unknown)",
              with_cuda ? "with" : "without");
     return with_cuda;

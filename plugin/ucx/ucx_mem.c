@@ -34,15 +34,58 @@ static const char *sl_mem_name(stagelink_mem_type_t t)
     return "unknown";
 }
 
-/* What the buffer is; device memory needs a usable device. */
+/*
+ * A declared type the runtime contradicts.  A device pointer declared host
+ * (or managed) would reach UCX as host memory, whose shared-memory copy
+ * then fails in the peer (UCX reports it as the peer's connection reset);
+ * a host pointer declared device would be handed to the CUDA transports.
+ * Managed memory is reachable from both sides: any declaration of it
+ * stands (declared device, it keeps the stream ordering).
+ */
+static sl_status_t sl_mem_contradiction(sl_comm_t *comm, const void *buf,
+                                        stagelink_mem_type_t requested,
+                                        stagelink_mem_type_t actual)
+{
+    if (actual == STAGELINK_MEM_CUDA && requested != STAGELINK_MEM_CUDA) {
+        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
+                        "buffer %p is cuda memory, but the transfer says %s: "
+                        "UCX would read it as host memory; pass "
+                        "STAGELINK_MEM_CUDA or STAGELINK_MEM_AUTO", buf,
+                        sl_mem_name(requested));
+    }
+    if (actual == STAGELINK_MEM_HOST && requested == STAGELINK_MEM_CUDA) {
+        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
+                        "buffer %p is host memory, but the transfer says cuda; "
+                        "pass STAGELINK_MEM_HOST or STAGELINK_MEM_AUTO", buf);
+    }
+    return STAGELINK_SUCCESS;
+}
+
+/*
+ * What the buffer is; device memory needs a usable device.  `known` is the
+ * type a registration already established (else AUTO).  Declared types are
+ * checked against the runtime where a GPU is usable, but a host
+ * declaration only from a thread already on the GPU: asking the runtime
+ * from any other thread could create a context on device 0, and a host-only
+ * job on a GPU node must not pay for that.  `may_ask` 0: the caller checked
+ * this transfer already (a batch), ask only what AUTO needs.
+ */
 static sl_status_t sl_mem_check_type(sl_comm_t *comm, const void *buf,
                                      size_t nbytes,
                                      stagelink_mem_type_t requested,
+                                     stagelink_mem_type_t known, int may_ask,
                                      stagelink_mem_type_t *resolved)
 {
+    stagelink_mem_type_t actual = known;
+
     switch (requested) {
     case STAGELINK_MEM_AUTO:
-        *resolved = (nbytes > 0) ? comm->gpu->classify(buf) : STAGELINK_MEM_HOST;
+        if (nbytes > 0 && actual == STAGELINK_MEM_AUTO) {
+            actual = comm->gpu->classify(buf);
+        }
+        /* Nothing the runtime knows (or can say): host memory. */
+        *resolved = (nbytes == 0 || actual == STAGELINK_MEM_AUTO)
+                        ? STAGELINK_MEM_HOST : actual;
         return STAGELINK_SUCCESS;
     case STAGELINK_MEM_CUDA:
         if (!comm->gpu_usable) {
@@ -53,29 +96,16 @@ static sl_status_t sl_mem_check_type(sl_comm_t *comm, const void *buf,
         /* fall through */
     case STAGELINK_MEM_HOST:
     case STAGELINK_MEM_CUDA_MANAGED:
-        /*
-         * A declared type is checked where a GPU is usable: a device pointer
-         * declared host would reach UCX as host memory, whose shared-memory
-         * copy then fails in the peer (UCX reports it as the peer's
-         * connection reset), and a host pointer declared device would be
-         * handed to the CUDA transports.  Managed memory is reachable from
-         * the host, so host and managed may be declared for each other.
-         */
-        if (comm->gpu_usable && nbytes > 0) {
-            stagelink_mem_type_t actual = comm->gpu->classify(buf);
-
-            if ((actual == STAGELINK_MEM_CUDA) != (requested == STAGELINK_MEM_CUDA)) {
-                return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
-                                "buffer %p is %s memory, but the transfer "
-                                "says %s; pass its memory type (%s), or "
-                                "STAGELINK_MEM_AUTO", buf, sl_mem_name(actual),
-                                sl_mem_name(requested),
-                                actual == STAGELINK_MEM_CUDA
-                                    ? "STAGELINK_MEM_CUDA" : "STAGELINK_MEM_HOST");
-            }
-        }
         *resolved = requested;
-        return STAGELINK_SUCCESS;
+        if (!comm->gpu_usable || nbytes == 0) {
+            return STAGELINK_SUCCESS;
+        }
+        if (actual == STAGELINK_MEM_AUTO && may_ask &&
+            (requested == STAGELINK_MEM_CUDA || comm->gpu->thread_on_gpu == NULL ||
+             comm->gpu->thread_on_gpu())) {
+            actual = comm->gpu->classify(buf);
+        }
+        return sl_mem_contradiction(comm, buf, requested, actual);
     }
     return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                     "memory type %d is not a stagelink_mem_type_t",
@@ -83,29 +113,29 @@ static sl_status_t sl_mem_check_type(sl_comm_t *comm, const void *buf,
 }
 
 sl_status_t sl_mem_resolve(sl_comm_t *comm, const stagelink_xfer_t *xfer,
-                           stagelink_mem_type_t *mem_type)
+                           int may_ask, stagelink_mem_type_t *mem_type)
 {
     const stagelink_memh_t *memh = xfer->memh;
 
-    SL_CHECK(sl_mem_check_type(comm, xfer->buf, xfer->nbytes, xfer->mem_type,
-                               mem_type));
-    if (memh == NULL) {
-        return STAGELINK_SUCCESS;
+    if (memh != NULL) {
+        if (sl_mem_find(comm, memh) == NULL) {
+            return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
+                            "memory handle %p is not registered (deregistered "
+                            "already?)", (const void *)memh);
+        }
+        if ((const char *)xfer->buf < (const char *)memh->addr ||
+            (const char *)xfer->buf + xfer->nbytes >
+                (const char *)memh->addr + memh->length) {
+            return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
+                            "buffer %p + %zu bytes lies outside its registration "
+                            "%p + %zu bytes", xfer->buf, xfer->nbytes,
+                            memh->addr, memh->length);
+        }
     }
-    if (sl_mem_find(comm, memh) == NULL) {
-        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
-                        "memory handle %p is not registered (deregistered "
-                        "already?)", (const void *)memh);
-    }
-    if ((const char *)xfer->buf < (const char *)memh->addr ||
-        (const char *)xfer->buf + xfer->nbytes >
-            (const char *)memh->addr + memh->length) {
-        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
-                        "buffer %p + %zu bytes lies outside its registration "
-                        "%p + %zu bytes", xfer->buf, xfer->nbytes,
-                        memh->addr, memh->length);
-    }
-    return STAGELINK_SUCCESS;
+    /* A registration's type was found (or checked) when it was made. */
+    return sl_mem_check_type(comm, xfer->buf, xfer->nbytes, xfer->mem_type,
+                             memh != NULL ? memh->mem_type : STAGELINK_MEM_AUTO,
+                             may_ask, mem_type);
 }
 
 sl_status_t sl_mem_register(sl_comm_t *comm, void *buf, size_t nbytes,
@@ -123,7 +153,8 @@ sl_status_t sl_mem_register(sl_comm_t *comm, void *buf, size_t nbytes,
                         "a handle pointer (%p)", buf, nbytes,
                         (void *)memh_out);
     }
-    SL_CHECK(sl_mem_check_type(comm, buf, nbytes, mem_type, &resolved));
+    SL_CHECK(sl_mem_check_type(comm, buf, nbytes, mem_type, STAGELINK_MEM_AUTO,
+                               1, &resolved));
     memh = calloc(1, sizeof(*memh));
     if (memh == NULL) {
         return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,

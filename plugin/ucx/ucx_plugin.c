@@ -514,8 +514,10 @@ static size_t sl_ucx_describe(char *buf, size_t len)
                  resources[0] ? resources : "none",
                  cuda ? ", cuda" : "",
                  cuda ? "go GPU-direct" : "are staged through host memory",
-                 (!cuda && with_cuda) ? ": this UCX's cuda module found no "
-                                        "usable GPU or driver" : "",
+                 (!cuda && with_cuda) ? ": this UCX has CUDA transports, but "
+                                        "found no usable GPU or driver, could "
+                                        "not load its CUDA runtime, or UCX_TLS "
+                                        "leaves cuda out" : "",
                  gpu);
     return (n < 0) ? 0 : (size_t)n;
 }

@@ -27,6 +27,12 @@
 #define SL_UCX_TX_POLL_MIN_MS 1
 #define SL_UCX_TX_POLL_MAX_MS 4
 
+/* How long a wait polls GPU work (copies, stream events) that wakes no fd,
+ * yielding, before it looks only every 50 us: a chunk's copy takes
+ * microseconds to a few hundred; a kernel the stream holds a send behind
+ * may take milliseconds, where the 50 us naps cost nothing that matters. */
+#define SL_UCX_BUSY_POLL_S 1e-3
+
 typedef struct sl_rank_card {
     uint32_t full_len; /**< worker address with every transport */
     uint32_t net_len;  /**< network-only worker address */
@@ -517,7 +523,7 @@ sl_status_t sl_ucx_wait_until(sl_comm_t *comm, sl_req_t *req,
                               double deadline, double slice_end)
 {
     double        spin_until = sl_time_now() + comm->spin;
-    double        wake;
+    double        busy_until = -1.0, now, wake;
     int           ready, tx_ms = SL_UCX_TX_POLL_MIN_MS, tx_wait;
     unsigned      seen;
     ucs_status_t  ucs;
@@ -545,22 +551,25 @@ sl_status_t sl_ucx_wait_until(sl_comm_t *comm, sl_req_t *req,
             continue;
         }
         if (sl_ucx_hooks_busy(comm)) {
-            /* GPU copies and stream events do not wake the UCX event fd;
-             * chunks moved in place are UCX events and do.  With cores to
-             * spare (spin > 0) they are polled, yielding only: a 50 us
-             * nanosleep overshoots on virtual machines (on an H200 VM a
-             * staged 1-byte tensor took 294 us one way, its four copies
-             * 7.5 us each).  On an oversubscribed node the peers need the
-             * core more than this rank needs the microseconds. */
+            /* GPU copies and stream events do not wake the UCX event fd.
+             * With cores to spare (spin > 0) they are polled, yielding, for
+             * up to SL_UCX_BUSY_POLL_S: a 50 us nanosleep overshoots on
+             * virtual machines (on an H200 VM a staged 1-byte tensor took
+             * 294 us one way, its four copies 7.5 us each).  On an
+             * oversubscribed node the peers need the core more than this
+             * rank needs the microseconds. */
             struct timespec ts = {0, 50000};
 
-            if (comm->spin > 0) {
+            now        = sl_time_now();
+            busy_until = (busy_until < 0) ? now + SL_UCX_BUSY_POLL_S : busy_until;
+            if (comm->spin > 0 && now < busy_until) {
                 sched_yield();
             } else {
                 nanosleep(&ts, NULL);
             }
             continue;
         }
+        busy_until = -1.0;
         /* UCX may be armed only right after a progress call that found
          * nothing to do (ucp_worker_arm's contract): the hooks ran after
          * the last one and may have posted operations whose next step

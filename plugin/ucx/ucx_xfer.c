@@ -180,9 +180,16 @@ void sl_xfer_shard_arrived(sl_req_t *req, sl_status_t own)
      * taken by the next transfer with the same tag. */
 }
 
-/** Checks one transfer before anything is posted. */
+/* Sends to next and receives from prev carry activations forward. */
+static int sl_xfer_backward(stagelink_op_kind_t kind, const stagelink_xfer_t *xfer)
+{
+    return (kind == STAGELINK_OP_SEND) != (xfer->peer == STAGELINK_PEER_NEXT);
+}
+
+/** Checks one transfer before anything is posted (may_ask: see
+ *  sl_mem_resolve). */
 static sl_status_t sl_xfer_validate(sl_comm_t *comm, stagelink_op_kind_t kind,
-                                    const stagelink_xfer_t *xfer,
+                                    const stagelink_xfer_t *xfer, int may_ask,
                                     int *backward,
                                     stagelink_mem_type_t *mem_type)
 {
@@ -222,8 +229,7 @@ static sl_status_t sl_xfer_validate(sl_comm_t *comm, stagelink_op_kind_t kind,
                         "(must be 0)", op, xfer->tag.chunk,
                         STAGELINK_TAG_MAX_CHUNK, xfer->tag.reserved);
     }
-    /* Sends to next and receives from prev carry activations forward. */
-    *backward = ((kind == STAGELINK_OP_SEND) != to_next);
+    *backward = sl_xfer_backward(kind, xfer);
     if (xfer->tag.direction > STAGELINK_DIR_BACKWARD ||
         (xfer->tag.direction != STAGELINK_DIR_AUTO &&
          (xfer->tag.direction == STAGELINK_DIR_BACKWARD) != *backward)) {
@@ -233,7 +239,7 @@ static sl_status_t sl_xfer_validate(sl_comm_t *comm, stagelink_op_kind_t kind,
                         to_next ? "next" : "previous", xfer->tag.direction,
                         *backward ? "backward" : "forward");
     }
-    return sl_mem_resolve(comm, xfer, mem_type);
+    return sl_mem_resolve(comm, xfer, may_ask, mem_type);
 }
 
 /* Undoes a request whose posting failed part-way; its error stays. */
@@ -268,8 +274,9 @@ sl_status_t sl_xfer_start(sl_req_t *req)
                             sl_tag_encode(&f), buf, req->shard.length);
 }
 
-sl_status_t sl_xfer_post(sl_comm_t *comm, stagelink_op_kind_t kind,
-                         const stagelink_xfer_t *xfer, sl_req_t **req_out)
+static sl_status_t sl_xfer_post_one(sl_comm_t *comm, stagelink_op_kind_t kind,
+                                    const stagelink_xfer_t *xfer, int may_ask,
+                                    sl_req_t **req_out)
 {
     stagelink_mem_type_t mem_type;
     sl_req_t            *req;
@@ -277,7 +284,7 @@ sl_status_t sl_xfer_post(sl_comm_t *comm, stagelink_op_kind_t kind,
     sl_errbuf_t          saved;
     int                  backward;
 
-    SL_CHECK(sl_xfer_validate(comm, kind, xfer, &backward, &mem_type));
+    SL_CHECK(sl_xfer_validate(comm, kind, xfer, may_ask, &backward, &mem_type));
     SL_CHECK(sl_req_get(comm, kind, xfer, backward, &req));
 
     req->mode   = comm->mode;
@@ -309,6 +316,12 @@ err_abort:
     return status;
 }
 
+sl_status_t sl_xfer_post(sl_comm_t *comm, stagelink_op_kind_t kind,
+                         const stagelink_xfer_t *xfer, sl_req_t **req_out)
+{
+    return sl_xfer_post_one(comm, kind, xfer, 1, req_out);
+}
+
 static int sl_op_same_tag(const stagelink_op_t *a, int a_bwd,
                           const stagelink_op_t *b, int b_bwd)
 {
@@ -320,7 +333,7 @@ static int sl_op_same_tag(const stagelink_op_t *a, int a_bwd,
 sl_status_t sl_xfer_post_batch(sl_comm_t *comm, const stagelink_op_t *ops,
                                size_t count, sl_req_t **reqs)
 {
-    int                  bwd_i, bwd_j;
+    int                  bwd_i;
     stagelink_mem_type_t mem_type;
     sl_errbuf_t          saved;
     sl_status_t status = STAGELINK_SUCCESS;
@@ -330,12 +343,11 @@ sl_status_t sl_xfer_post_batch(sl_comm_t *comm, const stagelink_op_t *ops,
     /* Everything is checked before anything is posted, so a bad element
      * never leaves half a batch on the wire. */
     for (i = 0; i < count; ++i) {
-        SL_CHECK(sl_xfer_validate(comm, ops[i].kind, &ops[i].xfer, &bwd_i,
+        SL_CHECK(sl_xfer_validate(comm, ops[i].kind, &ops[i].xfer, 1, &bwd_i,
                                   &mem_type));
         for (j = 0; j < i; ++j) {
-            sl_xfer_validate(comm, ops[j].kind, &ops[j].xfer, &bwd_j,
-                             &mem_type);
-            if (sl_op_same_tag(&ops[i], bwd_i, &ops[j], bwd_j)) {
+            if (sl_op_same_tag(&ops[i], bwd_i, &ops[j],
+                               sl_xfer_backward(ops[j].kind, &ops[j].xfer))) {
                 return sl_error(&comm->err, STAGELINK_ERR_TAG_IN_USE,
                                 "batch elements %zu and %zu have the same "
                                 "direction, kind, microbatch %u and chunk %u",
@@ -355,7 +367,7 @@ sl_status_t sl_xfer_post_batch(sl_comm_t *comm, const stagelink_op_t *ops,
             if (ops[i].kind != kind) {
                 continue;
             }
-            SL_CHECK_GOTO(sl_xfer_post(comm, kind, &ops[i].xfer, &reqs[i]),
+            SL_CHECK_GOTO(sl_xfer_post_one(comm, kind, &ops[i].xfer, 0, &reqs[i]),
                           err_abort);
             ++posted;
         }

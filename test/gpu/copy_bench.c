@@ -156,7 +156,13 @@ int main(int argc, char **argv)
                bench(dev, pinned, n, s), bench(dev2, dev, n, s));
 #ifdef STAGELINK_HAVE_NCCL
         if (with_nccl) {
-            printf(" %12.2f", bench_nccl(dev2, dev, n, s));
+            double r = bench_nccl(dev2, dev, n, s);
+
+            if (r < 0) {
+                printf(" %12s", "failed");
+            } else {
+                printf(" %12.2f", r);
+            }
         }
 #endif
         printf("\n");
