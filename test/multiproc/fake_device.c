@@ -83,6 +83,24 @@ static const sl_gpu_ops_t fake_gpu = {
     .copy_async        = f_copy,
 };
 
+/* One post of `buf` declared `type`, which must be refused with `says`. */
+static void refused_type(const stagelink_plugin_v1_t *p, stagelink_comm_t *comm,
+                         int stage, void *buf, stagelink_mem_type_t type,
+                         const char *says)
+{
+    stagelink_request_t *req;
+    stagelink_xfer_t     x = sl_host_xfer(stage == 0 ? STAGELINK_PEER_NEXT
+                                                     : STAGELINK_PEER_PREV,
+                                          buf, 4096, 1, 100, 0);
+    stagelink_status_t   st;
+
+    x.mem_type = type;
+    st = (stage == 0) ? p->isend(comm, &x, &req) : p->irecv(comm, &x, &req);
+    CHECK(st == STAGELINK_ERR_INVALID_ARG && strstr(p->last_error(comm), says),
+          "%p declared %d: %s: %s", buf, (int)type, stagelink_status_string(st),
+          p->last_error(comm));
+}
+
 int main(void)
 {
     static const size_t sizes[] = {1, 4095, 4096, 4097, 5 * 4096 + 3, 300001,
@@ -187,21 +205,10 @@ int main(void)
     /* A declared type the runtime contradicts is refused at post, on this
      * rank alone: a device pointer declared host would reach UCX (and
      * fault), a host pointer declared device would be copied as device. */
-    x = sl_host_xfer(stage == 0 ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV,
-                     dev, 4096, 1, 100, 0);
-    x.mem_type = STAGELINK_MEM_HOST;
-    st = (stage == 0) ? p->isend(comm, &x, &req) : p->irecv(comm, &x, &req);
-    CHECK(st == STAGELINK_ERR_INVALID_ARG &&
-              strstr(p->last_error(comm), "is cuda memory, but the transfer says host"),
-          "device buffer declared host: %s: %s", stagelink_status_string(st),
-          p->last_error(comm));
-    x.buf      = host_buf;
-    x.mem_type = STAGELINK_MEM_CUDA;
-    st = (stage == 0) ? p->isend(comm, &x, &req) : p->irecv(comm, &x, &req);
-    CHECK(st == STAGELINK_ERR_INVALID_ARG &&
-              strstr(p->last_error(comm), "is host memory, but the transfer says cuda"),
-          "host buffer declared cuda: %s: %s", stagelink_status_string(st),
-          p->last_error(comm));
+    refused_type(p, comm, stage, dev, STAGELINK_MEM_HOST,
+                 "is cuda memory, but the transfer says host");
+    refused_type(p, comm, stage, host_buf, STAGELINK_MEM_CUDA,
+                 "is host memory, but the transfer says cuda");
     p->comm_finalize(comm);
     return check_summary();
 }
