@@ -77,7 +77,7 @@ static sl_status_t sl_gather_ucx_post(void *state, sl_req_t *req)
                                   shard.length));
     }
     /* A shard in chunks is relayed as it lands: the sends start now. */
-    if (req->shard.length > comm->chunk) {
+    if (sl_chunked_framed(comm, req->shard.length)) {
         req->forwarding   = 1;
         req->stage_landed = 0;
         SL_CHECK(sl_gather_ucx_send(comm, req, STAGELINK_SUCCESS));

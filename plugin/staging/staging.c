@@ -55,7 +55,7 @@ void sl_staging_pool_cleanup(sl_staging_pool_t *pool,
 void sl_staging_xfer_init(sl_staging_xfer_t *x, const sl_staging_ops_t *ops,
                           void *ctx, sl_staging_pool_t *pool, int recv,
                           int direct, void *device, size_t len,
-                          sl_staging_slot_t *slots)
+                          size_t chunk, sl_staging_slot_t *slots)
 {
     int i;
 
@@ -67,7 +67,8 @@ void sl_staging_xfer_init(sl_staging_xfer_t *x, const sl_staging_ops_t *ops,
     x->direct  = direct;
     x->device  = device;
     x->len     = len;
-    x->nchunks = (len + pool->chunk - 1) / pool->chunk;
+    x->chunk   = chunk;
+    x->nchunks = (len + chunk - 1) / chunk;
     x->status  = STAGELINK_SUCCESS;
     x->slots   = slots;
     for (i = 0; i < pool->nbufs; ++i) {
@@ -78,16 +79,16 @@ void sl_staging_xfer_init(sl_staging_xfer_t *x, const sl_staging_ops_t *ops,
 
 size_t sl_staging_chunk_len(const sl_staging_xfer_t *x, size_t index)
 {
-    size_t off = index * x->pool->chunk;
+    size_t off = index * x->chunk;
 
-    return (x->len - off < x->pool->chunk) ? x->len - off : x->pool->chunk;
+    return (x->len - off < x->chunk) ? x->len - off : x->chunk;
 }
 
 /* Where the slot's chunk is on the wire side: in place when direct. */
 static void *sl_slot_host(const sl_staging_slot_t *s)
 {
     if (s->x->direct) {
-        return s->x->device + s->index * s->x->pool->chunk;
+        return s->x->device + s->index * s->x->chunk;
     }
     return (s->buf < 0) ? NULL : s->x->pool->bufs[s->x->recv][s->buf];
 }
@@ -190,7 +191,7 @@ static void sl_staging_start(sl_staging_xfer_t *x)
     while (x->next_copy < x->nchunks) {
         /* A relayed chunk waits until it has landed (failed: it goes empty). */
         if (x->status == STAGELINK_SUCCESS && x->avail != NULL &&
-            *x->avail < x->next_copy * x->pool->chunk +
+            *x->avail < x->next_copy * x->chunk +
                             sl_staging_chunk_len(x, x->next_copy)) {
             return;
         }
@@ -205,7 +206,7 @@ static void sl_staging_start(sl_staging_xfer_t *x)
                 return;
             }
             sl_slot_copy(s, sl_slot_host(s),
-                         x->device + s->index * x->pool->chunk,
+                         x->device + s->index * x->chunk,
                          sl_staging_chunk_len(x, s->index));
         }
         ++x->next_copy;
@@ -260,7 +261,7 @@ void sl_staging_net_done(sl_staging_slot_t *s, sl_status_t status)
         s->state = SL_CHUNK_DONE;
         return;
     }
-    sl_slot_copy(s, x->device + s->index * x->pool->chunk, sl_slot_host(s),
+    sl_slot_copy(s, x->device + s->index * x->chunk, sl_slot_host(s),
                  sl_staging_chunk_len(x, s->index));
 }
 
@@ -297,7 +298,7 @@ size_t sl_staging_landed(const sl_staging_xfer_t *x)
             first = x->slots[i].index;
         }
     }
-    bytes = first * x->pool->chunk;
+    bytes = first * x->chunk;
     return (bytes < x->len) ? bytes : x->len;
 }
 

@@ -90,6 +90,7 @@ typedef struct sl_staging_xfer {
     const size_t           *avail;
     char                   *device;     /**< the device bytes */
     size_t                  len;
+    size_t                  chunk;      /**< bytes per chunk, <= pool->chunk */
     size_t                  nchunks;
     size_t                  next_copy;  /**< sender: next chunk to copy out */
     size_t                  next_post;  /**< next chunk to put on / take off the wire */
@@ -106,11 +107,12 @@ sl_status_t sl_staging_pool_init(sl_staging_pool_t *pool, size_t chunk,
 void sl_staging_pool_cleanup(sl_staging_pool_t *pool,
                              void (*release)(void *, void *), void *ctx);
 
-/** Prepares a transfer of len (> 0) bytes; slots must hold pool->nbufs
- *  entries (also the number of chunks in flight when direct). */
+/** Prepares a transfer of len (> 0) bytes in chunks of `chunk` bytes (at
+ *  most pool->chunk, the bounce buffers' size); slots must hold
+ *  pool->nbufs entries (also the number of chunks in flight when direct). */
 void sl_staging_xfer_init(sl_staging_xfer_t *x, const sl_staging_ops_t *ops,
                           void *ctx, sl_staging_pool_t *pool, int recv,
-                          int direct, void *device, size_t len,
+                          int direct, void *device, size_t len, size_t chunk,
                           sl_staging_slot_t *slots);
 
 /**

@@ -36,6 +36,76 @@ static uint64_t sl_chunk_tag(const sl_staged_t *st, size_t index)
     return st->framed ? sl_tag_chunk(st->sub->tag, index) : st->sub->tag;
 }
 
+/*
+ * STAGELINK_CHUNK=auto.  Every chunk is one tagged message, so one
+ * rendezvous: a few microseconds of protocol that a staged chunk spends
+ * anyway on its copies, but that at NVLink or HDR rates outweighs moving
+ * 1 MiB (on an H200, two processes: 1 MiB chunks carried a 64 MiB tensor at
+ * 107 GB/s, 16 MiB chunks at 1.3 TB/s, UCX's own limit 1.7 TB/s).  So where
+ * every rank's UCX moves device memory itself, chunks are 16 MiB.
+ *
+ * Elsewhere the chunk is also the unit a TP rank relays: it forwards chunk
+ * k of its shard only once chunk k has landed, so the gather trails the
+ * shard by a chunk.  A fixed 1 MiB left half of a 2 MiB shard's gather
+ * after its transfer; a sixteenth of the message, within 256 KiB (below
+ * which per-message costs show) and 1 MiB (bounce buffers), trails by
+ * little at any size.  Measured on two namespaces over an 8 Gbit/s link,
+ * 1F1B step of 16 microbatches, scatter_gather: t = 2, 4 MiB tensor
+ * 149-152 ms in 1 MiB chunks, 135-136 in 256 KiB; 16 MiB tensor 515-521,
+ * 461-470 in 512 KiB; 64 MiB tensor best in 1 MiB.
+ *
+ * The chunk of a message depends on its length and on what every rank
+ * agreed, so both ends cut it alike, and a receiver that learns a
+ * mismatched sender's length from its header knows its chunks too.
+ */
+#define SL_CHUNK_DIRECT     ((size_t)16 << 20)
+#define SL_CHUNK_STAGED     ((size_t)1 << 20)
+#define SL_CHUNK_STAGED_MIN ((size_t)256 << 10)
+#define SL_CHUNKS_PER_MSG   16u
+#define SL_CHUNK_ALIGN      ((size_t)4096)
+
+void sl_chunked_size_agree(sl_comm_t *comm)
+{
+    if (comm->chunk != 0) {
+        comm->chunk_min = comm->chunk; /* set by the user: every message */
+        return;
+    }
+    if (comm->all_direct) {
+        comm->chunk = comm->chunk_min = SL_CHUNK_DIRECT;
+    } else {
+        comm->chunk     = SL_CHUNK_STAGED;
+        comm->chunk_min = SL_CHUNK_STAGED_MIN;
+    }
+    SL_INFO(SL_SUBSYS_NET, "chunk %zu to %zu bytes (STAGELINK_CHUNK=auto: %s)",
+            comm->chunk_min, comm->chunk, comm->all_direct
+                ? "every rank's UCX moves device memory itself"
+                : "some rank stages device memory, or has no GPU; a "
+                  "sixteenth of each message");
+}
+
+size_t sl_chunked_size(const sl_comm_t *comm, size_t len)
+{
+    size_t c = (len + SL_CHUNKS_PER_MSG - 1) / SL_CHUNKS_PER_MSG;
+
+    c = (c + SL_CHUNK_ALIGN - 1) & ~(SL_CHUNK_ALIGN - 1);
+    return (c < comm->chunk_min) ? comm->chunk_min
+         : (c > comm->chunk)     ? comm->chunk
+                                 : c;
+}
+
+int sl_chunked_framed(const sl_comm_t *comm, size_t len)
+{
+    return len > sl_chunked_size(comm, len);
+}
+
+/* The number of chunks a sender of `len` bytes cuts. */
+static uint64_t sl_chunked_count(const sl_comm_t *comm, uint64_t len)
+{
+    size_t c = sl_chunked_size(comm, (size_t)len);
+
+    return (len + c - 1) / c;
+}
+
 /* UCX's outcome of one operation of a chunked transfer.  A lost
  * connection marks the peer down, as a plain transfer's does (ucx_sub.c),
  * so both report PEER_FAILED. */
@@ -105,7 +175,7 @@ static const void *sl_chunk_landed_at(const sl_staging_slot_t *slot)
         return x->pool->bufs[1][slot->buf];
     }
     return st->sub->req->device ? NULL
-                                : x->device + slot->index * x->pool->chunk;
+                                : x->device + slot->index * x->chunk;
 }
 
 static void sl_chunk_recv_cb(void *request, ucs_status_t status,
@@ -290,7 +360,7 @@ static void sl_hdr_recv_cb(void *request, ucs_status_t status,
             sl_staging_progress(&st->x); /* start the chunks at once */
             return;
         }
-        st->drain_left = (value + comm->chunk - 1) / comm->chunk;
+        st->drain_left = sl_chunked_count(comm, value);
     } else if (kind == SL_MSG_DATA &&
                (status == UCS_OK || status == UCS_ERR_MESSAGE_TRUNCATED)) {
         /* A plain message: the sender's part fits one chunk. */
@@ -340,8 +410,8 @@ static int sl_drain_progress(sl_comm_t *comm, sl_staged_t *st)
         /* In order: chunk (total - left) of the sender's. */
         ptr = ucp_tag_recv_nbx(comm->worker, comm->scratch, comm->chunk,
                                sl_tag_chunk(st->sub->tag,
-                                            (st->hdr[1] + comm->chunk - 1) /
-                                                comm->chunk - st->drain_left),
+                                            sl_chunked_count(comm, st->hdr[1]) -
+                                                st->drain_left),
                                SL_TAG_MASK_HEADER, &param);
         if (UCS_PTR_IS_PTR(ptr)) {
             st->drain_req = st->ctl_busy ? ptr : NULL; /* see sl_sub_started */
@@ -418,10 +488,11 @@ static sl_status_t sl_staged_get(sl_comm_t *comm, sl_sub_t *sub, int recv,
         comm->staging.nbufs = comm->nbufs;
     }
     sl_staging_xfer_init(&st->x, &sl_dev_staging_ops, comm, &comm->staging,
-                         recv, direct, buf, len, st->slots);
+                         recv, direct, buf, len, sl_chunked_size(comm, len),
+                         st->slots);
     st->x.user          = st;
     st->sub             = sub;
-    st->framed          = (len > comm->chunk);
+    st->framed          = sl_chunked_framed(comm, len);
     st->waiting         = st->draining = 0;
     st->hdr_req         = st->drain_req = NULL;
     st->ctl_busy        = 0;
@@ -471,7 +542,7 @@ sl_status_t sl_chunked_drain(sl_sub_t *sub, uint64_t len, sl_staged_t **out)
     st->hdr[1]     = len;
     st->framed     = 1;
     st->draining   = 1;
-    st->drain_left = (len + comm->chunk - 1) / comm->chunk;
+    st->drain_left = sl_chunked_count(comm, len);
     st->x.status   = STAGELINK_ERR_SIZE_MISMATCH;
     *out           = st;
     return STAGELINK_SUCCESS;
@@ -589,30 +660,6 @@ void sl_chunked_init(sl_comm_t *comm)
     };
 
     sl_ucx_progress_register(comm, &hook);
-}
-
-/*
- * Every chunk is one tagged message, so one rendezvous: a few microseconds
- * of protocol that a staged chunk spends anyway on its copies, but that at
- * NVLink or HDR rates outweighs moving 1 MiB (on an H200, two processes:
- * 1 MiB chunks carried a 64 MiB tensor at 107 GB/s, 16 MiB chunks at
- * 1.3 TB/s, UCX's own limit 1.7 TB/s).  Bounce buffers want small chunks;
- * without them a larger chunk still leaves the gather's forwarding a
- * pipeline.  Derived from the same cards on every rank, so alike.
- */
-#define SL_CHUNK_STAGED ((size_t)1 << 20)
-#define SL_CHUNK_DIRECT ((size_t)16 << 20)
-
-void sl_chunked_size_agree(sl_comm_t *comm)
-{
-    if (comm->chunk != 0) {
-        return;
-    }
-    comm->chunk = comm->all_direct ? SL_CHUNK_DIRECT : SL_CHUNK_STAGED;
-    SL_INFO(SL_SUBSYS_NET, "chunk %zu bytes (STAGELINK_CHUNK=auto: %s)",
-            comm->chunk, comm->all_direct
-                             ? "every rank's UCX moves device memory itself"
-                             : "some rank stages device memory, or has no GPU");
 }
 
 void sl_chunked_detach(sl_comm_t *comm, sl_staged_t *st)

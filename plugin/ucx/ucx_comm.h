@@ -219,7 +219,8 @@ struct stagelink_comm {
     int                         gpu_usable;   /**< a device answered the probe */
     char                        gpu_why[160];
     int                         ucx_cuda;     /**< UCX moves CUDA memory itself */
-    size_t                      chunk;        /**< STAGELINK_CHUNK: the wire's chunk (0: auto, until agreed) */
+    size_t                      chunk;        /**< STAGELINK_CHUNK: the wire's largest chunk (0: auto, until agreed) */
+    size_t                      chunk_min;    /**< the smallest (= chunk unless auto picks per message) */
     int                         all_direct;   /**< every rank's UCX moves device memory itself */
     int                         nbufs;        /**< STAGELINK_STAGING_BUFFERS */
     sl_staging_pool_t           staging;      /**< made at the first staged transfer */
@@ -463,9 +464,14 @@ sl_status_t sl_chunked_drain(sl_sub_t *sub, uint64_t len, sl_staged_t **out);
 void        sl_chunked_give_up(sl_sub_t *sub, sl_status_t status);
 /** Registers the chunk engine's progress with the worker. */
 void        sl_chunked_init(sl_comm_t *comm);
-/** STAGELINK_CHUNK=auto: the chunk every rank derives alike, once the
- *  endpoints exist (all_direct known). */
+/** STAGELINK_CHUNK=auto: the chunk range every rank derives alike, once
+ *  the endpoints exist (all_direct known). */
 void        sl_chunked_size_agree(sl_comm_t *comm);
+/** The chunk of a message of `len` bytes: both ends derive it from the
+ *  length alone, so a receiver also knows a mismatched sender's. */
+size_t      sl_chunked_size(const sl_comm_t *comm, size_t len);
+/** Whether a message of `len` bytes goes framed (more than one chunk). */
+int         sl_chunked_framed(const sl_comm_t *comm, size_t len);
 void        sl_chunked_cleanup(sl_comm_t *comm);
 /** Posts the subs of a request whose stream work is done. */
 sl_status_t sl_xfer_start(sl_req_t *req);

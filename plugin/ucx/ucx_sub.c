@@ -251,7 +251,7 @@ static int sl_sub_in_chunks(const sl_comm_t *comm, sl_sub_kind_t kind,
     if (device) {
         return len > 0;
     }
-    if (len <= comm->chunk) {
+    if (!sl_chunked_framed(comm, len)) {
         return 0;
     }
     return kind == SL_SUB_GATHER_SEND || kind == SL_SUB_GATHER_RECV ||

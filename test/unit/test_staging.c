@@ -166,7 +166,9 @@ static void a_free(void *p, void *ctx)
 
 /*
  * n transfers of `len` bytes from a sender pool to a receiver pool, the
- * receiver's in reverse order; returns the first status.
+ * receiver's in reverse order; returns the first status.  The bounce
+ * buffers are larger than the chunk, as a pool serves messages of every
+ * chunk size, so any offset taken from the pool's size shows as wrong bytes.
  */
 static sl_status_t run_modes(size_t len, size_t chunk, int nbufs, int n,
                              int fail_copy_at, int send_direct, int recv_direct)
@@ -182,8 +184,8 @@ static sl_status_t run_modes(size_t len, size_t chunk, int nbufs, int n,
 
     memset(&W, 0, sizeof(W));
     W.fail_copy_at = fail_copy_at;
-    CHECK(sl_staging_pool_init(&sp, chunk, nbufs, a_alloc, NULL, &eb) == 0, "%s", eb.msg);
-    CHECK(sl_staging_pool_init(&rp, chunk, nbufs, a_alloc, NULL, &eb) == 0, "%s", eb.msg);
+    CHECK(sl_staging_pool_init(&sp, chunk + 64, nbufs, a_alloc, NULL, &eb) == 0, "%s", eb.msg);
+    CHECK(sl_staging_pool_init(&rp, chunk + 64, nbufs, a_alloc, NULL, &eb) == 0, "%s", eb.msg);
     for (i = 0; i < n; ++i) {
         src[i] = malloc(len);
         dst[i] = calloc(1, len);
@@ -191,9 +193,9 @@ static sl_status_t run_modes(size_t len, size_t chunk, int nbufs, int n,
             src[i][b] = (unsigned char)(b * 31 + (size_t)i * 7 + 1);
         }
         sl_staging_xfer_init(&sx[i], &ops, NULL, &sp, 0, send_direct, src[i],
-                             len, sslots[i]);
+                             len, chunk, sslots[i]);
         sl_staging_xfer_init(&rx[n - 1 - i], &ops, NULL, &rp, 1, recv_direct,
-                             dst[i], len, rslots[n - 1 - i]);
+                             dst[i], len, chunk, rslots[n - 1 - i]);
         sx[i].user         = (void *)(intptr_t)i;
         rx[n - 1 - i].user = (void *)(intptr_t)i;
     }
@@ -254,10 +256,10 @@ static void run_relay(size_t len, size_t chunk, int nbufs, int staged)
     sl_staging_pool_init(&pa, chunk, nbufs, a_alloc, NULL, &eb);
     sl_staging_pool_init(&pb, chunk, nbufs, a_alloc, NULL, &eb);
     sl_staging_pool_init(&pc, chunk, nbufs, a_alloc, NULL, &eb);
-    sl_staging_xfer_init(&a, &ops, NULL, &pa, 0, !staged, src, len, sa);
-    sl_staging_xfer_init(&b_in, &ops, NULL, &pb, 1, !staged, mid, len, sbi);
-    sl_staging_xfer_init(&b_out, &ops, NULL, &pb, 0, !staged, mid, len, sbo);
-    sl_staging_xfer_init(&c, &ops, NULL, &pc, 1, !staged, dst, len, sc);
+    sl_staging_xfer_init(&a, &ops, NULL, &pa, 0, !staged, src, len, chunk, sa);
+    sl_staging_xfer_init(&b_in, &ops, NULL, &pb, 1, !staged, mid, len, chunk, sbi);
+    sl_staging_xfer_init(&b_out, &ops, NULL, &pb, 0, !staged, mid, len, chunk, sbo);
+    sl_staging_xfer_init(&c, &ops, NULL, &pc, 1, !staged, dst, len, chunk, sc);
     a.user = b_in.user = (void *)(intptr_t)1;
     b_out.user = c.user = (void *)(intptr_t)2;
     b_out.avail = &landed;
@@ -315,7 +317,8 @@ static void run_inline(size_t nchunks, int nbufs, int failed)
 
     CHECK(sl_staging_pool_init(&pool, 64, nbufs, a_alloc, NULL, &eb) == 0,
           "%s", eb.msg);
-    sl_staging_xfer_init(&x, &inline_ops, NULL, &pool, 0, 1, src, len, slots);
+    sl_staging_xfer_init(&x, &inline_ops, NULL, &pool, 0, 1, src, len, 64,
+                         slots);
     if (failed) {
         x.status = STAGELINK_ERR_SIZE_MISMATCH;
     }
