@@ -33,7 +33,7 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
     [SL_ENV_NET_DEVICES] = {"STAGELINK_NET_DEVICES", "",
         "UCX network devices for the inter-node path (as UCX_NET_DEVICES), when UCX_NET_DEVICES is unset; default: the RDMA NIC nearest the rank's GPU (rail affinity), else UCX chooses."},
     [SL_ENV_CHUNK] = {"STAGELINK_CHUNK", "auto",
-        "Chunk of the wire format in bytes (equal on all ranks): device messages, and scatter_gather shards above it, go in chunks of it; a TP rank forwards each chunk of its shard to its peers as it lands; also the size of a pinned bounce buffer. auto: 16 MiB when every rank's UCX moves device memory itself (GPU-direct: each chunk costs a rendezvous, which at NVLink and HDR rates outweighs the copy of 1 MiB), else 1 MiB."},
+        "Chunk of the wire format in bytes (equal on all ranks): device messages, and scatter_gather shards above it, go in chunks of it; a TP rank forwards each chunk of its shard to its peers as it lands; also the size of a pinned bounce buffer. auto: 16 MiB when every rank's UCX moves device memory itself (GPU-direct: each chunk costs a rendezvous, which at NVLink and HDR rates outweighs the copy of 1 MiB); else, in scatter_gather with t > 1, a sixteenth of each message within 256 KiB to 1 MiB, so a relay trails its shard by little (both ends derive it from the message's size), and 1 MiB in the other modes."},
     [SL_ENV_STAGING_BUFFERS] = {"STAGELINK_STAGING_BUFFERS", "4",
         "Pinned bounce buffers per direction when UCX cannot reach device memory; also the chunks in flight per transfer."},
     [SL_ENV_NCCL_LIBRARY] = {"STAGELINK_NCCL_LIBRARY", "",

@@ -44,9 +44,9 @@ static uint64_t sl_chunk_tag(const sl_staged_t *st, size_t index)
  * 107 GB/s, 16 MiB chunks at 1.3 TB/s, UCX's own limit 1.7 TB/s).  So where
  * every rank's UCX moves device memory itself, chunks are 16 MiB.
  *
- * Elsewhere the chunk is also the unit a TP rank relays: it forwards chunk
- * k of its shard only once chunk k has landed, so the gather trails the
- * shard by a chunk.  A fixed 1 MiB left half of a 2 MiB shard's gather
+ * Elsewhere, in scatter_gather, the chunk is also the unit a TP rank
+ * relays: it forwards chunk k of its shard only once chunk k has landed,
+ * so the gather trails the shard by a chunk.  A fixed 1 MiB left half of a 2 MiB shard's gather
  * after its transfer; a sixteenth of the message, within 256 KiB (below
  * which per-message costs show) and 1 MiB (bounce buffers), trails by
  * little at any size.  Measured on two namespaces over an 8 Gbit/s link,
@@ -64,6 +64,13 @@ static uint64_t sl_chunk_tag(const sl_staged_t *st, size_t index)
 #define SL_CHUNKS_PER_MSG   16u
 #define SL_CHUNK_ALIGN      ((size_t)4096)
 
+/* Every message is a shard that its receiver relays, or such a relay. */
+static int sl_chunked_relayed(const sl_comm_t *comm)
+{
+    return comm->mode == STAGELINK_MODE_SCATTER_GATHER &&
+           comm->layout.tp_size > 1;
+}
+
 void sl_chunked_size_agree(sl_comm_t *comm)
 {
     if (comm->chunk != 0) {
@@ -74,13 +81,16 @@ void sl_chunked_size_agree(sl_comm_t *comm)
         comm->chunk = comm->chunk_min = SL_CHUNK_DIRECT;
     } else {
         comm->chunk     = SL_CHUNK_STAGED;
-        comm->chunk_min = SL_CHUNK_STAGED_MIN;
+        comm->chunk_min = sl_chunked_relayed(comm) ? SL_CHUNK_STAGED_MIN
+                                                   : SL_CHUNK_STAGED;
     }
     SL_INFO(SL_SUBSYS_NET, "chunk %zu to %zu bytes (STAGELINK_CHUNK=auto: %s)",
             comm->chunk_min, comm->chunk, comm->all_direct
                 ? "every rank's UCX moves device memory itself"
-                : "some rank stages device memory, or has no GPU; a "
-                  "sixteenth of each message");
+            : sl_chunked_relayed(comm)
+                ? "some rank stages device memory, or has no GPU; shards "
+                  "are relayed, so a sixteenth of each message"
+                : "some rank stages device memory, or has no GPU");
 }
 
 size_t sl_chunked_size(const sl_comm_t *comm, size_t len)
