@@ -60,6 +60,7 @@ typedef struct plan {
 
 typedef struct layout_override {
     int              no_misuse; /* -M: no tag reuse, size mismatch, orphans */
+    int              fixed_chunk; /* -F: never STAGELINK_CHUNK=auto */
     int              set, p, t, d, depth;
     stagelink_mode_t mode;
 } layout_override_t;
@@ -121,12 +122,14 @@ static void plan_draw(uint64_t seed, int nodes, const layout_override_t *ov,
     pl->mode  = (stagelink_mode_t)(1 + rng_below(&st, 3));
     pl->chunk = chunks[rng_below(&st, 4)];
     pl->depth = depths[rng_below(&st, 9)];
-    /* Drawn aside, so a seed's other draws stay what they were.  Auto cuts
-     * each message by its size from 256 KiB, where messages start to go in
-     * chunks, so sizes are drawn near there. */
-    pl->chunk_auto = hash5(seed ^ 0x6175746f63686e6bull, 0, 0, 0, 0) % 3 == 0;
+    /* Drawn aside, so that the rest of a seed's draws are what they were;
+     * -F replays seeds found before auto was drawn.  Auto's messages go in
+     * chunks above 1 MiB, so sizes are drawn near there (and near where
+     * the chunk leaves 256 KiB and reaches 1 MiB, see draw_size). */
+    pl->chunk_auto = !ov->fixed_chunk &&
+                     hash5(seed ^ 0x6175746f63686e6bull, 0, 0, 0, 0) % 3 == 0;
     if (pl->chunk_auto) {
-        pl->chunk = 256u << 10;
+        pl->chunk = 1u << 20;
     }
     if (ov->set) {
         pl->mode  = ov->mode;
@@ -135,8 +138,8 @@ static void plan_draw(uint64_t seed, int nodes, const layout_override_t *ov,
     /* Fewer, larger tensors when fewer are in flight: every round moves
      * about ROUND_BYTES per rank, some of them in chunks. */
     pl->max_bytes = ROUND_BYTES / (2u * (unsigned)pl->depth);
-    if (pl->max_bytes > (6u << 20)) {
-        pl->max_bytes = 6u << 20;
+    if (pl->max_bytes > (pl->chunk_auto ? (20u << 20) : (6u << 20))) {
+        pl->max_bytes = pl->chunk_auto ? (20u << 20) : (6u << 20);
     }
     pl->rounds       = 2 + (int)rng_below(&st, 3);
     pl->pct_batch    = (int)rng_below(&st, 60);
@@ -234,8 +237,12 @@ static void draw_size(const plan_t *pl, int round, int backward, int boundary,
     } else if (cls < 60) {
         n = 1 + v % ((limit < (300u << 10)) ? limit : (300u << 10));
     } else if (cls < 80) {
-        /* A prime next to a chunk boundary: odd shards, framed or not. */
+        /* A prime next to a chunk boundary: odd shards, framed or not;
+         * auto's chunk also changes at shards of 4 and 16 MiB. */
         n = pl->chunk * (1 + v % 3) * (size_t)pl->t;
+        if (pl->chunk_auto && (v >> 48) % 2) {
+            n = ((v >> 49) % 2 ? (4u << 20) : (16u << 20)) * (size_t)pl->t;
+        }
         n = (n > limit) ? limit : n;
         n = n - 1 + (v >> 40) % 3;
         while (!is_prime(n) && n < SIZE_MAX / 2) {
@@ -759,7 +766,10 @@ static void replay_line(char *out, size_t len, uint64_t seed,
                       ov->t, ov->d, mode_names[ov->mode], ov->depth);
     }
     if (ov->no_misuse) {
-        snprintf(out + n, len - (size_t)n, " -M");
+        n += snprintf(out + n, len - (size_t)n, " -M");
+    }
+    if (ov->fixed_chunk) {
+        snprintf(out + n, len - (size_t)n, " -F");
     }
 }
 
@@ -862,6 +872,9 @@ static int run_seed(uint64_t seed, const char *netns,
             if (ov->no_misuse) {
                 argv[a++] = "-M";
             }
+            if (ov->fixed_chunk) {
+                argv[a++] = "-F";
+            }
             argv[a] = NULL;
             execvp(argv[0], argv);
             perror(argv[0]);
@@ -922,7 +935,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: stagelink_stress [-s SEED[,SEED...]] [-r N] [-b SECONDS] "
-            "[-N NS0,NS1] [-L p,t,d,mode,depth] [-M] [-q]\n"
+            "[-N NS0,NS1] [-L p,t,d,mode,depth] [-M] [-F] [-q]\n"
             "  -s  seeds to run (the regression list), in order\n"
             "  -r  N random seeds after them (printed)\n"
             "  -b  start no new seed after SECONDS (default: no limit)\n"
@@ -930,6 +943,8 @@ static void usage(void)
             "      198.18.0.1); each layout then has an even number of ranks\n"
             "  -L  force the layout and depth of every seed\n"
             "  -M  no deliberate misuse (tag reuse, size mismatch, orphans)\n"
+            "  -F  fixed chunks only, never STAGELINK_CHUNK=auto (seeds found\n"
+            "      before auto was drawn replay with it)\n"
             "  -q  print failures and the summary only\n"
             "Each failure prints the seed, its layout and a replay command.\n");
 }
@@ -966,7 +981,7 @@ int main(int argc, char **argv)
     uint64_t          rstate;
     long              i;
 
-    while ((opt = getopt_long(argc, argv, "s:r:b:N:L:Mqh", longopts, NULL)) !=
+    while ((opt = getopt_long(argc, argv, "s:r:b:N:L:MFqh", longopts, NULL)) !=
            -1) {
         switch (opt) {
         case 'R': rank_mode = 1; rank_seed = strtoull(optarg, NULL, 10); break;
@@ -977,6 +992,7 @@ int main(int argc, char **argv)
         case 'N': netns = optarg; break;
         case 'q': quiet = 1; break;
         case 'M': ov.no_misuse = 1; break;
+        case 'F': ov.fixed_chunk = 1; break;
         case 'L':
             if (parse_override(optarg, &ov) != 0) {
                 fprintf(stderr, "-L wants p,t,d,mode,depth (depth 1-%d)\n",

@@ -46,13 +46,15 @@ static uint64_t sl_chunk_tag(const sl_staged_t *st, size_t index)
  *
  * Elsewhere, in scatter_gather, the chunk is also the unit a TP rank
  * relays: it forwards chunk k of its shard only once chunk k has landed,
- * so the gather trails the shard by a chunk.  A fixed 1 MiB left half of a 2 MiB shard's gather
- * after its transfer; a sixteenth of the message, within 256 KiB (below
- * which per-message costs show) and 1 MiB (bounce buffers), trails by
- * little at any size.  Measured on two namespaces over an 8 Gbit/s link,
- * 1F1B step of 16 microbatches, scatter_gather: t = 2, 4 MiB tensor
- * 149-152 ms in 1 MiB chunks, 135-136 in 256 KiB; 16 MiB tensor 515-521,
- * 461-470 in 512 KiB; 64 MiB tensor best in 1 MiB.
+ * so the gather trails the shard by a chunk.  A message above 1 MiB is
+ * cut in sixteenths, within 256 KiB (below which per-message costs show)
+ * and 1 MiB (the bounce buffers); one of at most 1 MiB still goes whole.
+ * Measured on two namespaces over an 8 Gbit/s link, the 1F1B step of 16
+ * microbatches, medians of five runs against a fixed 1 MiB: t = 2, 4 MiB
+ * tensor (2 MiB shards, half of which a 1 MiB chunk relayed late) 143 ms
+ * against 162; t = 2 and 4, 16 MiB tensor, 487 against 554 and 592
+ * against 630.  A 1 MiB shard at t = 4 cut in four took 176 ms against
+ * 165 whole: each chunk is relayed to t - 1 peers.
  *
  * The chunk of a message depends on its length and on what every rank
  * agreed, so both ends cut it alike, and a receiver that learns a
@@ -64,8 +66,7 @@ static uint64_t sl_chunk_tag(const sl_staged_t *st, size_t index)
 #define SL_CHUNKS_PER_MSG   16u
 #define SL_CHUNK_ALIGN      ((size_t)4096)
 
-/* Every message is a shard that its receiver relays, or such a relay. */
-static int sl_chunked_relayed(const sl_comm_t *comm)
+int sl_chunked_relayed(const sl_comm_t *comm)
 {
     return comm->mode == STAGELINK_MODE_SCATTER_GATHER &&
            comm->layout.tp_size > 1;
@@ -79,25 +80,30 @@ void sl_chunked_size_agree(sl_comm_t *comm)
     }
     if (comm->all_direct) {
         comm->chunk = comm->chunk_min = SL_CHUNK_DIRECT;
-    } else {
+        SL_INFO(SL_SUBSYS_NET, "chunk %zu bytes (STAGELINK_CHUNK=auto: every "
+                "rank's UCX moves device memory itself)", comm->chunk);
+    } else if (sl_chunked_relayed(comm)) {
         comm->chunk     = SL_CHUNK_STAGED;
-        comm->chunk_min = sl_chunked_relayed(comm) ? SL_CHUNK_STAGED_MIN
-                                                   : SL_CHUNK_STAGED;
+        comm->chunk_min = SL_CHUNK_STAGED_MIN;
+        SL_INFO(SL_SUBSYS_NET, "messages above %zu bytes go in sixteenths of "
+                "%zu to %zu bytes (STAGELINK_CHUNK=auto: shards are relayed)",
+                comm->chunk, comm->chunk_min, comm->chunk);
+    } else {
+        comm->chunk = comm->chunk_min = SL_CHUNK_STAGED;
+        SL_INFO(SL_SUBSYS_NET, "chunk %zu bytes (STAGELINK_CHUNK=auto: some "
+                "rank stages device memory, or has no GPU)", comm->chunk);
     }
-    SL_INFO(SL_SUBSYS_NET, "chunk %zu to %zu bytes (STAGELINK_CHUNK=auto: %s)",
-            comm->chunk_min, comm->chunk, comm->all_direct
-                ? "every rank's UCX moves device memory itself"
-            : sl_chunked_relayed(comm)
-                ? "some rank stages device memory, or has no GPU; shards "
-                  "are relayed, so a sixteenth of each message"
-                : "some rank stages device memory, or has no GPU");
 }
 
 size_t sl_chunked_size(const sl_comm_t *comm, size_t len)
 {
-    size_t c = (len + SL_CHUNKS_PER_MSG - 1) / SL_CHUNKS_PER_MSG;
+    /* Rounded up without overflow: a length may come from a header. */
+    size_t c = len / SL_CHUNKS_PER_MSG + (len % SL_CHUNKS_PER_MSG != 0);
 
-    c = (c + SL_CHUNK_ALIGN - 1) & ~(SL_CHUNK_ALIGN - 1);
+    if (len <= comm->chunk) {
+        return comm->chunk; /* one message */
+    }
+    c = (c / SL_CHUNK_ALIGN + (c % SL_CHUNK_ALIGN != 0)) * SL_CHUNK_ALIGN;
     return (c < comm->chunk_min) ? comm->chunk_min
          : (c > comm->chunk)     ? comm->chunk
                                  : c;
@@ -105,7 +111,7 @@ size_t sl_chunked_size(const sl_comm_t *comm, size_t len)
 
 int sl_chunked_framed(const sl_comm_t *comm, size_t len)
 {
-    return len > sl_chunked_size(comm, len);
+    return len > comm->chunk;
 }
 
 /* The number of chunks a sender of `len` bytes cuts. */
@@ -113,7 +119,7 @@ static uint64_t sl_chunked_count(const sl_comm_t *comm, uint64_t len)
 {
     size_t c = sl_chunked_size(comm, (size_t)len);
 
-    return (len + c - 1) / c;
+    return len / c + (len % c != 0);
 }
 
 /* UCX's outcome of one operation of a chunked transfer.  A lost
@@ -221,7 +227,15 @@ static void sl_chunk_recv_cb(void *request, ucs_status_t status,
                     sl_chunk_tag(st, slot->index) &&
                 (info->sender_tag & SL_TAG_HEADER)) ? SL_MSG_NOTICE
                                                     : SL_MSG_DATA;
-        if (kind == SL_MSG_NOTICE) {
+        if (kind == SL_MSG_HEADER && !st->framed) {
+            /* A framed sender met a receive of one chunk: its chunks are
+             * drained, as a plain receive drains them (sl_sub_drain), so
+             * none is left for a later transfer with the tag. */
+            st->hdr[1]     = value;
+            st->draining   = 1;
+            st->drain_left = sl_chunked_count(st->sub->req->comm, value);
+            s              = STAGELINK_ERR_SIZE_MISMATCH;
+        } else if (kind == SL_MSG_NOTICE) {
             /* The sender gave up: each chunk it did not send is a notice. */
             s = sl_notice_status(value);
             if (st->notice == STAGELINK_SUCCESS) {
@@ -600,12 +614,14 @@ static void sl_chunked_progress(sl_comm_t *comm)
         int  done;
         char why[192];
 
-        if (st->draining) {
-            done = sl_drain_progress(comm, st);
-        } else if (st->waiting) {
-            done = 0;
-        } else {
+        done = 0;
+        if (!st->draining && !st->waiting) {
             done = sl_staging_progress(&st->x) && st->hdr_req == NULL;
+        }
+        if (st->draining) {
+            /* Also one that a chunk's callback turned into a drain, maybe
+             * inside the progress call above. */
+            done = sl_drain_progress(comm, st);
         }
 
         if (st->sub->kind == SL_SUB_STAGE_RECV && st->sub->req->forwarding) {

@@ -232,7 +232,7 @@ struct stagelink_comm {
     struct stagelink_request   *deferred;
     int                         path_logged;
     uint64_t                    staged_chunks; /**< chunks moved through bounce buffers */
-    void                       *scratch;  /**< one chunk, where mismatched chunks are dropped */
+    void                       *scratch;  /**< the largest chunk, where mismatched chunks are dropped */
     struct sl_bootstrap        *bootstrap;
     /** Registered handles: a handle is checked by finding it here, never by
      *  reading memory that deregistration may have freed. */
@@ -472,6 +472,9 @@ void        sl_chunked_size_agree(sl_comm_t *comm);
 size_t      sl_chunked_size(const sl_comm_t *comm, size_t len);
 /** Whether a message of `len` bytes goes framed (more than one chunk). */
 int         sl_chunked_framed(const sl_comm_t *comm, size_t len);
+/** Whether every message is a shard that its receiver relays, or such a
+ *  relay (scatter_gather, t > 1); both ends know it. */
+int         sl_chunked_relayed(const sl_comm_t *comm);
 void        sl_chunked_cleanup(sl_comm_t *comm);
 /** Posts the subs of a request whose stream work is done. */
 sl_status_t sl_xfer_start(sl_req_t *req);

@@ -255,8 +255,7 @@ static int sl_sub_in_chunks(const sl_comm_t *comm, sl_sub_kind_t kind,
         return 0;
     }
     return kind == SL_SUB_GATHER_SEND || kind == SL_SUB_GATHER_RECV ||
-           (comm->mode == STAGELINK_MODE_SCATTER_GATHER &&
-            comm->layout.tp_size > 1);
+           sl_chunked_relayed(comm);
 }
 
 /* Large and device buffers go in chunks (ucx_chunked.c).  This is the one

@@ -8,7 +8,7 @@
  * device shards, odd sizes around the chunk size, and a device sender
  * with a receiver in host memory (scatter_gather chunks host shards too),
  * and a declared memory type that contradicts the buffer, refused.
- * Run with stagelink_run -n 4 (t = 2, p = 2), STAGELINK_CHUNK=4096.
+ * Run with stagelink_run -n 4 (t = 2, p = 2), STAGELINK_CHUNK=4096 or auto.
  * SPDX-License-Identifier: MIT
  */
 #include "../unit/check.h"
@@ -200,6 +200,45 @@ int main(void)
     if (stage == 1 && st == STAGELINK_SUCCESS) {
         bad = sl_pattern_check(host_buf, 0, x.nbytes, 99);
         CHECK(bad == SIZE_MAX, "host receiver of a device sender: byte %zu", bad);
+    }
+
+    /* A receive of one chunk a shard in device memory meets a framed
+     * sender: it fails, and the sender's chunks are drained, so the next
+     * transfer with the same tag gets its own bytes. */
+    for (i = 0; i < 2; ++i) {
+        size_t n = (i == 0) ? 2 * comm->chunk : 6 * comm->chunk + 10;
+
+        if (stage == 0) {
+            n = 6 * comm->chunk + 10;
+            sl_pattern_fill(alias, 0, n, 98 + i);
+        } else {
+            memset(alias, 0xee, n);
+        }
+        x = sl_host_xfer(stage == 0 ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV,
+                         dev, n, 1, 98, 0);
+        x.mem_type = STAGELINK_MEM_CUDA;
+        st = (stage == 0) ? p->isend(comm, &x, &req) : p->irecv(comm, &x, &req);
+        if (st == STAGELINK_SUCCESS) {
+            st = p->wait(comm, req);
+        }
+        if (i == 1 || stage == 0) {
+            CHECK(st == STAGELINK_SUCCESS || (i == 0 && st == STAGELINK_ERR_SIZE_MISMATCH),
+                  "%s %zu bytes (%s): %s: %s", stage == 0 ? "sent" : "received",
+                  n, i == 0 ? "against a one-chunk receive" : "after it",
+                  stagelink_status_string(st), p->last_error(comm));
+        } else {
+            CHECK(st == STAGELINK_ERR_SIZE_MISMATCH,
+                  "a one-chunk device receive of %zu bytes met a sender of "
+                  "%zu: %s (%s), expected a size mismatch", n,
+                  6 * comm->chunk + 10, stagelink_status_string(st),
+                  p->last_error(comm));
+        }
+        if (stage == 1 && i == 1 && st == STAGELINK_SUCCESS) {
+            bad = sl_pattern_check(alias, 0, n, 99);
+            CHECK(bad == SIZE_MAX, "the transfer after a drained mismatch: "
+                  "device byte %zu wrong (a chunk of the mismatched sender "
+                  "left on the wire?)", bad);
+        }
     }
 
     /* A declared type the runtime contradicts is refused at post, on this

@@ -253,9 +253,10 @@ static void run_relay(size_t len, size_t chunk, int nbufs, int staged)
     for (i = 0; i < len; ++i) {
         src[i] = (unsigned char)(i * 7 + 3);
     }
-    sl_staging_pool_init(&pa, chunk, nbufs, a_alloc, NULL, &eb);
-    sl_staging_pool_init(&pb, chunk, nbufs, a_alloc, NULL, &eb);
-    sl_staging_pool_init(&pc, chunk, nbufs, a_alloc, NULL, &eb);
+    /* Bounce buffers above the chunk, as in run_modes. */
+    sl_staging_pool_init(&pa, chunk + 64, nbufs, a_alloc, NULL, &eb);
+    sl_staging_pool_init(&pb, chunk + 64, nbufs, a_alloc, NULL, &eb);
+    sl_staging_pool_init(&pc, chunk + 64, nbufs, a_alloc, NULL, &eb);
     sl_staging_xfer_init(&a, &ops, NULL, &pa, 0, !staged, src, len, chunk, sa);
     sl_staging_xfer_init(&b_in, &ops, NULL, &pb, 1, !staged, mid, len, chunk, sbi);
     sl_staging_xfer_init(&b_out, &ops, NULL, &pb, 0, !staged, mid, len, chunk, sbo);
