@@ -64,24 +64,27 @@ static stagelink_status_t init_env(const char *name, const char *value,
 
 /*
  * Large tensors whose sizes disagree (at t = 2 their shards go in chunks:
- * framed against framed, plain against framed, framed against plain); each
- * is followed by a right-sized transfer with the same tag, which must
- * arrive intact: nothing of the mismatch may be left on the wire.
+ * framed against framed, plain against framed, framed against plain, and
+ * with STAGELINK_CHUNK=auto framed against framed in chunks of another
+ * size: 640 KiB against 384 KiB); each is followed by a right-sized
+ * transfer with the same tag, which must arrive intact: nothing of the
+ * mismatch may be left on the wire.
  */
 static void chunked_mismatch_cases(int stage)
 {
-    static const size_t sender[]   = {5 << 20, 3 << 20, 2 << 20};
-    static const size_t receiver[] = {3 << 20, 2 << 20, 3 << 20};
+    static const size_t sender[]   = {5 << 20, 3 << 20, 2 << 20, 20 << 20};
+    static const size_t receiver[] = {3 << 20, 2 << 20, 3 << 20, 12 << 20};
     static const char  *what[]     = {"chunked shards of 5 MiB into 3 MiB",
                                       "chunked 3 MiB into one-message 2 MiB",
-                                      "one-message 2 MiB into chunked 3 MiB"};
+                                      "one-message 2 MiB into chunked 3 MiB",
+                                      "chunked 20 MiB into 12 MiB, other chunks"};
     stagelink_request_t *r;
     stagelink_xfer_t     x;
-    unsigned char       *buf = malloc(5 << 20);
+    unsigned char       *buf = malloc(20 << 20);
     size_t               i, j, n = 1 << 20;
     int                  intact;
 
-    for (i = 0; i < 3; ++i) {
+    for (i = 0; i < sizeof(sender) / sizeof(sender[0]); ++i) {
         uint32_t mb = 400 + (uint32_t)i;
 
         x = sl_host_xfer(stage == 0 ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV,
