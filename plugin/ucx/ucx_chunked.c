@@ -1,9 +1,10 @@
 /*
  * Chunked transfers (which messages go in chunks: sl_sub_in_chunks in
- * ucx_sub.c): ordered chunks of STAGELINK_CHUNK bytes on one tag, and above
- * one chunk a 16-byte length header first, so a receiver knows the sender's
- * size before any data and drains a mismatched sender instead of leaving
- * its chunks on the wire (plugin/staging decides what happens next).  Each
+ * ucx_sub.c): ordered chunks on one tag, their size derived from the
+ * message's (sl_chunked_size), and above one chunk a 16-byte length header
+ * first, so a receiver knows the sender's size, and so its chunks, before
+ * any data and drains a mismatched sender instead of leaving its chunks on
+ * the wire (plugin/staging decides what happens next).  Each
  * side moves its chunks its own way: in place (host memory, or device memory
  * when UCX has CUDA), or through pinned bounce buffers (device memory, UCX
  * without CUDA).  A TP rank forwards each chunk of its shard to its peers as
@@ -637,10 +638,10 @@ static void sl_chunked_progress(sl_comm_t *comm)
         comm->staged_free = st;
         if (st->draining && st->x.status == STAGELINK_ERR_SIZE_MISMATCH) {
             if (st->hdr[1] == UINT64_MAX) {
-                snprintf(why, sizeof(why), "the sender's part fits one "
-                         "message (at most STAGELINK_CHUNK bytes), this one is "
-                         "%zu; both sides must pass the same nbytes and elem_size",
-                         sub->expected);
+                snprintf(why, sizeof(why), "the sender's part went as one "
+                         "message (a smaller part, at most one chunk), this "
+                         "one is %zu bytes; both sides must pass the same "
+                         "nbytes and elem_size", sub->expected);
             } else {
                 snprintf(why, sizeof(why), "the sender's part is %llu bytes, "
                          "this one %zu; both sides must pass the same nbytes and "
