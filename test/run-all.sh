@@ -45,5 +45,5 @@ UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 ninja -C build-sanitize tools/stagelink_stress
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     STAGELINK_PLUGIN_PATH=build-sanitize/plugin \
-    build-sanitize/tools/stagelink_stress -q \
+    build-sanitize/tools/stagelink_stress -q -F \
     -s 1,7,11,13,14,457304281883,667193401861,954441796885,487761976442

@@ -50,7 +50,7 @@ typedef struct plan {
     uint64_t         seed;
     int              p, t, d, world;
     stagelink_mode_t mode;
-    size_t           chunk;      /* STAGELINK_CHUNK, or auto's smallest */
+    size_t           chunk;      /* STAGELINK_CHUNK; auto: 1 MiB, above which messages go in chunks */
     int              chunk_auto; /* STAGELINK_CHUNK=auto: a chunk per size */
     int              rounds, depth;
     size_t           max_bytes;  /* largest tensor */
@@ -125,7 +125,7 @@ static void plan_draw(uint64_t seed, int nodes, const layout_override_t *ov,
     /* Drawn aside, so that the rest of a seed's draws are what they were;
      * -F replays seeds found before auto was drawn.  Auto's messages go in
      * chunks above 1 MiB, so sizes are drawn near there (and near where
-     * the chunk leaves 256 KiB and reaches 1 MiB, see draw_size). */
+     * the chunk grows past 256 KiB, see draw_size). */
     pl->chunk_auto = !ov->fixed_chunk &&
                      hash5(seed ^ 0x6175746f63686e6bull, 0, 0, 0, 0) % 3 == 0;
     if (pl->chunk_auto) {
@@ -238,10 +238,10 @@ static void draw_size(const plan_t *pl, int round, int backward, int boundary,
         n = 1 + v % ((limit < (300u << 10)) ? limit : (300u << 10));
     } else if (cls < 80) {
         /* A prime next to a chunk boundary: odd shards, framed or not;
-         * auto's chunk also changes at shards of 4 and 16 MiB. */
+         * auto's chunk also grows past 256 KiB at shards of 4 MiB. */
         n = pl->chunk * (1 + v % 3) * (size_t)pl->t;
-        if (pl->chunk_auto && (v >> 48) % 2) {
-            n = ((v >> 49) % 2 ? (4u << 20) : (16u << 20)) * (size_t)pl->t;
+        if (pl->chunk_auto && (v >> 32) % 2) {
+            n = ((size_t)4 << 20) * (size_t)pl->t;
         }
         n = (n > limit) ? limit : n;
         n = n - 1 + (v >> 40) % 3;

@@ -281,10 +281,18 @@ static sl_status_t sl_dev_net_post(void *ctx, sl_staging_slot_t *slot,
                           ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST,
                       slot->x->direct ? sub->req->xfer.memh : NULL);
     if (slot->x->recv) {
+        /* A staged chunk of under 16 bytes still offers 16 of its bounce
+         * buffer, so that a length header or a notice in its place lands
+         * whole and is read (truncated, it would be lost and a framed
+         * sender left undrained); data of another length shows by its
+         * length (sl_chunk_recv_cb). */
+        size_t room = (!slot->x->direct && len < SL_CTL_LEN) ? SL_CTL_LEN : len;
+
         param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
         param.cb.recv       = sl_chunk_recv_cb;
-        ptr = ucp_tag_recv_nbx(comm->worker, host, len, sl_chunk_tag(st, index),
-                               SL_TAG_MASK_HEADER, &param);
+        ptr = ucp_tag_recv_nbx(comm->worker, host, room,
+                               sl_chunk_tag(st, index), SL_TAG_MASK_HEADER,
+                               &param);
     } else if ((fault = sl_fault_check(comm, sub->peer)) !=
                STAGELINK_SUCCESS) {
         /* After a failure or an abort nothing more goes out, also not from

@@ -101,6 +101,53 @@ static void refused_type(const stagelink_plugin_v1_t *p, stagelink_comm_t *comm,
           p->last_error(comm));
 }
 
+/* A receive of `small` bytes meets a sender of 6 chunks a shard and more,
+ * then both pass that size on the same tag (microbatch mb). */
+static void mismatch_then_reuse(const stagelink_plugin_v1_t *p,
+                                stagelink_comm_t *comm, int stage,
+                                size_t small, uint32_t mb)
+{
+    stagelink_request_t *req;
+    stagelink_xfer_t     x;
+    stagelink_status_t   st;
+    size_t               big = 6 * comm->chunk + 10, n, bad;
+    int                  i;
+
+    for (i = 0; i < 2; ++i) {
+        n = (stage == 0 || i == 1) ? big : small;
+        if (stage == 0) {
+            sl_pattern_fill(alias, 0, n, mb * 2 + (uint32_t)i);
+        } else {
+            memset(alias, 0xee, n);
+        }
+        x = sl_host_xfer(stage == 0 ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV,
+                         dev, n, 1, mb, 0);
+        x.mem_type = STAGELINK_MEM_CUDA;
+        st = (stage == 0) ? p->isend(comm, &x, &req) : p->irecv(comm, &x, &req);
+        if (st == STAGELINK_SUCCESS) {
+            st = p->wait(comm, req);
+        }
+        if (i == 0 && stage == 1) {
+            CHECK(st == STAGELINK_ERR_SIZE_MISMATCH,
+                  "a one-chunk device receive of %zu bytes met a sender of "
+                  "%zu: %s (%s), expected a size mismatch", n, big,
+                  stagelink_status_string(st), p->last_error(comm));
+        } else {
+            CHECK(st == STAGELINK_SUCCESS || (i == 0 && st == STAGELINK_ERR_SIZE_MISMATCH),
+                  "%s %zu bytes (%s%zu-byte receive): %s: %s",
+                  stage == 0 ? "sent" : "received", n,
+                  i == 0 ? "against a " : "after the mismatch with a ", small,
+                  stagelink_status_string(st), p->last_error(comm));
+        }
+        if (stage == 1 && i == 1 && st == STAGELINK_SUCCESS) {
+            bad = sl_pattern_check(alias, 0, n, mb * 2 + 1);
+            CHECK(bad == SIZE_MAX, "the transfer after a mismatch with a "
+                  "%zu-byte receive: device byte %zu wrong (a chunk of the "
+                  "mismatched sender left on the wire?)", small, bad);
+        }
+    }
+}
+
 int main(void)
 {
     static const size_t sizes[] = {1, 4095, 4096, 4097, 5 * 4096 + 3, 300001,
@@ -202,44 +249,12 @@ int main(void)
         CHECK(bad == SIZE_MAX, "host receiver of a device sender: byte %zu", bad);
     }
 
-    /* A receive of one chunk a shard in device memory meets a framed
-     * sender: it fails, and the sender's chunks are drained, so the next
+    /* Receives of one chunk a shard in device memory meet a framed sender
+     * (a shard of a whole chunk, and one under the 16 bytes of a length
+     * header): each fails, and the sender's chunks are drained, so the next
      * transfer with the same tag gets its own bytes. */
-    for (i = 0; i < 2; ++i) {
-        size_t n = (i == 0) ? 2 * comm->chunk : 6 * comm->chunk + 10;
-
-        if (stage == 0) {
-            n = 6 * comm->chunk + 10;
-            sl_pattern_fill(alias, 0, n, 98 + i);
-        } else {
-            memset(alias, 0xee, n);
-        }
-        x = sl_host_xfer(stage == 0 ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV,
-                         dev, n, 1, 98, 0);
-        x.mem_type = STAGELINK_MEM_CUDA;
-        st = (stage == 0) ? p->isend(comm, &x, &req) : p->irecv(comm, &x, &req);
-        if (st == STAGELINK_SUCCESS) {
-            st = p->wait(comm, req);
-        }
-        if (i == 1 || stage == 0) {
-            CHECK(st == STAGELINK_SUCCESS || (i == 0 && st == STAGELINK_ERR_SIZE_MISMATCH),
-                  "%s %zu bytes (%s): %s: %s", stage == 0 ? "sent" : "received",
-                  n, i == 0 ? "against a one-chunk receive" : "after it",
-                  stagelink_status_string(st), p->last_error(comm));
-        } else {
-            CHECK(st == STAGELINK_ERR_SIZE_MISMATCH,
-                  "a one-chunk device receive of %zu bytes met a sender of "
-                  "%zu: %s (%s), expected a size mismatch", n,
-                  6 * comm->chunk + 10, stagelink_status_string(st),
-                  p->last_error(comm));
-        }
-        if (stage == 1 && i == 1 && st == STAGELINK_SUCCESS) {
-            bad = sl_pattern_check(alias, 0, n, 99);
-            CHECK(bad == SIZE_MAX, "the transfer after a drained mismatch: "
-                  "device byte %zu wrong (a chunk of the mismatched sender "
-                  "left on the wire?)", bad);
-        }
-    }
+    mismatch_then_reuse(p, comm, stage, 2 * comm->chunk, 98);
+    mismatch_then_reuse(p, comm, stage, 16, 97);
 
     /* A declared type the runtime contradicts is refused at post, on this
      * rank alone: a device pointer declared host would reach UCX (and

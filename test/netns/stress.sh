@@ -13,5 +13,6 @@ rate=""
 export STAGELINK_PLUGIN_PATH=$build/plugin
 . "$src/tools/netns-lib.sh"
 setup_nodes 2
-"$build/tools/stagelink_stress" -q -N "${ns[0]},${ns[1]}" -s "$seeds" \
-    -r 1000 -b "$budget"
+# The regression seeds with the fixed chunks they were found with (-F).
+"$build/tools/stagelink_stress" -q -N "${ns[0]},${ns[1]}" -F -s "$seeds"
+"$build/tools/stagelink_stress" -q -N "${ns[0]},${ns[1]}" -r 1000 -b "$budget"
