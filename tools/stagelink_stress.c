@@ -103,6 +103,7 @@ static void plan_draw(uint64_t seed, int nodes, const layout_override_t *ov,
                                     16u << 10};
     static const int    depths[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
     uint64_t            st = seed;
+    size_t              cap;
 
     memset(pl, 0, sizeof(*pl));
     pl->seed = seed;
@@ -138,8 +139,9 @@ static void plan_draw(uint64_t seed, int nodes, const layout_override_t *ov,
     /* Fewer, larger tensors when fewer are in flight: every round moves
      * about ROUND_BYTES per rank, some of them in chunks. */
     pl->max_bytes = ROUND_BYTES / (2u * (unsigned)pl->depth);
-    if (pl->max_bytes > (pl->chunk_auto ? (20u << 20) : (6u << 20))) {
-        pl->max_bytes = pl->chunk_auto ? (20u << 20) : (6u << 20);
+    cap           = pl->chunk_auto ? (20u << 20) : (6u << 20);
+    if (pl->max_bytes > cap) {
+        pl->max_bytes = cap;
     }
     pl->rounds       = 2 + (int)rng_below(&st, 3);
     pl->pct_batch    = (int)rng_below(&st, 60);
@@ -153,13 +155,21 @@ static void plan_draw(uint64_t seed, int nodes, const layout_override_t *ov,
     }
 }
 
+/* The seed's STAGELINK_CHUNK, as set for its ranks. */
+static void plan_chunk_text(const plan_t *pl, char *out, size_t len)
+{
+    if (pl->chunk_auto) {
+        snprintf(out, len, "auto");
+    } else {
+        snprintf(out, len, "%zu", pl->chunk);
+    }
+}
+
 static void plan_print(FILE *f, const plan_t *pl)
 {
-    char chunk[32] = "auto";
+    char chunk[32];
 
-    if (!pl->chunk_auto) {
-        snprintf(chunk, sizeof(chunk), "%zu", pl->chunk);
-    }
+    plan_chunk_text(pl, chunk, sizeof(chunk));
     fprintf(f, "p=%d t=%d d=%d (%d ranks) mode=%s chunk=%s depth=%d "
             "rounds=%d max=%zu", pl->p, pl->t, pl->d, pl->world,
             mode_names[pl->mode], chunk, pl->depth, pl->rounds,
@@ -807,11 +817,7 @@ static int run_seed(uint64_t seed, const char *netns,
         return 1;
     }
     snprintf(fdtext, sizeof(fdtext), "%d", pfd[1]);
-    if (pl.chunk_auto) {
-        snprintf(chunk, sizeof(chunk), "auto");
-    } else {
-        snprintf(chunk, sizeof(chunk), "%zu", pl.chunk);
-    }
+    plan_chunk_text(&pl, chunk, sizeof(chunk));
     setenv("STAGELINK_STRESS_FD", fdtext, 1);
     setenv("STAGELINK_CHUNK", chunk, 1);
     setenv("STAGELINK_TIMEOUT", WAIT_TIMEOUT, 1);

@@ -98,12 +98,13 @@ void sl_chunked_size_agree(sl_comm_t *comm)
 
 size_t sl_chunked_size(const sl_comm_t *comm, size_t len)
 {
-    /* Rounded up without overflow: a length may come from a header. */
-    size_t c = len / SL_CHUNKS_PER_MSG + (len % SL_CHUNKS_PER_MSG != 0);
+    size_t c;
 
-    if (len <= comm->chunk) {
-        return comm->chunk; /* one message */
+    if (len <= comm->chunk || comm->chunk_min == comm->chunk) {
+        return comm->chunk; /* one message, or one chunk size for all */
     }
+    /* Rounded up without overflow: a length may come from a header. */
+    c = len / SL_CHUNKS_PER_MSG + (len % SL_CHUNKS_PER_MSG != 0);
     c = (c / SL_CHUNK_ALIGN + (c % SL_CHUNK_ALIGN != 0)) * SL_CHUNK_ALIGN;
     return (c < comm->chunk_min) ? comm->chunk_min
          : (c > comm->chunk)     ? comm->chunk
