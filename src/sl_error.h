@@ -12,7 +12,7 @@
 
 typedef stagelink_status_t sl_status_t;
 
-#define SL_ERRBUF_LEN 512
+#define SL_ERRBUF_LEN 1024
 
 /** Holds the last error sentence of one communicator (or one init). */
 typedef struct sl_errbuf {

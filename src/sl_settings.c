@@ -33,7 +33,7 @@ static sl_status_t sl_settings_mode(const stagelink_config_t *config,
 sl_status_t sl_settings_parse(const stagelink_config_t *config,
                               sl_settings_t *s, sl_errbuf_t *eb)
 {
-    uint64_t       spin_us, max_requests, chunk, nbufs;
+    uint64_t       spin_us, max_requests, chunk, nbufs, thread;
     sl_log_level_t level;
     unsigned       subsys;
 
@@ -60,6 +60,12 @@ sl_status_t sl_settings_parse(const stagelink_config_t *config,
         SL_CHECK(sl_env_parse_u64(SL_ENV_CHUNK, 4096, 1ull << 30, &chunk, eb));
     }
     SL_CHECK(sl_env_parse_u64(SL_ENV_STAGING_BUFFERS, 1, 64, &nbufs, eb));
+    SL_CHECK(sl_env_parse_u64(SL_ENV_PROGRESS_THREAD, 0, 1, &thread, eb));
+    SL_CHECK(sl_env_parse_seconds(SL_ENV_FINALIZE_GRACE, &s->grace, eb));
+    if (s->timeout > 0 && s->grace > s->timeout) {
+        s->grace = s->timeout;
+    }
+    s->progress_thread = (int)thread;
     s->spin         = (spin_us == UINT64_MAX) ? -1.0 : (double)spin_us * 1e-6;
     s->max_requests = (int)max_requests;
     s->chunk        = (size_t)chunk;

@@ -16,6 +16,8 @@ typedef struct sl_settings {
     int              max_requests;
     size_t           chunk;        /**< device transfers' chunk */
     int              nbufs;        /**< staging buffers per direction */
+    int              progress_thread; /**< a thread progresses between calls */
+    double           grace;        /**< seconds finalize lets sends finish */
 } sl_settings_t;
 
 /** Checks the config struct and every variable; errors name the value. */

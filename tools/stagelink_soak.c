@@ -84,6 +84,19 @@ static stagelink_status_t soak_wait(soak_t *s, stagelink_request_t *req)
 
 /* One direction: every rank posts what it has (receive, send) as one
  * batch, waits, and checks what it received. */
+/* A failure, at post or at wait (a peer's death the progress thread saw
+ * first refuses the next post): when it was seen, and the sentence. */
+static int soak_failed(soak_t *s, stagelink_status_t st, const char *what)
+{
+    struct timespec wall;
+
+    clock_gettime(CLOCK_REALTIME, &wall);
+    printf("rank %d: iteration %lu: error at %ld.%06ld\n", s->h.info.rank,
+           s->iterations, (long)wall.tv_sec, wall.tv_nsec / 1000);
+    sl_host_report(&s->h, st, what);
+    return -1;
+}
+
 static int soak_phase(soak_t *s, int backward)
 {
     const stagelink_comm_info_t *in = &s->h.info;
@@ -111,20 +124,14 @@ static int soak_phase(soak_t *s, int backward)
                                    s->send_buf[backward], s->size, 1, mb, 0);
         ++n;
     }
-    if (sl_host_report(&s->h, s->h.plugin->post_batch(s->h.comm, ops, n, reqs),
-                       "post_batch")) {
-        return -1;
+    st = s->h.plugin->post_batch(s->h.comm, ops, n, reqs);
+    if (st != STAGELINK_SUCCESS) {
+        return soak_failed(s, st, "post_batch");
     }
     for (i = 0; i < n; ++i) {
         st = soak_wait(s, reqs[i]);
         if (st != STAGELINK_SUCCESS) {
-            struct timespec wall;
-
-            clock_gettime(CLOCK_REALTIME, &wall);
-            printf("rank %d: iteration %lu: error at %ld.%06ld\n", in->rank,
-                   s->iterations, (long)wall.tv_sec, wall.tv_nsec / 1000);
-            sl_host_report(&s->h, st, "wait");
-            return -1;
+            return soak_failed(s, st, "wait");
         }
     }
     if (n > 0 && ops[0].kind == STAGELINK_OP_RECV) {

@@ -59,7 +59,11 @@ typedef enum stagelink_status {
     STAGELINK_ERR_PEER_FAILED      = 18,      /**< a peer process or its link died (see comm_get_error) */
     STAGELINK_ERR_ABORTED          = 19,      /**< comm_abort was called on this communicator */
     /** Not an error: `wait_for`'s slice ended first; the request is still in flight. */
-    STAGELINK_IN_PROGRESS          = 20
+    STAGELINK_IN_PROGRESS          = 20,
+    /** comm_finalize met requests still in flight: receives canceled, sends
+     *  not done within STAGELINK_FINALIZE_GRACE abandoned (the sentence
+     *  names how many and their tags). */
+    STAGELINK_ERR_ABANDONED        = 21
 } stagelink_status_t;
 
 /** Short, static name of a status ("STAGELINK_ERR_TIMEOUT"). */

@@ -42,6 +42,12 @@ typedef struct sl_gpu_ops {
     /** Copies in any direction, ordered on `stream`. */
     sl_status_t (*copy_async)(void *dst, const void *src, size_t len,
                               void *stream, sl_errbuf_t *eb);
+    /** The calling thread's device, -1 when it has no current context
+     *  (NULL: no device). */
+    int         (*device_current)(void);
+    /** Makes `device` current on the calling thread (a thread stagelink
+     *  owns, or the host's for the length of a call). */
+    sl_status_t (*device_set)(int device, sl_errbuf_t *eb);
 } sl_gpu_ops_t;
 
 /** CUDA where the build has it, else the host-only table. */

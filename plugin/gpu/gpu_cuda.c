@@ -105,6 +105,22 @@ static int sl_cuda_thread_on_gpu(void)
     return sl_cu_ctx_get_current(&ctx) == CUDA_SUCCESS && ctx != NULL;
 }
 
+static int sl_cuda_device_current(void)
+{
+    int device = -1;
+
+    if (!sl_cuda_thread_on_gpu() || cudaGetDevice(&device) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return device;
+}
+
+static sl_status_t sl_cuda_device_set(int device, sl_errbuf_t *eb)
+{
+    return sl_cuda_check(cudaSetDevice(device), "cudaSetDevice", eb);
+}
+
 static void *sl_cuda_host_alloc(size_t len, void *ctx)
 {
     void *ptr = NULL;
@@ -196,4 +212,6 @@ const sl_gpu_ops_t sl_gpu_default_ops = {
     .event_query       = sl_cuda_event_query,
     .stream_wait_event = sl_cuda_stream_wait_event,
     .copy_async        = sl_cuda_copy_async,
+    .device_current    = sl_cuda_device_current,
+    .device_set        = sl_cuda_device_set,
 };

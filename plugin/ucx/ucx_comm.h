@@ -17,6 +17,7 @@
 #include <ucp/api/ucp.h>
 
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -187,6 +188,17 @@ typedef struct sl_req_pool {
 
 struct stagelink_comm {
     uint32_t                    magic;
+    /* Who progresses the worker (plugin/ucx/ucx_progress.c). */
+    pthread_mutex_t             lock;        /**< held by the host for a call, by the thread between sleeps */
+    int                         lock_made;
+    int                         progress_thread; /**< STAGELINK_PROGRESS_THREAD */
+    int                         pt_running, pt_stop;
+    int                         pt_sleeping; /**< the thread is in poll(), lock released */
+    int                         pt_timed;    /**< ... with a timeout */
+    pthread_t                   pt;
+    struct pollfd              *pt_pfds;     /**< the thread's copy of pfds */
+    int                         device;      /**< CUDA device current at init, -1: none */
+    double                      grace;       /**< STAGELINK_FINALIZE_GRACE */
     sl_errbuf_t                 err;
     sl_layout_t                 layout;
     stagelink_mode_t            mode;
@@ -274,6 +286,10 @@ typedef struct stagelink_request sl_req_t;
 sl_status_t sl_ucx_worker_create(sl_comm_t *comm);
 sl_status_t sl_ucx_connect(sl_comm_t *comm, struct sl_bootstrap *bs);
 void        sl_ucx_worker_destroy(sl_comm_t *comm);
+/** Closes `peer`'s endpoint by force: UCX cannot cancel a send, and this
+ *  ends every operation on it without waiting for the peer (the close's
+ *  own request is finished when the worker is destroyed). */
+void        sl_ucx_ep_force_close(sl_ucx_peer_t *peer);
 /** Adds a subsystem's hooks to every progress call (at init). */
 void        sl_ucx_progress_register(sl_comm_t *comm,
                                      const sl_progress_hook_t *hook);
@@ -281,14 +297,13 @@ void        sl_ucx_progress_register(sl_comm_t *comm,
 void        sl_ucx_progress(sl_comm_t *comm);
 /** sl_ucx_progress for callers that hold a void pointer (the bootstrap). */
 void        sl_ucx_progress_cb(void *comm);
-/** Completes every operation the worker has outstanding (bounded by the deadline). */
-void        sl_ucx_flush(sl_comm_t *comm);
+/** Completes every operation the worker has outstanding, until `deadline`. */
+void        sl_ucx_flush(sl_comm_t *comm, double deadline);
 /**
  * After the finalize barrier nothing real is in flight: messages still
  * unexpected belong to canceled or failed transfers.  Drops them.
  */
-void        sl_ucx_discard_unexpected(sl_comm_t *comm);
-/** Blocks until `req` completes or the deadline passes. */
+void        sl_ucx_discard_unexpected(sl_comm_t *comm, double deadline);
 /** Counts stagelink's UCX callbacks (process-wide; any change will do):
  *  a callback can run where UCX reports no progress (a deferred
  *  completion, or one inside the post of an operation), and its
@@ -301,11 +316,6 @@ static inline void sl_ucx_callback_ran(void)
     atomic_fetch_add_explicit(&sl_ucx_callbacks, 1u, memory_order_relaxed);
 }
 
-sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req);
-/** Waits until `deadline` (STAGELINK_ERR_TIMEOUT) or `slice_end`
- *  (STAGELINK_IN_PROGRESS, no error set), 0 = none; SUCCESS once done. */
-sl_status_t sl_ucx_wait_until(sl_comm_t *comm, sl_req_t *req,
-                              double deadline, double slice_end);
 /**
  * Parameters of one tagged operation: the caller's callback (set after),
  * user_data, the buffer's memory type and, when the host registered the
@@ -314,6 +324,29 @@ sl_status_t sl_ucx_wait_until(sl_comm_t *comm, sl_req_t *req,
 void        sl_ucx_param_init(ucp_request_param_t *param, void *user_data,
                               ucs_memory_type_t mem_type,
                               const stagelink_memh_t *memh);
+
+/* ucx_progress.c: who progresses the worker, and how a thread sleeps */
+typedef struct sl_sleep {
+    double         busy_until; /**< polling GPU work until then, -1: not */
+    int            tx_ms;      /**< the next short sleep while sends are out */
+    struct pollfd *pfds;       /**< the progress thread's copy; NULL: the host */
+} sl_sleep_t;
+sl_status_t sl_progress_init(sl_comm_t *comm);
+/** Records the device and starts the thread (when enabled), once the
+ *  endpoints and the watched pidfds exist. */
+sl_status_t sl_progress_start(sl_comm_t *comm);
+/** Stops and joins the thread; the caller then owns the worker alone. */
+void        sl_progress_stop(sl_comm_t *comm);
+void        sl_progress_cleanup(sl_comm_t *comm);
+/** Every host call into a live communicator runs between these two. */
+void        sl_progress_enter(sl_comm_t *comm);
+void        sl_progress_leave(sl_comm_t *comm);
+void        sl_progress_sleep_init(sl_sleep_t *s, struct pollfd *own_pfds);
+/** One step of a blocking wait after a progress call left the caller's
+ *  condition unmet: polls GPU work, or arms the worker and sleeps in
+ *  poll() until UCX has events, a watched peer dies, or `wake` (0: none).
+ *  The progress thread releases the lock while it sleeps. */
+sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake);
 
 /* ucx_fault.c: peer failure and abort */
 /** No peer failed, no pidfd open; before anything can fail. */
@@ -356,8 +389,22 @@ void        sl_req_fail(sl_req_t *req, sl_status_t status, const char *fmt, ...)
 int         sl_req_done(const sl_req_t *req);
 /** "forward send", "backward receive", ... for sentences. */
 const char *sl_req_what(const sl_req_t *req);
+/** Blocks until `req` completes (SUCCESS), `deadline` passes
+ *  (STAGELINK_ERR_TIMEOUT, sentence set) or `slice_end` does
+ *  (STAGELINK_IN_PROGRESS, no error set); 0 = none. */
+sl_status_t sl_req_wait_until(sl_comm_t *comm, sl_req_t *req,
+                              double deadline, double slice_end);
+/** sl_req_wait_until with the communicator's deadline. */
+sl_status_t sl_req_wait(sl_comm_t *comm, sl_req_t *req);
+/** Lists the sub-operations of `req` still in flight, for error sentences. */
+void        sl_req_describe_pending(const sl_req_t *req, char *out, size_t len);
 /** Reports a completed request's outcome into comm->err and releases it. */
 sl_status_t sl_req_finish(sl_comm_t *comm, sl_req_t *req);
+/** comm_finalize's end of every request in flight: receives canceled at
+ *  once, sends given until `deadline`, then abandoned (their endpoints
+ *  closed by force).  SUCCESS when none was in flight or all completed,
+ *  else STAGELINK_ERR_ABANDONED with their count and tags in comm->err. */
+sl_status_t sl_req_abandon_all(sl_comm_t *comm, double deadline);
 /** Cancels every sub of `req` still in flight. */
 void        sl_req_cancel_subs(sl_comm_t *comm, sl_req_t *req);
 
@@ -399,8 +446,6 @@ sl_status_t sl_xfer_post(sl_comm_t *comm, stagelink_op_kind_t kind,
                          const stagelink_xfer_t *xfer, sl_req_t **req_out);
 sl_status_t sl_xfer_post_batch(sl_comm_t *comm, const stagelink_op_t *ops,
                                size_t count, sl_req_t **reqs);
-/** Lists the sub-operations of `req` still in flight, for error sentences. */
-void        sl_req_describe_pending(const sl_req_t *req, char *out, size_t len);
 /** What a sub's end means for its request (every request's sub_done). */
 void        sl_xfer_sub_done(sl_sub_t *sub, sl_status_t status, size_t length,
                              const char *why);

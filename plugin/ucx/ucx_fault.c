@@ -403,26 +403,6 @@ log:
            "rank %d is gone: %s", peer->rank, peer->why);
 }
 
-/* Sends cannot be canceled in UCX; closing the endpoint by force completes
- * them (with an error) without waiting for the dead peer. */
-static void sl_fault_close_ep(sl_ucx_peer_t *peer)
-{
-    ucp_request_param_t param;
-    ucs_status_ptr_t    req;
-
-    if (peer->ep == NULL) {
-        return;
-    }
-    memset(&param, 0, sizeof(param));
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags        = UCP_EP_CLOSE_FLAG_FORCE;
-    req = ucp_ep_close_nbx(peer->ep, &param);
-    peer->ep = NULL;
-    if (UCS_PTR_IS_PTR(req)) {
-        peer->close_req = req;
-    }
-}
-
 /*
  * What UCX will not complete after the forced close: sends to a same-node
  * peer (UCX 1.13 purges an endpoint's operations only in PEER mode) and
@@ -466,7 +446,7 @@ static void sl_fault_abort_all(sl_comm_t *comm)
     sl_fault_fail_all(comm, STAGELINK_ERR_ABORTED, "the communicator was "
                       "aborted (comm_abort)");
     for (i = 0; i < sl_fault_npeers(comm); ++i) {
-        sl_fault_close_ep(sl_fault_peer_at(comm, i));
+        sl_ucx_ep_force_close(sl_fault_peer_at(comm, i));
     }
     sl_fault_detach(comm, NULL, STAGELINK_ERR_ABORTED, comm->fault_err.msg);
 }
@@ -500,7 +480,7 @@ static void sl_fault_apply(sl_comm_t *comm)
         sl_ucx_peer_t *peer = sl_fault_peer_at(comm, i);
 
         if (peer->failed && peer->ep != NULL) {
-            sl_fault_close_ep(peer);
+            sl_ucx_ep_force_close(peer);
         }
     }
     sl_fault_detach(comm, NULL, STAGELINK_ERR_PEER_FAILED, comm->fault_err.msg);

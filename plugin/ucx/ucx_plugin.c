@@ -25,11 +25,34 @@
 
 static sl_registry_t sl_live = SL_REGISTRY_INITIALIZER;
 
+/* How long finalize drops what peers sent that nobody received (after the
+ * barrier: every rank has given up its own by then). */
+#define SL_DISCARD_S 0.5
+
 /* Errors of calls without a live communicator (init, bad handles). */
 static __thread sl_errbuf_t sl_thread_err;
 
 #define SL_LIVE(_comm, _call) \
     SL_CHECK(sl_registry_check(&sl_live, (_comm), (_call), &sl_thread_err))
+
+static sl_comm_t *sl_ucx_enter(sl_comm_t *comm)
+{
+    sl_progress_enter(comm);
+    return comm;
+}
+
+static void sl_ucx_leave(sl_comm_t **comm)
+{
+    sl_progress_leave(*comm);
+}
+
+/* A call into a live communicator: it holds the communicator's mutex from
+ * here to its return (ucx_progress.c), on every path. */
+#define SL_ENTER(_comm, _call) \
+    SL_LIVE(_comm, _call); \
+    sl_comm_t *sl_entered __attribute__((cleanup(sl_ucx_leave))) = \
+        sl_ucx_enter(_comm); \
+    (void)sl_entered
 
 static sl_status_t sl_comm_settings(sl_comm_t *comm,
                                     const stagelink_config_t *config)
@@ -41,6 +64,8 @@ static sl_status_t sl_comm_settings(sl_comm_t *comm,
     comm->timeout       = s.timeout;
     comm->spin          = s.spin;
     comm->pool.capacity = s.max_requests;
+    comm->progress_thread = s.progress_thread;
+    comm->grace         = s.grace;
     comm->chunk         = s.chunk;
     comm->nbufs         = s.nbufs;
     return STAGELINK_SUCCESS;
@@ -141,6 +166,7 @@ out:
 
 static void sl_comm_destroy(sl_comm_t *comm)
 {
+    sl_progress_cleanup(comm);
     sl_gather_cleanup(comm);
     sl_fault_cleanup(comm);
     sl_ucx_worker_destroy(comm);
@@ -187,6 +213,11 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *config,
     comm->magic     = SL_COMM_MAGIC;
     comm->prev.rank = comm->next.rank = -1;
     sl_fault_init(comm);
+    if (sl_progress_init(comm) != STAGELINK_SUCCESS) {
+        sl_thread_err = comm->err;
+        free(comm);
+        return STAGELINK_ERR_INIT;
+    }
     comm->bootstrap = calloc(1, sizeof(*comm->bootstrap));
     if (comm->bootstrap == NULL) {
         status = sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
@@ -230,6 +261,7 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *config,
     comm->bootstrap->progress     = sl_ucx_progress_cb;
     comm->bootstrap->progress_arg = comm;
     SL_CHECK_GOTO(sl_gather_init(comm), err_destroy);
+    SL_CHECK_GOTO(sl_progress_start(comm), err_destroy);
 
     SL_INFO(SL_SUBSYS_INIT, "rank %d/%d: tp %d/%d pp %d/%d dp %d, prev %d "
             "next %d, mode %s, gather %s, node %s (local %d/%d)",
@@ -252,24 +284,17 @@ err_destroy:
 static stagelink_status_t sl_ucx_comm_finalize(stagelink_comm_t *comm)
 {
     sl_errbuf_t drop;
-    sl_req_t   *req;
-    int         inflight = 0;
+    sl_status_t status;
 
     SL_LIVE(comm, "comm_finalize");
     sl_registry_remove(&sl_live, comm);
-    sl_ucx_progress(comm); /* applies an abort from another thread */
+    sl_progress_stop(comm); /* from here this thread owns the worker */
+    sl_ucx_progress(comm);  /* applies an abort from another thread */
     comm->closing = 1;
-    while ((req = comm->pool.active) != NULL) {
-        ++inflight;
-        sl_req_cancel_subs(comm, req);
-        if (sl_ucx_wait(comm, req) != STAGELINK_SUCCESS) {
-            break;
-        }
-        sl_req_put(comm, req);
-    }
-    if (inflight > 0) {
-        SL_WARN(SL_SUBSYS_INIT, "finalize canceled %d transfers still in "
-                "flight", inflight);
+    status = sl_req_abandon_all(comm, sl_deadline(comm->grace));
+    if (status != STAGELINK_SUCCESS) {
+        SL_WARN(SL_SUBSYS_INIT, "%s", comm->err.msg);
+        sl_thread_err = comm->err;
     }
     if (comm->fault != STAGELINK_SUCCESS) {
         /* No barrier with a dead peer or after an abort: the others see
@@ -279,22 +304,24 @@ static stagelink_status_t sl_ucx_comm_finalize(stagelink_comm_t *comm)
     } else {
         /* A peer's rendezvous send completes only when our acknowledgement
          * leaves: flush, and keep progressing while the others arrive. */
-        sl_ucx_flush(comm);
+        if (status == STAGELINK_SUCCESS) {
+            sl_ucx_flush(comm, sl_deadline(comm->grace));
+        }
         if (sl_bootstrap_barrier(comm->bootstrap, &drop) !=
             STAGELINK_SUCCESS) {
             SL_WARN(SL_SUBSYS_INIT, "finalize barrier failed (%s); closing "
                     "anyway", drop.msg);
         }
-        sl_ucx_discard_unexpected(comm);
+        sl_ucx_discard_unexpected(comm, sl_deadline(SL_DISCARD_S));
     }
     sl_comm_destroy(comm);
-    return STAGELINK_SUCCESS;
+    return status;
 }
 
 static stagelink_status_t sl_ucx_comm_info(stagelink_comm_t *comm,
                                            stagelink_comm_info_t *info)
 {
-    SL_LIVE(comm, "comm_info");
+    SL_ENTER(comm, "comm_info");
     if (info == NULL) {
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                         "comm_info: info is NULL");
@@ -311,11 +338,17 @@ static stagelink_status_t sl_ucx_comm_info(stagelink_comm_t *comm,
 
 static const char *sl_ucx_last_error(stagelink_comm_t *comm)
 {
-    /* Only looks: the sentence asked for must not be overwritten. */
+    static __thread char msg[sizeof(sl_thread_err.msg)];
+
+    /* Only looks: the sentence asked for must not be overwritten.  A copy,
+     * since the progress thread may write the next one. */
     if (!sl_registry_find(&sl_live, comm)) {
         return sl_thread_err.msg;
     }
-    return comm->err.msg;
+    sl_progress_enter(comm);
+    memcpy(msg, comm->err.msg, sizeof(msg));
+    pthread_mutex_unlock(&comm->lock);
+    return msg;
 }
 
 static stagelink_status_t sl_ucx_mem_register(stagelink_comm_t *comm,
@@ -323,14 +356,14 @@ static stagelink_status_t sl_ucx_mem_register(stagelink_comm_t *comm,
                                               stagelink_mem_type_t mem_type,
                                               stagelink_memh_t **memh)
 {
-    SL_LIVE(comm, "mem_register");
+    SL_ENTER(comm, "mem_register");
     return sl_mem_register(comm, buf, nbytes, mem_type, memh);
 }
 
 static stagelink_status_t sl_ucx_mem_deregister(stagelink_comm_t *comm,
                                                 stagelink_memh_t *memh)
 {
-    SL_LIVE(comm, "mem_deregister");
+    SL_ENTER(comm, "mem_deregister");
     return sl_mem_deregister(comm, memh);
 }
 
@@ -339,7 +372,7 @@ static stagelink_status_t sl_ucx_post(stagelink_comm_t *comm,
                                       const stagelink_xfer_t *xfer,
                                       stagelink_request_t **request)
 {
-    SL_LIVE(comm, (kind == STAGELINK_OP_SEND) ? "isend" : "irecv");
+    SL_ENTER(comm, (kind == STAGELINK_OP_SEND) ? "isend" : "irecv");
     if (request == NULL) {
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                         "the request output pointer is NULL");
@@ -368,7 +401,7 @@ static stagelink_status_t sl_ucx_post_batch(stagelink_comm_t *comm,
                                             size_t count,
                                             stagelink_request_t **requests)
 {
-    SL_LIVE(comm, "post_batch");
+    SL_ENTER(comm, "post_batch");
     if (count > 0 && (ops == NULL || requests == NULL)) {
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                         "post_batch of %zu operations needs ops (%p) and "
@@ -382,7 +415,7 @@ static stagelink_status_t sl_ucx_post_batch(stagelink_comm_t *comm,
 static stagelink_status_t sl_ucx_test(stagelink_comm_t *comm,
                                       stagelink_request_t *request, int *done)
 {
-    SL_LIVE(comm, "test");
+    SL_ENTER(comm, "test");
     if (done == NULL) {
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                         "test: done is NULL");
@@ -400,9 +433,9 @@ static stagelink_status_t sl_ucx_test(stagelink_comm_t *comm,
 static stagelink_status_t sl_ucx_wait_req(stagelink_comm_t *comm,
                                           stagelink_request_t *request)
 {
-    SL_LIVE(comm, "wait");
+    SL_ENTER(comm, "wait");
     SL_CHECK(sl_req_check(comm, request));
-    SL_CHECK(sl_ucx_wait(comm, request));
+    SL_CHECK(sl_req_wait(comm, request));
     return sl_req_finish(comm, request);
 }
 
@@ -412,12 +445,12 @@ static stagelink_status_t sl_ucx_wait_for(stagelink_comm_t *comm,
 {
     sl_status_t status;
 
-    SL_LIVE(comm, "wait_for");
+    SL_ENTER(comm, "wait_for");
     SL_CHECK(sl_req_check(comm, request));
     if (request->wait_deadline == 0.0) {
         request->wait_deadline = sl_deadline(comm->timeout);
     }
-    status = sl_ucx_wait_until(comm, request, request->wait_deadline,
+    status = sl_req_wait_until(comm, request, request->wait_deadline,
                                (timeout_ms < 0) ? 0.0
                                    : sl_time_now() + timeout_ms * 1e-3);
     if (status == STAGELINK_IN_PROGRESS) {
@@ -431,7 +464,7 @@ static stagelink_status_t sl_ucx_wait_for(stagelink_comm_t *comm,
 static stagelink_status_t sl_ucx_cancel(stagelink_comm_t *comm,
                                         stagelink_request_t *request)
 {
-    SL_LIVE(comm, "cancel");
+    SL_ENTER(comm, "cancel");
     SL_CHECK(sl_req_check(comm, request));
     sl_req_cancel_subs(comm, request);
     return STAGELINK_SUCCESS;
@@ -440,7 +473,7 @@ static stagelink_status_t sl_ucx_cancel(stagelink_comm_t *comm,
 static stagelink_status_t sl_ucx_get_counters(stagelink_comm_t *comm,
                                               stagelink_counters_t *counters)
 {
-    SL_LIVE(comm, "get_counters");
+    SL_ENTER(comm, "get_counters");
     if (counters == NULL) {
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                         "get_counters: counters is NULL");
@@ -532,7 +565,7 @@ static stagelink_status_t sl_ucx_comm_abort(stagelink_comm_t *comm)
 static stagelink_status_t sl_ucx_comm_get_error(stagelink_comm_t *comm,
                                                 int *failed_rank)
 {
-    SL_LIVE(comm, "comm_get_error");
+    SL_ENTER(comm, "comm_get_error");
     if (failed_rank == NULL) {
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                         "comm_get_error: failed_rank is NULL");

@@ -6,6 +6,7 @@
 #include "ucx_comm.h"
 
 #include "sl_log.h"
+#include "sl_time.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -212,4 +213,161 @@ void sl_req_cancel_subs(sl_comm_t *comm, sl_req_t *req)
     for (i = 0; i < req->nsubs; ++i) {
         sl_sub_cancel(comm, &req->subs[i]);
     }
+}
+
+void sl_req_describe_pending(const sl_req_t *req, char *out, size_t len)
+{
+    size_t used = 0;
+    char   one[256];
+    int    i;
+
+    out[0] = '\0';
+    for (i = 0; i < req->nsubs && used + 1 < len; ++i) {
+        if (sl_sub_describe(&req->subs[i], one, sizeof(one))) {
+            used += (size_t)snprintf(out + used, len - used, "%s%s",
+                                     used ? ", " : "", one);
+        }
+    }
+    if (out[0] == '\0') {
+        snprintf(out, len, "the own shard to be passed to the TP group");
+    }
+}
+
+sl_status_t sl_req_wait_until(sl_comm_t *comm, sl_req_t *req,
+                              double deadline, double slice_end)
+{
+    double     spin_until = sl_time_now() + comm->spin;
+    sl_sleep_t s;
+
+    sl_progress_sleep_init(&s, NULL);
+    for (;;) {
+        sl_ucx_progress(comm);
+        if (sl_req_done(req)) {
+            return STAGELINK_SUCCESS;
+        }
+        if (sl_deadline_passed(slice_end) && !sl_deadline_passed(deadline)) {
+            return STAGELINK_IN_PROGRESS;
+        }
+        if (sl_deadline_passed(deadline)) {
+            char pending[512];
+
+            sl_req_describe_pending(req, pending, sizeof(pending));
+            return sl_error(&comm->err, STAGELINK_ERR_TIMEOUT,
+                            "%s of microbatch %u chunk %u did not complete "
+                            "in %.1f s, waiting for: %s; the request stays in "
+                            "flight: wait again or cancel it",
+                            sl_req_what(req), req->xfer.tag.microbatch,
+                            req->xfer.tag.chunk, comm->timeout, pending);
+        }
+        if (sl_time_now() < spin_until) {
+            continue;
+        }
+        SL_CHECK(sl_progress_sleep(comm, &s,
+                                   sl_deadline_earlier(deadline, slice_end)));
+    }
+}
+
+sl_status_t sl_req_wait(sl_comm_t *comm, sl_req_t *req)
+{
+    return sl_req_wait_until(comm, req, sl_deadline(comm->timeout), 0.0);
+}
+
+/* "forward send of microbatch 3 chunk 0 to rank 5" into the list. */
+static void sl_req_name_into(const sl_req_t *req, char *out, size_t len,
+                             size_t *used, int *listed, int *more)
+{
+    int n;
+
+    if (*used + 64 >= len) {
+        ++*more;
+        return;
+    }
+    n = snprintf(out + *used, len - *used, "%s%s of microbatch %u chunk %u%s%d",
+                 *listed ? ", " : "", sl_req_what(req),
+                 req->xfer.tag.microbatch, req->xfer.tag.chunk,
+                 req->kind == STAGELINK_OP_SEND ? " to rank " : " from rank ",
+                 req->peer != NULL ? req->peer->rank : -1);
+    if (n > 0 && (size_t)n < len - *used) {
+        *used += (size_t)n;
+        ++*listed;
+    } else {
+        out[*used] = '\0';
+        ++*more;
+    }
+}
+
+sl_status_t sl_req_abandon_all(sl_comm_t *comm, double deadline)
+{
+    sl_req_t  *req, *next;
+    sl_sleep_t s;
+    char       names[SL_ERRBUF_LEN - 256];
+    size_t     used = 0;
+    int        nrecv = 0, nsend = 0, listed = 0, more = 0, waiting, i;
+
+    if (comm->pool.active == NULL) {
+        return STAGELINK_SUCCESS;
+    }
+    for (req = comm->pool.active; req != NULL; req = req->next) {
+        if (req->kind == STAGELINK_OP_RECV) {
+            sl_req_fail(req, STAGELINK_ERR_ABANDONED, "%s of microbatch %u "
+                        "chunk %u was still in flight at comm_finalize, which "
+                        "canceled it", sl_req_what(req),
+                        req->xfer.tag.microbatch, req->xfer.tag.chunk);
+            sl_req_cancel_subs(comm, req);
+        }
+    }
+    /* Sends get the grace: a peer that receives them late completes them. */
+    sl_progress_sleep_init(&s, NULL);
+    for (;;) {
+        sl_ucx_progress(comm);
+        waiting = 0;
+        for (req = comm->pool.active; req != NULL; req = req->next) {
+            waiting += !sl_req_done(req);
+        }
+        if (waiting == 0 || sl_deadline_passed(deadline) ||
+            sl_progress_sleep(comm, &s, deadline) != STAGELINK_SUCCESS) {
+            break;
+        }
+    }
+    /* Oldest first: the list holds the newest at its head. */
+    for (req = comm->pool.active; req != NULL && req->next != NULL;
+         req = req->next) {
+    }
+    for (; req != NULL; req = next) {
+        next = req->prev;
+        if (!sl_req_done(req)) {
+            sl_req_fail(req, STAGELINK_ERR_ABANDONED, "%s of microbatch %u "
+                        "chunk %u did not complete within the %.1f s grace "
+                        "of comm_finalize (STAGELINK_FINALIZE_GRACE), which "
+                        "abandoned it", sl_req_what(req),
+                        req->xfer.tag.microbatch, req->xfer.tag.chunk,
+                        comm->grace);
+            for (i = 0; i < req->nsubs; ++i) {
+                if (sl_sub_in_flight(&req->subs[i])) {
+                    sl_ucx_ep_force_close(req->subs[i].peer);
+                    sl_sub_detach(comm, &req->subs[i], STAGELINK_ERR_ABANDONED,
+                                  "abandoned by comm_finalize");
+                }
+            }
+        }
+        if (req->status == STAGELINK_SUCCESS && sl_req_done(req)) {
+            sl_req_put(comm, req); /* completed within the grace */
+            continue;
+        }
+        *(req->kind == STAGELINK_OP_RECV ? &nrecv : &nsend) += 1;
+        sl_req_name_into(req, names, sizeof(names), &used, &listed, &more);
+        if (!req->deferred) {
+            sl_req_put(comm, req);
+        }
+    }
+    if (nrecv + nsend == 0) {
+        return STAGELINK_SUCCESS;
+    }
+    return sl_error(&comm->err, STAGELINK_ERR_ABANDONED,
+                    "comm_finalize found %d requests that the host never "
+                    "completed: %d receives canceled, %d sends not done "
+                    "within the %.1f s grace (STAGELINK_FINALIZE_GRACE) "
+                    "abandoned: %s%s; complete every request with wait or "
+                    "test before comm_finalize", nrecv + nsend, nrecv, nsend,
+                    comm->grace, names, more ? " and more" : "");
 }

@@ -12,26 +12,11 @@
 #include "sl_env.h"
 #include "sl_log.h"
 #include "sl_time.h"
+#include "sl_tag.h"
 #include "sl_topo.h"
 
-#include <errno.h>
-#include <poll.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-/* How long a wait sleeps while sends to another node are in flight: from
- * 1 ms, doubled while nothing wakes it (a rendezvous send waiting for its
- * receiver is in flight too), reset by any event. */
-#define SL_UCX_TX_POLL_MIN_MS 1
-#define SL_UCX_TX_POLL_MAX_MS 4
-
-/* How long a wait polls GPU work (copies, stream events) that wakes no fd,
- * yielding, before it looks only every 50 us: a chunk's copy takes
- * microseconds to a few hundred; a kernel the stream holds a send behind
- * may take milliseconds, where the 50 us naps cost nothing that matters. */
-#define SL_UCX_BUSY_POLL_S 1e-3
 
 typedef struct sl_rank_card {
     uint32_t full_len; /**< worker address with every transport */
@@ -109,7 +94,9 @@ sl_status_t sl_ucx_worker_create(sl_comm_t *comm)
 
     memset(&wparams, 0, sizeof(wparams));
     wparams.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+    /* Serialized by the communicator's mutex (ucx_progress.c): the host
+     * and the progress thread take turns; UCX's own lock would spin. */
+    wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;
     ucs = ucp_worker_create(comm->ucp_ctx, &wparams, &comm->worker);
     if (ucs != UCS_OK) {
         ucp_cleanup(comm->ucp_ctx);
@@ -300,20 +287,22 @@ out:
     return status;
 }
 
-/*
- * UCX 1.13's TCP transport does not wake the worker's event fd when a full
- * socket becomes writable again: what it buffered then waits for the next
- * progress call (seen: a rank asleep in poll() with chunks for a peer still
- * queued, the peer waiting for them until its deadline; stagelink_stress
- * seed 667193401861 over two namespaces).  So while sends to another node
- * are in flight, and for a moment after the last one (an eager send is
- * complete for us while UCX still holds its bytes), a wait sleeps briefly.
- * (Flushing the endpoints to find out tripped an assertion in UCX's TCP
- * transport when the peer closed: tcp_ep.c PUT_TX_WAITING_ACK.)
- */
-static int sl_ucx_tx_pending(const sl_comm_t *comm)
+void sl_ucx_ep_force_close(sl_ucx_peer_t *peer)
 {
-    return comm->net_sends > 0 || sl_time_now() < comm->net_quiet_at;
+    ucp_request_param_t param;
+    ucs_status_ptr_t    req;
+
+    if (peer->ep == NULL) {
+        return;
+    }
+    memset(&param, 0, sizeof(param));
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags        = UCP_EP_CLOSE_FLAG_FORCE;
+    req = ucp_ep_close_nbx(peer->ep, &param);
+    peer->ep = NULL;
+    if (UCS_PTR_IS_PTR(req)) {
+        peer->close_req = req;
+    }
 }
 
 static void sl_ucx_ep_close(sl_comm_t *comm, sl_ucx_peer_t *peer)
@@ -414,29 +403,15 @@ void sl_ucx_progress(sl_comm_t *comm)
     }
 }
 
-/* Whether a subsystem waits for something that does not wake the fd. */
-static int sl_ucx_hooks_busy(const sl_comm_t *comm)
-{
-    int i;
-
-    for (i = 0; i < comm->nhooks; ++i) {
-        if (comm->hooks[i]->busy != NULL && comm->hooks[i]->busy(comm)) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
 void sl_ucx_progress_cb(void *comm)
 {
     sl_ucx_progress(comm);
 }
 
-void sl_ucx_flush(sl_comm_t *comm)
+void sl_ucx_flush(sl_comm_t *comm, double deadline)
 {
     ucp_request_param_t param;
     ucs_status_ptr_t    req;
-    double              deadline = sl_deadline(comm->timeout);
 
     memset(&param, 0, sizeof(param));
     req = ucp_worker_flush_nbx(comm->worker, &param);
@@ -448,26 +423,36 @@ void sl_ucx_flush(sl_comm_t *comm)
         sl_ucx_progress(comm);
     }
     if (ucp_request_check_status(req) == UCS_INPROGRESS) {
-        SL_WARN(SL_SUBSYS_NET, "flushing the UCX worker timed out after "
-                "%.1f s", comm->timeout);
+        SL_WARN(SL_SUBSYS_NET, "flushing the UCX worker did not finish "
+                "within the %.1f s grace of finalize", comm->grace);
         ucp_request_cancel(comm->worker, req);
     }
     ucp_request_free(req);
 }
 
-void sl_ucx_discard_unexpected(sl_comm_t *comm)
+void sl_ucx_discard_unexpected(sl_comm_t *comm, double deadline)
 {
     ucp_tag_recv_info_t info;
     ucp_request_param_t param;
     ucp_tag_message_h   msg;
     ucs_status_ptr_t    req;
+    sl_tag_fields_t     f;
     void               *scratch;
-    int                 dropped = 0;
-    double              deadline = sl_deadline(comm->timeout);
+    char                names[512] = "";
+    size_t              used = 0;
+    int                 dropped = 0, n;
 
     sl_ucx_progress(comm);
     memset(&param, 0, sizeof(param));
     while ((msg = ucp_tag_probe_nb(comm->worker, 0, 0, 1, &info)) != NULL) {
+        sl_tag_decode(info.sender_tag, &f);
+        n = snprintf(names + used, sizeof(names) - used, "%s%s microbatch "
+                     "%u chunk %u (%zu bytes)", dropped ? ", " : "",
+                     f.backward ? "backward" : "forward", f.microbatch,
+                     f.chunk, info.length);
+        used = (n > 0 && (size_t)n < sizeof(names) - used) ? used + (size_t)n
+                                                           : used;
+        ++dropped;
         scratch = malloc(info.length ? info.length : 1);
         if (scratch == NULL) {
             break;
@@ -480,21 +465,21 @@ void sl_ucx_discard_unexpected(sl_comm_t *comm)
                 ucp_worker_progress(comm->worker);
             }
             if (ucp_request_check_status(req) == UCS_INPROGRESS) {
-                /* A rendezvous whose sender is gone: UCX may still write
+                /* A rendezvous whose sender gave up: UCX may still write
                  * into the scratch buffer, so it is left to the process. */
-                SL_WARN(SL_SUBSYS_NET, "dropping a %zu-byte message of a "
-                        "canceled transfer did not finish in %.1f s; left "
-                        "it", info.length, comm->timeout);
+                SL_WARN(SL_SUBSYS_NET, "dropping a %zu-byte message that "
+                        "no receive took did not finish; left it",
+                        info.length);
                 break;
             }
             ucp_request_free(req);
         }
         free(scratch);
-        ++dropped;
     }
     if (dropped > 0) {
-        SL_INFO(SL_SUBSYS_NET, "dropped %d messages of canceled or failed "
-                "transfers", dropped);
+        /* Canceled receives, or a peer's sends this rank never posted. */
+        SL_WARN(SL_SUBSYS_NET, "finalize dropped %d messages sent to this "
+                "rank that no receive took: %s", dropped, names);
     }
 }
 
@@ -511,104 +496,5 @@ void sl_ucx_param_init(ucp_request_param_t *param, void *user_data,
     if (memh != NULL && memh->ucp_memh != NULL) {
         param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         param->memh          = memh->ucp_memh;
-    }
-}
-
-sl_status_t sl_ucx_wait(sl_comm_t *comm, sl_req_t *req)
-{
-    return sl_ucx_wait_until(comm, req, sl_deadline(comm->timeout), 0.0);
-}
-
-sl_status_t sl_ucx_wait_until(sl_comm_t *comm, sl_req_t *req,
-                              double deadline, double slice_end)
-{
-    double        spin_until = sl_time_now() + comm->spin;
-    double        busy_until = -1.0, now, wake;
-    int           ready, tx_ms = SL_UCX_TX_POLL_MIN_MS, tx_wait;
-    unsigned      seen;
-    ucs_status_t  ucs;
-
-    for (;;) {
-        sl_ucx_progress(comm);
-        if (sl_req_done(req)) {
-            return STAGELINK_SUCCESS;
-        }
-        if (sl_deadline_passed(slice_end) && !sl_deadline_passed(deadline)) {
-            return STAGELINK_IN_PROGRESS;
-        }
-        if (sl_deadline_passed(deadline)) {
-            char pending[512];
-
-            sl_req_describe_pending(req, pending, sizeof(pending));
-            return sl_error(&comm->err, STAGELINK_ERR_TIMEOUT,
-                            "%s of microbatch %u chunk %u did not complete "
-                            "in %.1f s, waiting for: %s; the request stays in "
-                            "flight: wait again or cancel it",
-                            sl_req_what(req), req->xfer.tag.microbatch, req->xfer.tag.chunk,
-                            comm->timeout, pending);
-        }
-        if (sl_time_now() < spin_until) {
-            continue;
-        }
-        if (sl_ucx_hooks_busy(comm)) {
-            /* GPU copies and stream events do not wake the UCX event fd.
-             * With cores to spare (spin > 0) they are polled, yielding, for
-             * up to SL_UCX_BUSY_POLL_S: a 50 us nanosleep overshoots on
-             * virtual machines (on an H200 VM a staged 1-byte tensor took
-             * 294 us one way, its four copies 7.5 us each).  On an
-             * oversubscribed node the peers need the core more than this
-             * rank needs the microseconds. */
-            struct timespec ts = {0, 50000};
-
-            now        = sl_time_now();
-            busy_until = (busy_until < 0) ? now + SL_UCX_BUSY_POLL_S : busy_until;
-            if (comm->spin > 0 && now < busy_until) {
-                sched_yield();
-            } else {
-                nanosleep(&ts, NULL);
-            }
-            continue;
-        }
-        busy_until = -1.0;
-        /* UCX may be armed only right after a progress call that found
-         * nothing to do (ucp_worker_arm's contract): the hooks ran after
-         * the last one and may have posted operations whose next step
-         * waits in UCX's progress queue, which no fd reports.  That call
-         * can also run a completion UCX deferred without counting it: a
-         * callback of ours that ran means the hooks have its follow-up to
-         * do before any sleep. */
-        seen = atomic_load_explicit(&sl_ucx_callbacks, memory_order_relaxed);
-        if (ucp_worker_progress(comm->worker) != 0 ||
-            atomic_load_explicit(&sl_ucx_callbacks, memory_order_relaxed) !=
-                seen) {
-            continue;
-        }
-        /* Eight ranks may share two cores: sleep until UCX has events. */
-        ucs = ucp_worker_arm(comm->worker);
-        if (ucs == UCS_ERR_BUSY) {
-            continue;
-        }
-        if (ucs != UCS_OK) {
-            return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
-                            "ucp_worker_arm failed: %s",
-                            ucs_status_string(ucs));
-        }
-        /* Same-node peers' pidfds wake us too when one of them dies; a
-         * fault held back for a direct sighting, when its grace ends. */
-        wake    = sl_deadline_earlier(sl_deadline_earlier(deadline, slice_end),
-                                      sl_fault_wake_at(comm));
-        tx_wait = sl_ucx_tx_pending(comm);
-        ready   = poll(comm->pfds, (nfds_t)comm->npfds,
-                       tx_wait ? tx_ms : sl_deadline_ms(wake));
-        tx_ms   = (ready == 0 && tx_wait && tx_ms < SL_UCX_TX_POLL_MAX_MS)
-                      ? 2 * tx_ms : (ready != 0 ? SL_UCX_TX_POLL_MIN_MS : tx_ms);
-        if (ready < 0 && errno != EINTR) {
-            return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
-                            "poll on the UCX event fd failed: %s",
-                            strerror(errno));
-        }
-        if (ready > 0 && comm->npfds > 1) {
-            sl_fault_polled(comm);
-        }
     }
 }

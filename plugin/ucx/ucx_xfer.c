@@ -14,24 +14,6 @@
 #include <stdio.h>
 #include <string.h>
 
-void sl_req_describe_pending(const sl_req_t *req, char *out, size_t len)
-{
-    size_t used = 0;
-    char   one[256];
-    int    i;
-
-    out[0] = '\0';
-    for (i = 0; i < req->nsubs && used + 1 < len; ++i) {
-        if (sl_sub_describe(&req->subs[i], one, sizeof(one))) {
-            used += (size_t)snprintf(out + used, len - used, "%s%s",
-                                     used ? ", " : "", one);
-        }
-    }
-    if (out[0] == '\0') {
-        snprintf(out, len, "the own shard to be passed to the TP group");
-    }
-}
-
 static void sl_sub_count(sl_comm_t *comm, const sl_sub_t *sub, size_t bytes)
 {
     stagelink_counters_t *c    = &comm->counters;
@@ -246,7 +228,7 @@ static sl_status_t sl_xfer_validate(sl_comm_t *comm, stagelink_op_kind_t kind,
 static void sl_xfer_abort(sl_comm_t *comm, sl_req_t *req)
 {
     sl_req_cancel_subs(comm, req);
-    if (sl_ucx_wait(comm, req) == STAGELINK_SUCCESS) {
+    if (sl_req_wait(comm, req) == STAGELINK_SUCCESS) {
         sl_req_put(comm, req);
     }
 }

@@ -183,8 +183,10 @@ int main(void)
         fprintf(stderr, "init: %s\n", p->last_error(NULL));
         return 1;
     }
+    sl_progress_enter(comm); /* the progress thread reads these */
     comm->gpu        = &fake_gpu;
     comm->gpu_usable = 1;
+    sl_progress_leave(comm);
     CHECK(!comm->ucx_cuda, "this test needs a UCX without CUDA");
     p->comm_info(comm, &info);
     stage = info.pp_index;

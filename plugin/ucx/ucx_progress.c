@@ -1,0 +1,301 @@
+/*
+ * Who progresses a communicator's worker, and how a thread sleeps until it
+ * has something to do.  A peer's transfer can need this rank's progress
+ * after this rank's own requests are done (a rendezvous acknowledgement, a
+ * relay, a gather send in UCX's pending queue), so a progress thread keeps
+ * the worker moving while the host is away from stagelink.  One mutex owns
+ * the communicator: the host holds it for the length of each call (and
+ * progresses inline inside wait and test, so small messages pay no
+ * hand-off), the thread between its sleeps.  SPDX-License-Identifier: MIT
+ */
+#include "ucx_comm.h"
+
+#include "sl_log.h"
+#include "sl_time.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* How long a sleep lasts while sends to another node are in flight: from
+ * 1 ms, doubled while nothing wakes it (a rendezvous send waiting for its
+ * receiver is in flight too), reset by any event. */
+#define SL_TX_POLL_MIN_MS 1
+#define SL_TX_POLL_MAX_MS 4
+
+/* How long a host's wait polls GPU work (copies, stream events) that wakes
+ * no fd, yielding, before it looks only every 50 us: a chunk's copy takes
+ * microseconds to a few hundred; a kernel the stream holds a send behind
+ * may take milliseconds, where the 50 us naps cost nothing that matters. */
+#define SL_BUSY_POLL_S 1e-3
+#define SL_BUSY_NAP_NS 50000
+
+/*
+ * UCX 1.13's TCP transport does not wake the worker's event fd when a full
+ * socket becomes writable again: what it buffered then waits for the next
+ * progress call (a rank asleep in poll() with chunks for a peer still
+ * queued).  So while sends to another node are in flight, and for a moment
+ * after the last one (an eager send is complete for us while UCX still
+ * holds its bytes), a sleep is short.
+ */
+static int sl_progress_tx_pending(const sl_comm_t *comm)
+{
+    return comm->net_sends > 0 || sl_time_now() < comm->net_quiet_at;
+}
+
+/* Whether a subsystem waits for something that does not wake the fd. */
+static int sl_progress_hooks_busy(const sl_comm_t *comm)
+{
+    int i;
+
+    for (i = 0; i < comm->nhooks; ++i) {
+        if (comm->hooks[i]->busy != NULL && comm->hooks[i]->busy(comm)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Whether an abort or a fault waits to be applied by a progress call. */
+static int sl_progress_fault_waits(const sl_comm_t *comm)
+{
+    return (atomic_load_explicit(&comm->aborting, memory_order_acquire) &&
+            !comm->aborted) || comm->fault_pending;
+}
+
+void sl_progress_sleep_init(sl_sleep_t *s, struct pollfd *own_pfds)
+{
+    s->busy_until = -1.0;
+    s->tx_ms      = SL_TX_POLL_MIN_MS;
+    s->pfds       = own_pfds;
+}
+
+static void sl_progress_nap(sl_comm_t *comm, int unlock)
+{
+    struct timespec ts = {0, SL_BUSY_NAP_NS};
+
+    if (unlock) {
+        pthread_mutex_unlock(&comm->lock);
+    }
+    nanosleep(&ts, NULL);
+    if (unlock) {
+        pthread_mutex_lock(&comm->lock);
+    }
+}
+
+sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake)
+{
+    int           thread = (s->pfds != NULL);
+    struct pollfd *pfds  = thread ? s->pfds : comm->pfds;
+    int           ready, timeout, tx, saved, i;
+    unsigned      seen;
+    ucs_status_t  ucs;
+
+    if (sl_progress_hooks_busy(comm)) {
+        /* GPU copies and stream events do not wake the UCX event fd.  With
+         * cores to spare (spin > 0) a host's wait polls them, yielding,
+         * for up to SL_BUSY_POLL_S: a 50 us nanosleep overshoots on
+         * virtual machines (on an H200 VM a staged 1-byte tensor took
+         * 294 us one way, its four copies 7.5 us each).  On an
+         * oversubscribed node the peers need the core more. */
+        double now = sl_time_now();
+
+        s->busy_until = (s->busy_until < 0) ? now + SL_BUSY_POLL_S
+                                            : s->busy_until;
+        if (!thread && comm->spin > 0 && now < s->busy_until) {
+            sched_yield();
+        } else {
+            sl_progress_nap(comm, thread);
+        }
+        return STAGELINK_SUCCESS;
+    }
+    s->busy_until = -1.0;
+    /* UCX may be armed only right after a progress call that found nothing
+     * to do (ucp_worker_arm's contract): the hooks ran after the last one
+     * and may have posted operations whose next step waits in UCX's
+     * progress queue, which no fd reports.  That call can also run a
+     * completion UCX deferred without counting it: a callback of ours that
+     * ran means the hooks have its follow-up to do before any sleep. */
+    seen = atomic_load_explicit(&sl_ucx_callbacks, memory_order_relaxed);
+    if (ucp_worker_progress(comm->worker) != 0 ||
+        atomic_load_explicit(&sl_ucx_callbacks, memory_order_relaxed) != seen) {
+        return STAGELINK_SUCCESS;
+    }
+    ucs = ucp_worker_arm(comm->worker);
+    if (ucs == UCS_ERR_BUSY) {
+        return STAGELINK_SUCCESS;
+    }
+    if (ucs != UCS_OK) {
+        return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
+                        "ucp_worker_arm failed: %s", ucs_status_string(ucs));
+    }
+    /* Same-node peers' pidfds wake it too when one of them dies; a fault
+     * held back for a direct sighting, when its grace ends. */
+    wake    = sl_deadline_earlier(wake, sl_fault_wake_at(comm));
+    tx      = sl_progress_tx_pending(comm);
+    timeout = tx ? s->tx_ms : sl_deadline_ms(wake);
+    if (thread) {
+        memcpy(pfds, comm->pfds, (size_t)comm->npfds * sizeof(*pfds));
+        comm->pt_sleeping = 1;
+        comm->pt_timed    = (timeout >= 0);
+        pthread_mutex_unlock(&comm->lock);
+    }
+    ready = poll(pfds, (nfds_t)comm->npfds, timeout);
+    saved = errno;
+    if (thread) {
+        pthread_mutex_lock(&comm->lock);
+        comm->pt_sleeping = 0;
+        for (i = 0; i < comm->npfds; ++i) {
+            comm->pfds[i].revents = pfds[i].revents;
+        }
+    }
+    s->tx_ms = (ready == 0 && tx && s->tx_ms < SL_TX_POLL_MAX_MS)
+                   ? 2 * s->tx_ms : (ready != 0 ? SL_TX_POLL_MIN_MS : s->tx_ms);
+    if (ready < 0 && saved != EINTR) {
+        return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
+                        "poll on the UCX event fd failed: %s",
+                        strerror(saved));
+    }
+    if (ready > 0 && comm->npfds > 1) {
+        sl_fault_polled(comm);
+    }
+    return STAGELINK_SUCCESS;
+}
+
+static void *sl_progress_main(void *arg)
+{
+    sl_comm_t    *comm = arg;
+    sl_sleep_t    s;
+    sl_errbuf_t   eb;
+    int           warned = 0;
+
+    /* UCX's CUDA transports need the communicator's device current on
+     * every thread that progresses its worker. */
+    if (comm->device >= 0 && comm->gpu->device_set != NULL &&
+        comm->gpu->device_set(comm->device, &eb) != STAGELINK_SUCCESS) {
+        SL_WARN(SL_SUBSYS_NET, "progress thread: %s", eb.msg);
+    }
+    sl_progress_sleep_init(&s, comm->pt_pfds);
+    pthread_mutex_lock(&comm->lock);
+    while (!comm->pt_stop) {
+        sl_ucx_progress(comm);
+        if (comm->pt_stop) {
+            break;
+        }
+        if (sl_progress_sleep(comm, &s, 0.0) != STAGELINK_SUCCESS) {
+            if (!warned) {
+                SL_WARN(SL_SUBSYS_NET, "progress thread: %s; it naps and "
+                        "tries again", comm->err.msg);
+                warned = 1;
+            }
+            sl_progress_nap(comm, 1);
+        }
+    }
+    pthread_mutex_unlock(&comm->lock);
+    return NULL;
+}
+
+sl_status_t sl_progress_init(sl_comm_t *comm)
+{
+    int err = pthread_mutex_init(&comm->lock, NULL);
+
+    if (err != 0) {
+        return sl_error(&comm->err, STAGELINK_ERR_INIT,
+                        "cannot create the communicator's mutex: %s",
+                        strerror(err));
+    }
+    comm->lock_made = 1;
+    comm->device    = -1;
+    return STAGELINK_SUCCESS;
+}
+
+sl_status_t sl_progress_start(sl_comm_t *comm)
+{
+    sigset_t all, old;
+    int      err;
+
+    if (comm->gpu != NULL && comm->gpu->device_current != NULL) {
+        comm->device = comm->gpu->device_current();
+    }
+    if (!comm->progress_thread) {
+        SL_INFO(SL_SUBSYS_INIT, "no progress thread (STAGELINK_PROGRESS_THREAD"
+                "=0): transfers move only inside stagelink calls");
+        return STAGELINK_SUCCESS;
+    }
+    comm->pt_pfds = calloc((size_t)comm->npfds, sizeof(*comm->pt_pfds));
+    if (comm->pt_pfds == NULL) {
+        return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate %d poll entries for the progress "
+                        "thread", comm->npfds);
+    }
+    /* Signals stay the host's: the thread takes none. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    err = pthread_create(&comm->pt, NULL, sl_progress_main, comm);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err != 0) {
+        return sl_error(&comm->err, STAGELINK_ERR_INIT,
+                        "cannot start the progress thread: %s; set "
+                        "STAGELINK_PROGRESS_THREAD=0 to run without one",
+                        strerror(err));
+    }
+    comm->pt_running = 1;
+    SL_INFO(SL_SUBSYS_INIT, "progress thread started (device %d)",
+            comm->device);
+    return STAGELINK_SUCCESS;
+}
+
+void sl_progress_stop(sl_comm_t *comm)
+{
+    if (comm->pt_running) {
+        pthread_mutex_lock(&comm->lock);
+        comm->pt_stop = 1;
+        ucp_worker_signal(comm->worker);
+        pthread_mutex_unlock(&comm->lock);
+        pthread_join(comm->pt, NULL);
+        comm->pt_running = 0;
+    }
+    free(comm->pt_pfds);
+    comm->pt_pfds = NULL;
+}
+
+void sl_progress_cleanup(sl_comm_t *comm)
+{
+    sl_progress_stop(comm);
+    if (comm->lock_made) {
+        pthread_mutex_destroy(&comm->lock);
+        comm->lock_made = 0;
+    }
+}
+
+void sl_progress_enter(sl_comm_t *comm)
+{
+    pthread_mutex_lock(&comm->lock);
+}
+
+void sl_progress_leave(sl_comm_t *comm)
+{
+    int      kick;
+    unsigned seen;
+
+    /* The thread sleeps on what it saw before this call: wake it unless
+     * the worker is quiet and armed, so that what the call posted moves on
+     * without the host. */
+    if (comm->pt_sleeping) {
+        seen = atomic_load_explicit(&sl_ucx_callbacks, memory_order_relaxed);
+        kick = ucp_worker_progress(comm->worker) != 0 ||
+               atomic_load_explicit(&sl_ucx_callbacks, memory_order_relaxed) !=
+                   seen ||
+               sl_progress_hooks_busy(comm) ||
+               (!comm->pt_timed && sl_progress_tx_pending(comm)) ||
+               ucp_worker_arm(comm->worker) != UCS_OK ||
+               sl_progress_fault_waits(comm);
+        if (kick) {
+            ucp_worker_signal(comm->worker);
+        }
+    }
+    pthread_mutex_unlock(&comm->lock);
+}
