@@ -1,49 +1,60 @@
 #!/bin/sh
 # README's test command: every suite with warnings as errors; valgrind
-# memcheck on the unit suite and on two- and four-rank transfers; the unit
-# and multiproc suites against UCX with CUDA where one is built; then
-# every suite again under AddressSanitizer and UBSan (but fuzz: its target
-# is built with both sanitizers already; and python: the interpreter is not
-# instrumented, so an instrumented libstagelink cannot be loaded into it).
+# memcheck on the unit suite and on two- and four-rank transfers; README's
+# install and examples in a clean root; the unit and multiproc suites
+# against UCX with CUDA where one is built; then every suite again under
+# AddressSanitizer and UBSan (but fuzz: its target is built with both
+# sanitizers already; and python: the interpreter is not instrumented, so
+# an instrumented libstagelink cannot be loaded into it).  Each phase
+# prints its time.
 set -eu
 cd "$(dirname "$0")/.."
+. tools/phase.sh
 rm -rf build-test build-sanitize build-ucx-cuda
-meson setup build-test -Dwarning_level=3 -Dwerror=true
-meson test -C build-test --print-errorlogs --num-processes 2
+phase setup meson setup build-test -Dwarning_level=3 -Dwerror=true
+phase build ninja -C build-test
+phase test meson test -C build-test --print-errorlogs --num-processes 2
 # Skipped tests say why (the gpu suite without a GPU, netns without rights).
 grep -h '^SKIP' build-test/meson-logs/testlog.txt | sort | uniq -c || true
-# Installed, as a user would use it (CI=true only: it writes the prefix).
-test/install/check_install.sh build-test || [ $? -eq 77 ]
+check_install() { test/install/check_install.sh build-test || [ $? -eq 77 ]; }
+phase install check_install
 
-meson test -C build-test --setup valgrind --print-errorlogs --num-processes 2 \
-    --suite unit
-meson test -C build-test --setup valgrind --print-errorlogs --num-processes 2 \
-    minimal-host t1-p2-sweep t2-p2-scatter_gather-sweep t2-p2-chunked-inflight \
-    bad-input-t1 threads-t1
+phase valgrind-unit meson test -C build-test --setup valgrind --print-errorlogs \
+    --num-processes 2 --suite unit
+phase valgrind-ranks meson test -C build-test --setup valgrind --print-errorlogs \
+    --num-processes 2 minimal-host t1-p2-sweep t2-p2-scatter_gather-sweep \
+    t2-p2-chunked-inflight bad-input-t1 threads-t1 idle-peers-t2-p2 \
+    finalize-inflight-sends
 
 # Against UCX with CUDA (tools/build-ucx-cuda.sh; .ci/run builds it): a
 # UCX whose cuda module loads no driver here, so the plugin must stage, and
 # stagelink_info must name that UCX.
 ucx_cuda=$(realpath -m "${STAGELINK_UCX_CUDA:-/opt/ucx-cuda}")
-if [ -e "$ucx_cuda/lib/pkgconfig/ucx.pc" ]; then
-    meson setup build-ucx-cuda -Ducx_prefix="$ucx_cuda" -Dwarning_level=3 -Dwerror=true
+ucx_cuda_pass() {
+    meson setup build-ucx-cuda -Ducx_prefix="$ucx_cuda" -Dwarning_level=3 -Dwerror=true &&
     meson test -C build-ucx-cuda --print-errorlogs --num-processes 2 \
-        --suite unit --suite multiproc
+        --suite unit --suite multiproc &&
     STAGELINK_PLUGIN_PATH=build-ucx-cuda/plugin build-ucx-cuda/tools/stagelink_info |
         grep '^UCX .*at run time' | grep -q "$ucx_cuda/lib/libucp.so.*built with CUDA"
+}
+if [ -e "$ucx_cuda/lib/pkgconfig/ucx.pc" ]; then
+    phase ucx-cuda ucx_cuda_pass
 else
     echo "SKIP: no UCX with CUDA in $ucx_cuda (tools/build-ucx-cuda.sh builds one)"
 fi
 
-meson setup build-sanitize -Db_sanitize=address,undefined -Db_lundef=false \
-    -Dwarning_level=3 -Dwerror=true
-UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    meson test -C build-sanitize --print-errorlogs --num-processes 2 \
+phase sanitize-setup meson setup build-sanitize -Db_sanitize=address,undefined \
+    -Db_lundef=false -Dwarning_level=3 -Dwerror=true
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+phase sanitize-test meson test -C build-sanitize --print-errorlogs --num-processes 2 \
     --no-suite fuzz --no-suite python --no-suite stress
 # The stress harness's regression seeds under the sanitizers (the random
 # ones ran in the plain pass).
-ninja -C build-sanitize tools/stagelink_stress
-UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+sanitize_stress() {
+    ninja -C build-sanitize tools/stagelink_stress &&
     STAGELINK_PLUGIN_PATH=build-sanitize/plugin \
-    build-sanitize/tools/stagelink_stress -q -F \
-    -s 1,7,11,13,14,457304281883,667193401861,954441796885,487761976442
+        build-sanitize/tools/stagelink_stress -q -F \
+        -s 1,7,11,13,14,457304281883,667193401861,954441796885,487761976442
+}
+phase sanitize-stress sanitize_stress
+phase_summary

@@ -749,12 +749,14 @@ class Communicator:
                 self._call(self._vt.comm_abort, self._comm)
 
     def close(self) -> None:
-        """Completes the requests dropped unfinished (unless the
-        communicator failed or was aborted; up to one library deadline in
-        all), then finalizes (collective: every rank calls it) and unloads
-        the plugin.  Requests still in flight are canceled.  Interrupted
-        (Ctrl-C), it aborts and finalizes without the barrier before the
-        exception goes on.  A second close() does nothing."""
+        """Finalizes (collective: every rank calls it) and unloads the
+        plugin.  Requests still in flight, dropped or not, are given
+        STAGELINK_FINALIZE_GRACE seconds: sends that complete in it are
+        done; receives are canceled at once and sends still out then are
+        abandoned, each named in a warning of the log (their wait() raises
+        ClosedError).  Interrupted (Ctrl-C), it aborts and finalizes without
+        the barrier before the exception goes on.  A second close() does
+        nothing."""
         with self._life:
             if not self._open or self._closing:
                 return
@@ -763,43 +765,25 @@ class Communicator:
         if self._helper is not threading.current_thread():
             self._helper.join()
         try:
-            with self._lock:
-                self._drain()
+            status = self._finalize()
         except BaseException:
             self._aborted = True
             self._vt.comm_abort(self._comm)
             self._finalize()
             raise
-        status = self._finalize()
-        if status != 0:
+        if status == STATUS["ERR_ABANDONED"]:
+            _log.warning("stagelink: close() of rank %d: %s", self.rank,
+                         self._abandoned)
+        elif status != 0:
             raise error(status, "comm_finalize of rank %d failed; the log "
                         "(STAGELINK_DEBUG=INFO) says why" % self.rank)
-
-    def _drain(self):
-        """The dropped requests, completed before a healthy finalize; after
-        the first one that passes the library's deadline, finalize cancels
-        the rest."""
-        healthy = ctypes.c_int(-1)
-        if self._aborted or self._vt.comm_get_error(
-                self._comm, ctypes.byref(healthy)) != 0:
-            return
-        for req in self._orphans[:]:
-            status = STATUS["IN_PROGRESS"]
-            try:
-                while not req._done and status == STATUS["IN_PROGRESS"]:
-                    status = self._wait(req, _SLICE_MS)  # Ctrl-C works
-            except StagelinkError as e:
-                _log.warning("stagelink: close(): a dropped %s: %s",
-                             req._what, e)
-            if status == STATUS["ERR_TIMEOUT"]:
-                _log.warning("stagelink: close() gave up on the dropped "
-                             "requests: %s", req._timed_out)
-                return
 
     def _finalize(self):
         with self._lock, self._life:
             self._open = False
             status = self._vt.comm_finalize(self._comm)
+            self._abandoned = self._vt.last_error(self._comm).decode() \
+                if status != 0 else ""
             _lib.library().stagelink_loader_close(self._loader)
             self._bootstrap = None
         _open_comms.discard(self)

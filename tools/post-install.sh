@@ -1,0 +1,12 @@
+#!/bin/sh
+# meson's install script: after an install into the system (no DESTDIR, as
+# root), the dynamic loader's cache is refreshed, so that a program built
+# with `cc prog.c -lstagelink` finds libstagelink.so.1 as it would after a
+# package install.  Usage (from meson): post-install.sh LIBDIR
+set -eu
+[ -z "${DESTDIR:-}" ] || exit 0
+if [ "$(id -u)" != 0 ] || ! command -v ldconfig >/dev/null 2>&1; then
+    echo "stagelink: run ldconfig as root, or set LD_LIBRARY_PATH=$1, before running programs linked with -lstagelink"
+    exit 0
+fi
+ldconfig
