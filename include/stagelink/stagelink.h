@@ -238,6 +238,16 @@ typedef struct stagelink_op {
  * Requests: every post returns a request that must be completed by `test`
  * (until it reports done) or `wait`; completion releases it.  Every call
  * returning an error leaves a sentence in `last_error(comm)`.
+ *
+ * Threads: a host calls a communicator from one thread at a time (any
+ * thread, any number of communicators per process); only `comm_abort` may
+ * be called from another thread meanwhile.  Transfers move on while the
+ * host is away from stagelink (computing, inside another library's
+ * collective, asleep): a plugin may progress them from a thread of its
+ * own (the UCX plugin does, unless STAGELINK_PROGRESS_THREAD=0), so a
+ * peer's request never waits for this rank's next call.  Such a thread
+ * makes the CUDA device that was current on the thread calling
+ * `comm_init` current on itself, and never changes the host's.
  */
 typedef struct stagelink_plugin_v1 {
     uint32_t    abi_version;  /**< STAGELINK_ABI_VERSION_1 */
@@ -247,6 +257,16 @@ typedef struct stagelink_plugin_v1 {
 
     stagelink_status_t (*comm_init)(const stagelink_config_t *config,
                                     stagelink_comm_t **comm);
+    /**
+     * Collective: every rank calls it.  Requests the host never completed
+     * are ended first: receives are canceled at once, sends get
+     * STAGELINK_FINALIZE_GRACE seconds to complete and are then abandoned
+     * (UCX cannot cancel a send: their endpoints are closed by force).  It
+     * returns within that grace plus the closing barrier, and returns
+     * STAGELINK_ERR_ABANDONED (the sentence, in `last_error(comm)` even
+     * after the call, names how many and their tags) when any was ended so;
+     * the communicator is finalized in every case.
+     */
     stagelink_status_t (*comm_finalize)(stagelink_comm_t *comm);
     stagelink_status_t (*comm_info)(stagelink_comm_t *comm,
                                     stagelink_comm_info_t *info);

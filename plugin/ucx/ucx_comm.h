@@ -192,10 +192,13 @@ struct stagelink_comm {
     pthread_mutex_t             lock;        /**< held by the host for a call, by the thread between sleeps */
     int                         lock_made;
     int                         progress_thread; /**< STAGELINK_PROGRESS_THREAD */
-    int                         pt_running, pt_stop;
-    int                         pt_sleeping; /**< the thread is in poll(), lock released */
+    int                         pt_running;
+    atomic_int                  pt_stop;
+    atomic_int                  pt_sleeping; /**< the thread is in poll(), lock released */
     int                         pt_timed;    /**< ... with a timeout */
     pthread_t                   pt;
+    atomic_int                  host_inside; /**< a host call holds the lock */
+    _Atomic double              host_left_at; /**< when the host's last call returned */
     struct pollfd              *pt_pfds;     /**< the thread's copy of pfds */
     int                         device;      /**< CUDA device current at init, -1: none */
     double                      grace;       /**< STAGELINK_FINALIZE_GRACE */
@@ -330,6 +333,7 @@ typedef struct sl_sleep {
     double         busy_until; /**< polling GPU work until then, -1: not */
     int            tx_ms;      /**< the next short sleep while sends are out */
     struct pollfd *pfds;       /**< the progress thread's copy; NULL: the host */
+    int            locked;     /**< the caller holds the lock after the step */
 } sl_sleep_t;
 sl_status_t sl_progress_init(sl_comm_t *comm);
 /** Records the device and starts the thread (when enabled), once the
@@ -345,7 +349,8 @@ void        sl_progress_sleep_init(sl_sleep_t *s, struct pollfd *own_pfds);
 /** One step of a blocking wait after a progress call left the caller's
  *  condition unmet: polls GPU work, or arms the worker and sleeps in
  *  poll() until UCX has events, a watched peer dies, or `wake` (0: none).
- *  The progress thread releases the lock while it sleeps. */
+ *  The progress thread releases the lock while it sleeps, and returns
+ *  without it (s->locked 0) when a host call holds it by then. */
 sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake);
 
 /* ucx_fault.c: peer failure and abort */

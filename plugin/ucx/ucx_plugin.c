@@ -345,7 +345,7 @@ static const char *sl_ucx_last_error(stagelink_comm_t *comm)
     if (!sl_registry_find(&sl_live, comm)) {
         return sl_thread_err.msg;
     }
-    sl_progress_enter(comm);
+    pthread_mutex_lock(&comm->lock);
     memcpy(msg, comm->err.msg, sizeof(msg));
     pthread_mutex_unlock(&comm->lock);
     return msg;

@@ -33,6 +33,13 @@
 #define SL_BUSY_POLL_S 1e-3
 #define SL_BUSY_NAP_NS 50000
 
+/* The thread takes over once the host has been away this long: a host that
+ * calls again within it progresses inline, and the thread, off the event
+ * fd, is not woken by every message (measured on two ranks sharing two
+ * cores: an 8-byte ping-pong took 2.2 us instead of 0.45 us with a thread
+ * woken per message).  A peer that needs this rank waits at most this. */
+#define SL_PT_IDLE_S 1e-3
+
 /*
  * UCX 1.13's TCP transport does not wake the worker's event fd when a full
  * socket becomes writable again: what it buffered then waits for the next
@@ -71,19 +78,22 @@ void sl_progress_sleep_init(sl_sleep_t *s, struct pollfd *own_pfds)
     s->busy_until = -1.0;
     s->tx_ms      = SL_TX_POLL_MIN_MS;
     s->pfds       = own_pfds;
+    s->locked     = 1;
 }
 
-static void sl_progress_nap(sl_comm_t *comm, int unlock)
+static void sl_progress_nap(long ns)
 {
-    struct timespec ts = {0, SL_BUSY_NAP_NS};
+    struct timespec ts = {0, ns};
 
-    if (unlock) {
-        pthread_mutex_unlock(&comm->lock);
-    }
     nanosleep(&ts, NULL);
-    if (unlock) {
-        pthread_mutex_lock(&comm->lock);
-    }
+}
+
+/* The thread takes the lock back only when no host call holds it: a
+ * blocked thread would make every unlock of the host a futex wake-up. */
+static int sl_progress_relock(sl_comm_t *comm)
+{
+    return !atomic_load_explicit(&comm->host_inside, memory_order_relaxed) &&
+           pthread_mutex_trylock(&comm->lock) == 0;
 }
 
 sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake)
@@ -107,8 +117,12 @@ sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake)
                                             : s->busy_until;
         if (!thread && comm->spin > 0 && now < s->busy_until) {
             sched_yield();
+        } else if (thread) {
+            pthread_mutex_unlock(&comm->lock);
+            sl_progress_nap(SL_BUSY_NAP_NS);
+            s->locked = sl_progress_relock(comm);
         } else {
-            sl_progress_nap(comm, thread);
+            sl_progress_nap(SL_BUSY_NAP_NS);
         }
         return STAGELINK_SUCCESS;
     }
@@ -139,15 +153,18 @@ sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake)
     timeout = tx ? s->tx_ms : sl_deadline_ms(wake);
     if (thread) {
         memcpy(pfds, comm->pfds, (size_t)comm->npfds * sizeof(*pfds));
-        comm->pt_sleeping = 1;
-        comm->pt_timed    = (timeout >= 0);
+        comm->pt_timed = (timeout >= 0);
+        atomic_store(&comm->pt_sleeping, 1);
         pthread_mutex_unlock(&comm->lock);
     }
     ready = poll(pfds, (nfds_t)comm->npfds, timeout);
     saved = errno;
     if (thread) {
-        pthread_mutex_lock(&comm->lock);
-        comm->pt_sleeping = 0;
+        atomic_store(&comm->pt_sleeping, 0);
+        s->locked = sl_progress_relock(comm);
+        if (!s->locked) {
+            return STAGELINK_SUCCESS; /* the host's call progresses now */
+        }
         for (i = 0; i < comm->npfds; ++i) {
             comm->pfds[i].revents = pfds[i].revents;
         }
@@ -171,6 +188,7 @@ static void *sl_progress_main(void *arg)
     sl_sleep_t    s;
     sl_errbuf_t   eb;
     int           warned = 0;
+    double        idle_at;
 
     /* UCX's CUDA transports need the communicator's device current on
      * every thread that progresses its worker. */
@@ -179,22 +197,38 @@ static void *sl_progress_main(void *arg)
         SL_WARN(SL_SUBSYS_NET, "progress thread: %s", eb.msg);
     }
     sl_progress_sleep_init(&s, comm->pt_pfds);
-    pthread_mutex_lock(&comm->lock);
-    while (!comm->pt_stop) {
-        sl_ucx_progress(comm);
-        if (comm->pt_stop) {
-            break;
+    while (!atomic_load(&comm->pt_stop)) {
+        /* Off the lock and the event fd while the host calls. */
+        idle_at = atomic_load_explicit(&comm->host_left_at,
+                                       memory_order_relaxed) + SL_PT_IDLE_S;
+        if (atomic_load_explicit(&comm->host_inside, memory_order_relaxed) ||
+            sl_time_now() < idle_at || !sl_progress_relock(comm)) {
+            sl_progress_nap((long)(SL_PT_IDLE_S * 1e9));
+            continue;
         }
-        if (sl_progress_sleep(comm, &s, 0.0) != STAGELINK_SUCCESS) {
-            if (!warned) {
-                SL_WARN(SL_SUBSYS_NET, "progress thread: %s; it naps and "
-                        "tries again", comm->err.msg);
-                warned = 1;
+        do {
+            sl_ucx_progress(comm);
+            if (atomic_load(&comm->pt_stop)) {
+                break;
             }
-            sl_progress_nap(comm, 1);
+            s.locked = 1;
+            if (sl_progress_sleep(comm, &s, 0.0) != STAGELINK_SUCCESS &&
+                s.locked) {
+                if (!warned) {
+                    SL_WARN(SL_SUBSYS_NET, "progress thread: %s; it naps "
+                            "and tries again", comm->err.msg);
+                    warned = 1;
+                }
+                pthread_mutex_unlock(&comm->lock);
+                sl_progress_nap((long)(SL_PT_IDLE_S * 1e9));
+                s.locked = 0;
+            }
+        } while (s.locked && !atomic_load_explicit(&comm->host_inside,
+                                                   memory_order_relaxed));
+        if (s.locked) {
+            pthread_mutex_unlock(&comm->lock); /* a host call waits for it */
         }
     }
-    pthread_mutex_unlock(&comm->lock);
     return NULL;
 }
 
@@ -251,10 +285,8 @@ sl_status_t sl_progress_start(sl_comm_t *comm)
 void sl_progress_stop(sl_comm_t *comm)
 {
     if (comm->pt_running) {
-        pthread_mutex_lock(&comm->lock);
-        comm->pt_stop = 1;
+        atomic_store(&comm->pt_stop, 1);
         ucp_worker_signal(comm->worker);
-        pthread_mutex_unlock(&comm->lock);
         pthread_join(comm->pt, NULL);
         comm->pt_running = 0;
     }
@@ -273,6 +305,7 @@ void sl_progress_cleanup(sl_comm_t *comm)
 
 void sl_progress_enter(sl_comm_t *comm)
 {
+    atomic_fetch_add_explicit(&comm->host_inside, 1, memory_order_relaxed);
     pthread_mutex_lock(&comm->lock);
 }
 
@@ -284,7 +317,7 @@ void sl_progress_leave(sl_comm_t *comm)
     /* The thread sleeps on what it saw before this call: wake it unless
      * the worker is quiet and armed, so that what the call posted moves on
      * without the host. */
-    if (comm->pt_sleeping) {
+    if (atomic_load(&comm->pt_sleeping)) {
         seen = atomic_load_explicit(&sl_ucx_callbacks, memory_order_relaxed);
         kick = ucp_worker_progress(comm->worker) != 0 ||
                atomic_load_explicit(&sl_ucx_callbacks, memory_order_relaxed) !=
@@ -297,5 +330,8 @@ void sl_progress_leave(sl_comm_t *comm)
             ucp_worker_signal(comm->worker);
         }
     }
+    atomic_store_explicit(&comm->host_left_at, sl_time_now(),
+                          memory_order_relaxed);
     pthread_mutex_unlock(&comm->lock);
+    atomic_fetch_sub_explicit(&comm->host_inside, 1, memory_order_relaxed);
 }

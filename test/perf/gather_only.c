@@ -99,7 +99,9 @@ int main(int argc, char **argv)
         sl_pattern_fill(buf, own.offset, own.length, 42);
         for (it = -3; it < iters; ++it) { /* 3 warm-up rounds */
             if (it == 0) {
+                sl_progress_enter(comm); /* its waits progress the worker */
                 sl_bootstrap_barrier(comm->bootstrap, &eb);
+                sl_progress_leave(comm);
                 t0 = sl_time_now();
             }
             if (gather_once(comm, buf, n, (uint32_t)(it + 3)) != 0) {
@@ -110,7 +112,9 @@ int main(int argc, char **argv)
         sum = sl_time_now() - t0;
         bad |= (sl_pattern_check(buf, 0, n, 42) != SIZE_MAX);
         sum = sum / iters * 1e6;
+        sl_progress_enter(comm);
         sl_bootstrap_allgather(comm->bootstrap, &sum, all, sizeof(sum), &eb);
+        sl_progress_leave(comm);
         for (k = 1; k < (size_t)t; ++k) {
             all[0] = (all[k] > all[0]) ? all[k] : all[0];
         }
