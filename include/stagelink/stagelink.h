@@ -248,6 +248,14 @@ typedef struct stagelink_op {
  * peer's request never waits for this rank's next call.  Such a thread
  * makes the CUDA device that was current on the thread calling
  * `comm_init` current on itself, and never changes the host's.
+ *
+ * Device tensors in scatter_gather are rebuilt with collectives (NCCL)
+ * that every TP rank must issue in one order.  stagelink issues each one
+ * when the receive is posted, on a stream of its own gated on the shard's
+ * arrival, so the order is the host's posting order: post a stage's
+ * device receives in the same order on every TP rank (an SPMD schedule
+ * does).  `wait` or a completing `test` then makes the transfer's stream
+ * wait for the collective; neither issues one.
  */
 typedef struct stagelink_plugin_v1 {
     uint32_t    abi_version;  /**< STAGELINK_ABI_VERSION_1 */

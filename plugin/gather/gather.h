@@ -23,8 +23,16 @@ typedef struct sl_gather_ops {
     sl_status_t (*init)(sl_comm_t *comm, void **state);
     void        (*cleanup)(void *state);
     /**
-     * A receive was posted: prepare to take the peers' shards (they may
-     * arrive before our own).  Adds subs to `req`.
+     * At the host's post of a receive, in its program order (NULL: the
+     * backend needs no order): a collective backend issues the gather
+     * here, gated on the shard's arrival, so that every TP rank issues its
+     * collectives in the order its host posted the receives, whatever
+     * order the shards arrive in.
+     */
+    sl_status_t (*issue)(void *state, sl_req_t *req);
+    /**
+     * The receive starts (after its stream event): prepare to take the
+     * peers' shards (they may arrive before our own).  Adds subs to `req`.
      */
     sl_status_t (*post)(void *state, sl_req_t *req);
     /**
@@ -34,6 +42,11 @@ typedef struct sl_gather_ops {
      * root cause instead of at their deadline.
      */
     sl_status_t (*shard_ready)(void *state, sl_req_t *req, sl_status_t status);
+    /**
+     * The host completes the request (wait or test), on its thread: order
+     * the host's stream after the gather (NULL: nothing to do).
+     */
+    void        (*complete)(void *state, sl_req_t *req);
 } sl_gather_ops_t;
 
 extern const sl_gather_ops_t sl_gather_ucx_ops;

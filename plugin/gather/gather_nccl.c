@@ -1,16 +1,19 @@
 /*
  * NCCL gather: the receiving TP group rebuilds a device tensor with one
- * in-place collective on the caller's stream (ncclAllGather when the
- * shards are equal, else one ncclBroadcast per shard in a group).
+ * in-place collective (ncclAllGather when the shards are equal, else one
+ * ncclBroadcast per shard in a group) on the communicator's gather stream.
  *
- * NCCL needs every rank of a communicator to issue collectives in the same
- * order, while own shards arrive in any order: collectives are enqueued in
- * the order the receives were posted (the same on every TP rank of an SPMD
- * schedule), each when its shard and all earlier ones are in.  A failed
- * shard still takes part (NCCL cannot skip a rank), and a one-byte status
- * to each TP peer over UCX tells them, so no rank reports success for a
- * tensor with a hole.  The request completes once the collective is
- * enqueued and the statuses are in: later work on the stream sees the
+ * NCCL pairs collectives by the order ranks issue them, and a host's own
+ * NCCL calls (Megatron's TP all-reduce) must not interleave with ours
+ * differently on different ranks.  So the collective is issued at the
+ * host's post of the receive, in its program order, on the gather stream,
+ * behind the work queued on the host's stream before the post and behind
+ * a flag in pinned memory that the shard's arrival sets (a stream memory
+ * wait): the host's program fixes when, the network only when it runs.
+ * A failed shard still sets the flag (NCCL cannot skip a rank), and a
+ * one-byte status to each TP peer over UCX tells them, so no rank reports
+ * success for a tensor with a hole.  When the host completes the request,
+ * its stream waits for the collective's event: later work on it sees the
  * whole tensor, and the host thread never waits for the GPU.
  * SPDX-License-Identifier: MIT
  */
@@ -28,7 +31,9 @@ typedef struct sl_gather_nccl {
     sl_comm_t           *comm;
     const sl_nccl_api_t *api;
     ncclComm_t           nccl;
-    sl_req_t            *head, *tail; /**< posted, collective not yet enqueued */
+    void                *stream;  /**< the gather stream */
+    uint32_t            *flags;   /**< per request slot: its shard's arrival */
+    uint32_t            *gen;     /**< per slot: the value its gather waits for */
 } sl_gather_nccl_t;
 
 /* One rank's part of the setup exchange. */
@@ -64,6 +69,24 @@ static int sl_nccl_shared_gpu(const sl_comm_t *comm, const sl_nccl_card_t *cards
     return 0;
 }
 
+static void sl_gather_nccl_cleanup(void *state);
+
+/* The gather stream and the arrival flags, one per request slot. */
+static sl_status_t sl_gather_nccl_streams(sl_gather_nccl_t *g)
+{
+    sl_comm_t *comm = g->comm;
+
+    g->gen = calloc((size_t)comm->pool.capacity, sizeof(*g->gen));
+    if (g->gen == NULL) {
+        return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate %d gather generations",
+                        comm->pool.capacity);
+    }
+    SL_CHECK(comm->gpu->flags_alloc((size_t)comm->pool.capacity, &g->flags,
+                                    &comm->err));
+    return comm->gpu->stream_create(&g->stream, &comm->err);
+}
+
 static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
 {
     int               world = comm->layout.world_size, k, root, a, b;
@@ -78,6 +101,11 @@ static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
     why.msg[0] = '\0';
     if (!comm->gpu_usable) {
         snprintf(why.msg, sizeof(why.msg), "%s", comm->gpu_why);
+    } else if (comm->gpu->flags_alloc == NULL ||
+               comm->gpu->stream_wait_flag == NULL) {
+        snprintf(why.msg, sizeof(why.msg), "the %s GPU runtime cannot gate a "
+                 "stream on a flag, which the NCCL gather needs to issue its "
+                 "collectives in the host's order", comm->gpu->name);
     } else if (sl_nccl_api_get(&api, &why) == STAGELINK_SUCCESS) {
         char ids[SL_TOPO_MAX_GPUS][16];
         int  current = -1;
@@ -189,22 +217,39 @@ static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
                                          comm->layout.tp_index),
                                 NULL, "ncclCommInitRank of the TP group",
                                 &comm->err), out);
+    SL_CHECK_GOTO(sl_gather_nccl_streams(g), out);
     SL_INFO(SL_SUBSYS_GATHER, "NCCL gather over the TP group of %d ranks",
             comm->layout.tp_size);
     *state = g;
     g      = NULL;
     status = STAGELINK_SUCCESS;
 out:
-    free(g);
+    if (g != NULL) {
+        sl_gather_nccl_cleanup(g);
+    }
     free(cards);
     return status;
+}
+
+/* A gather whose shard will never land (finalize, a request that ended
+ * before it started) still lets the stream run it: the peers are in it. */
+static void sl_gather_nccl_release(sl_gather_nccl_t *g, size_t slot)
+{
+    __atomic_store_n(&g->flags[slot], g->gen[slot], __ATOMIC_RELEASE);
 }
 
 static void sl_gather_nccl_cleanup(void *state)
 {
     sl_gather_nccl_t *g = state;
+    int               i;
 
-    if (g != NULL) {
+    if (g == NULL) {
+        return;
+    }
+    for (i = 0; g->flags != NULL && i < g->comm->pool.capacity; ++i) {
+        sl_gather_nccl_release(g, (size_t)i);
+    }
+    if (g->nccl != NULL) {
         /* After a fault a peer may never join a queued collective:
          * destroying would wait for it. */
         if (g->comm->fault != STAGELINK_SUCCESS) {
@@ -212,8 +257,59 @@ static void sl_gather_nccl_cleanup(void *state)
         } else {
             g->api->CommDestroy(g->nccl);
         }
-        free(g);
     }
+    if (g->stream != NULL) {
+        g->comm->gpu->stream_destroy(g->stream);
+    }
+    if (g->flags != NULL) {
+        g->comm->gpu->flags_free(g->flags);
+    }
+    free(g->gen);
+    free(g);
+}
+
+static size_t sl_gather_nccl_slot(const sl_gather_nccl_t *g, const sl_req_t *req)
+{
+    return (size_t)(req - g->comm->pool.slots);
+}
+
+/*
+ * At the post, in the host's order: the gather stream waits for the work
+ * queued on the host's stream so far, then for the shard's flag, then
+ * runs the collective and records its event.
+ */
+static sl_status_t sl_gather_nccl_issue(void *state, sl_req_t *req)
+{
+    sl_gather_nccl_t   *g    = state;
+    sl_comm_t          *comm = g->comm;
+    const sl_gpu_ops_t *gpu  = comm->gpu;
+    size_t              slot = sl_gather_nccl_slot(g, req);
+    void               *posted = NULL;
+    sl_status_t         status;
+
+    req->gather_event = NULL;
+    req->gather_gen   = ++g->gen[slot];
+    SL_CHECK(sl_device_event_get(comm, &posted));
+    SL_CHECK_GOTO(gpu->event_record(posted, req->xfer.stream, &comm->err), out);
+    SL_CHECK_GOTO(gpu->stream_wait_event(g->stream, posted, &comm->err), out);
+    SL_CHECK_GOTO(gpu->stream_wait_flag(g->stream, &g->flags[slot],
+                                        req->gather_gen, &comm->err), out);
+    SL_CHECK_GOTO(sl_nccl_allgather_inplace(g->api, g->nccl, req->xfer.buf,
+                                            req->xfer.nbytes,
+                                            req->xfer.elem_size,
+                                            comm->layout.tp_size,
+                                            comm->layout.tp_index,
+                                            (cudaStream_t)g->stream,
+                                            &comm->err), out);
+    SL_CHECK_GOTO(sl_device_event_get(comm, &req->gather_event), out);
+    status = gpu->event_record(req->gather_event, g->stream, &comm->err);
+out:
+    /* The stream holds what it waits for: the event can be reused. */
+    sl_device_event_put(comm, posted);
+    if (status != STAGELINK_SUCCESS) {
+        sl_gather_nccl_release(g, slot);
+    }
+    return status;
 }
 
 /* The statuses of the peers are awaited from the start. */
@@ -230,26 +326,10 @@ static sl_status_t sl_gather_nccl_post(void *state, sl_req_t *req)
                                       &req->flags[k], 1, 1));
         }
     }
-    req->gather_next = NULL;
-    if (g->tail != NULL) {
-        g->tail->gather_next = req;
-    } else {
-        g->head = req;
-    }
-    g->tail = req;
     return STAGELINK_SUCCESS;
 }
 
-static sl_status_t sl_gather_nccl_enqueue(sl_gather_nccl_t *g, sl_req_t *req)
-{
-    return sl_nccl_allgather_inplace(g->api, g->nccl, req->xfer.buf,
-                                     req->xfer.nbytes, req->xfer.elem_size,
-                                     g->comm->layout.tp_size,
-                                     g->comm->layout.tp_index,
-                                     (cudaStream_t)req->xfer.stream,
-                                     &g->comm->err);
-}
-
+/* May run inside a UCX callback, on any thread: no GPU call here. */
 static sl_status_t sl_gather_nccl_shard_ready(void *state, sl_req_t *req,
                                               sl_status_t own)
 {
@@ -258,55 +338,59 @@ static sl_status_t sl_gather_nccl_shard_ready(void *state, sl_req_t *req,
     sl_comm_t        *comm = g->comm;
     sl_status_t       status = STAGELINK_SUCCESS, s;
     uint64_t          tag;
-    int               k, good;
+    int               k, good = (own == STAGELINK_SUCCESS);
 
-    req->shard_state  = (own == STAGELINK_SUCCESS) ? 1 : -1;
+    req->shard_state  = good ? 1 : -1;
     req->shard_status = own;
-    /* Collectives in posting order: the head first, as far as shards are in. */
-    while ((req = g->head) != NULL && req->shard_state != 0) {
-        g->head = req->gather_next;
-        if (g->head == NULL) {
-            g->tail = NULL;
+    /* The shard is in device memory: the collective may read it now. */
+    sl_gather_nccl_release(g, sl_gather_nccl_slot(g, req));
+    /* The peers hear a plain byte, or a notice of the root cause. */
+    tag = sl_gather_tag(req, comm->layout.tp_index);
+    for (k = 0; k < comm->layout.tp_size; ++k) {
+        if (k == comm->layout.tp_index) {
+            continue;
         }
-        good = (req->shard_state > 0 &&
-                sl_gather_nccl_enqueue(g, req) == STAGELINK_SUCCESS);
-        if (req->shard_state > 0 && !good) {
-            req->shard_status = STAGELINK_ERR_TRANSPORT;
-            sl_req_fail(req, STAGELINK_ERR_TRANSPORT, "%s", comm->err.msg);
-        } else if (!good) {
-            /* Take part anyway, or the peers' streams would wait forever. */
-            sl_gather_nccl_enqueue(g, req);
+        s = good ? sl_sub_post_host(req, &comm->tp_peers[k], SL_SUB_STATUS_SEND,
+                                    tag, (void *)&arrived, 1, 0)
+                 : sl_sub_post_notice(req, &comm->tp_peers[k],
+                                      SL_SUB_STATUS_SEND, tag, own);
+        if (s != STAGELINK_SUCCESS) {
+            status = s;
         }
-        /* The peers hear a plain byte, or a notice of the root cause. */
-        tag = sl_gather_tag(req, comm->layout.tp_index);
-        for (k = 0; k < comm->layout.tp_size; ++k) {
-            if (k == comm->layout.tp_index) {
-                continue;
-            }
-            s = good ? sl_sub_post_host(req, &comm->tp_peers[k],
-                                        SL_SUB_STATUS_SEND, tag,
-                                        (void *)&arrived, 1, 0)
-                     : sl_sub_post_notice(req, &comm->tp_peers[k],
-                                          SL_SUB_STATUS_SEND, tag,
-                                          req->shard_status);
-            if (s != STAGELINK_SUCCESS) {
-                status = s;
-            }
-        }
-        req->gather_posted = 1;
-        comm->counters.gather_bytes_sent += good ? req->shard.length *
-                                                   (size_t)(comm->layout.tp_size - 1)
-                                                 : 0;
-        comm->counters.gather_bytes_recv += good ? req->xfer.nbytes - req->shard.length
-                                                 : 0;
+    }
+    req->gather_posted = 1;
+    if (good) {
+        comm->counters.gather_bytes_sent += req->shard.length *
+                                            (size_t)(comm->layout.tp_size - 1);
+        comm->counters.gather_bytes_recv += req->xfer.nbytes - req->shard.length;
     }
     return status;
+}
+
+/* The host's stream waits for the collective (torch's Work.wait()). */
+static void sl_gather_nccl_complete(void *state, sl_req_t *req)
+{
+    sl_gather_nccl_t *g    = state;
+    sl_comm_t        *comm = g->comm;
+
+    sl_gather_nccl_release(g, sl_gather_nccl_slot(g, req));
+    if (req->gather_event == NULL) {
+        return;
+    }
+    if (comm->gpu->stream_wait_event(req->xfer.stream, req->gather_event,
+                                     &comm->err) != STAGELINK_SUCCESS) {
+        sl_req_fail(req, STAGELINK_ERR_TRANSPORT, "%s", comm->err.msg);
+    }
+    sl_device_event_put(comm, req->gather_event);
+    req->gather_event = NULL;
 }
 
 const sl_gather_ops_t sl_gather_nccl_ops = {
     .name        = "nccl",
     .init        = sl_gather_nccl_init,
     .cleanup     = sl_gather_nccl_cleanup,
+    .issue       = sl_gather_nccl_issue,
     .post        = sl_gather_nccl_post,
     .shard_ready = sl_gather_nccl_shard_ready,
+    .complete    = sl_gather_nccl_complete,
 };

@@ -78,20 +78,31 @@ static stagelink_mem_type_t sl_cuda_classify(const void *ptr)
  * link libcuda): it answers without creating a context, which a runtime
  * call such as cudaPointerGetAttributes may do on device 0. */
 static CUresult (*sl_cu_ctx_get_current)(CUcontext *ctx);
+/* A stream memory operation: the gather stream waits on a flag the host
+ * sets when the shard has landed (the runtime has no such call). */
+static CUresult (*sl_cu_stream_wait_value32)(CUstream stream, CUdeviceptr addr,
+                                             cuuint32_t value,
+                                             unsigned int flags);
 static pthread_once_t sl_cu_once = PTHREAD_ONCE_INIT;
 
-static void sl_cuda_resolve(void)
+static void sl_cuda_entry(const char *name, int version, void *out)
 {
     enum cudaDriverEntryPointQueryResult found;
     void                                *fn = NULL;
 
-    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 4000,
+    if (cudaGetDriverEntryPointByVersion(name, &fn, (unsigned)version,
                                          cudaEnableDefault, &found) == cudaSuccess &&
         found == cudaDriverEntryPointSuccess && fn != NULL) {
         /* ISO C has no cast from void * to a function pointer: copy it. */
-        memcpy(&sl_cu_ctx_get_current, &fn, sizeof(fn));
+        memcpy(out, &fn, sizeof(fn));
     }
     cudaGetLastError();
+}
+
+static void sl_cuda_resolve(void)
+{
+    sl_cuda_entry("cuCtxGetCurrent", 4000, &sl_cu_ctx_get_current);
+    sl_cuda_entry("cuStreamWaitValue32", 12000, &sl_cu_stream_wait_value32);
 }
 
 static int sl_cuda_thread_on_gpu(void)
@@ -119,6 +130,50 @@ static int sl_cuda_device_current(void)
 static sl_status_t sl_cuda_device_set(int device, sl_errbuf_t *eb)
 {
     return sl_cuda_check(cudaSetDevice(device), "cudaSetDevice", eb);
+}
+
+static sl_status_t sl_cuda_flags_alloc(size_t count, uint32_t **flags,
+                                       sl_errbuf_t *eb)
+{
+    void *p = NULL;
+
+    SL_CHECK(sl_cuda_check(cudaHostAlloc(&p, count * sizeof(uint32_t),
+                                         cudaHostAllocMapped |
+                                             cudaHostAllocPortable),
+                           "cudaHostAlloc of the gather flags", eb));
+    memset(p, 0, count * sizeof(uint32_t));
+    *flags = p;
+    return STAGELINK_SUCCESS;
+}
+
+static void sl_cuda_flags_free(uint32_t *flags)
+{
+    cudaFreeHost(flags);
+}
+
+static sl_status_t sl_cuda_stream_wait_flag(void *stream, uint32_t *flag,
+                                            uint32_t value, sl_errbuf_t *eb)
+{
+    void    *dev = NULL;
+    CUresult res;
+
+    pthread_once(&sl_cu_once, sl_cuda_resolve);
+    if (sl_cu_stream_wait_value32 == NULL) {
+        return sl_error(eb, STAGELINK_ERR_UNSUPPORTED, "the CUDA driver has "
+                        "no cuStreamWaitValue32 (CUDA 12 or newer needed for "
+                        "the NCCL gather); set STAGELINK_GATHER=ucx");
+    }
+    SL_CHECK(sl_cuda_check(cudaHostGetDevicePointer(&dev, flag, 0),
+                           "cudaHostGetDevicePointer of a gather flag", eb));
+    res = sl_cu_stream_wait_value32((CUstream)stream, (CUdeviceptr)dev, value,
+                                    CU_STREAM_WAIT_VALUE_GEQ);
+    if (res != CUDA_SUCCESS) {
+        return sl_error(eb, STAGELINK_ERR_TRANSPORT, "cuStreamWaitValue32 "
+                        "failed with CUresult %d: the device may not support "
+                        "stream memory operations; set STAGELINK_GATHER=ucx",
+                        (int)res);
+    }
+    return STAGELINK_SUCCESS;
 }
 
 static void *sl_cuda_host_alloc(size_t len, void *ctx)
@@ -214,4 +269,7 @@ const sl_gpu_ops_t sl_gpu_default_ops = {
     .copy_async        = sl_cuda_copy_async,
     .device_current    = sl_cuda_device_current,
     .device_set        = sl_cuda_device_set,
+    .flags_alloc       = sl_cuda_flags_alloc,
+    .flags_free        = sl_cuda_flags_free,
+    .stream_wait_flag  = sl_cuda_stream_wait_flag,
 };

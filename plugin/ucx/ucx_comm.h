@@ -145,9 +145,11 @@ struct stagelink_request {
     void                     *stream_event; /**< recorded on xfer.stream at post */
     struct stagelink_request *deferred_next;
     const struct sl_gather_ops *gather;     /**< the backend of this request */
+    void                     *gather_state; /**< ... and its state */
     int                       shard_state;  /**< 0 pending, 1 arrived, -1 failed */
     sl_status_t               shard_status; /**< why the own shard failed */
-    struct stagelink_request *gather_next;  /**< a backend's queue */
+    void                     *gather_event; /**< the collective's, on the gather stream */
+    uint32_t                  gather_gen;   /**< the value its arrival flag takes */
     unsigned char            *flags;        /**< tp_size status bytes */
     int                       forwarding;   /**< gather sends relay chunks as they land */
     size_t                    stage_landed; /**< bytes of the own shard in place */

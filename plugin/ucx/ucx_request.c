@@ -4,6 +4,7 @@
  * completion.  SPDX-License-Identifier: MIT
  */
 #include "ucx_comm.h"
+#include "gather.h"
 
 #include "sl_log.h"
 #include "sl_time.h"
@@ -97,9 +98,10 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->deferred      = 0;
     req->stream_event  = NULL;
     req->gather        = NULL;
+    req->gather_state  = NULL;
     req->shard_state   = 0;
     req->shard_status  = STAGELINK_SUCCESS;
-    req->gather_next   = NULL;
+    req->gather_event  = NULL;
     req->forwarding    = 0;
     req->stage_landed  = 0;
     req->detached_subs = 0;
@@ -188,9 +190,21 @@ int sl_req_done(const sl_req_t *req)
            req->status != STAGELINK_SUCCESS;
 }
 
+/* The gather backend's end of a request the host completes or finalize
+ * ends: the host's stream waits for its collective. */
+static void sl_req_gather_complete(sl_req_t *req)
+{
+    if (req->gather != NULL && req->gather->complete != NULL) {
+        req->gather->complete(req->gather_state, req);
+    }
+}
+
 sl_status_t sl_req_finish(sl_comm_t *comm, sl_req_t *req)
 {
-    sl_status_t status = req->status;
+    sl_status_t status;
+
+    sl_req_gather_complete(req);
+    status = req->status;
 
     if (status != STAGELINK_SUCCESS) {
         sl_error(&comm->err, status, "%s", req->error);
@@ -350,6 +364,7 @@ sl_status_t sl_req_abandon_all(sl_comm_t *comm, double deadline)
                 }
             }
         }
+        sl_req_gather_complete(req);
         if (req->status == STAGELINK_SUCCESS && sl_req_done(req)) {
             sl_req_put(comm, req); /* completed within the grace */
             continue;

@@ -446,10 +446,15 @@ void sl_ucx_discard_unexpected(sl_comm_t *comm, double deadline)
     memset(&param, 0, sizeof(param));
     while ((msg = ucp_tag_probe_nb(comm->worker, 0, 0, 1, &info)) != NULL) {
         sl_tag_decode(info.sender_tag, &f);
-        n = snprintf(names + used, sizeof(names) - used, "%s%s microbatch "
-                     "%u chunk %u (%zu bytes)", dropped ? ", " : "",
-                     f.backward ? "backward" : "forward", f.microbatch,
-                     f.chunk, info.length);
+        n = (f.cls == SL_TAG_CLASS_STAGE)
+                ? snprintf(names + used, sizeof(names) - used, "%s%s "
+                           "microbatch %u chunk %u (%zu bytes)",
+                           dropped ? ", " : "", f.backward ? "backward"
+                                                           : "forward",
+                           f.microbatch, f.chunk, info.length)
+                : snprintf(names + used, sizeof(names) - used, "%sa %zu-byte "
+                           "control message", dropped ? ", " : "",
+                           info.length);
         used = (n > 0 && (size_t)n < sizeof(names) - used) ? used + (size_t)n
                                                            : used;
         ++dropped;
@@ -477,8 +482,9 @@ void sl_ucx_discard_unexpected(sl_comm_t *comm, double deadline)
         free(scratch);
     }
     if (dropped > 0) {
-        /* Canceled receives, or a peer's sends this rank never posted. */
-        SL_WARN(SL_SUBSYS_NET, "finalize dropped %d messages sent to this "
+        /* Those of canceled or failed transfers, or sends nobody posted a
+         * receive for (finalize's own sentence names the sender's). */
+        SL_INFO(SL_SUBSYS_NET, "finalize dropped %d messages sent to this "
                 "rank that no receive took: %s", dropped, names);
     }
 }

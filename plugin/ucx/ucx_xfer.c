@@ -149,10 +149,7 @@ void sl_xfer_shard_arrived(sl_req_t *req, sl_status_t own)
     sl_comm_t  *comm = req->comm;
     sl_status_t status;
 
-    status = req->gather->shard_ready((req->gather == comm->gather)
-                                          ? comm->gather_state
-                                          : comm->gather_dev_state,
-                                      req, own);
+    status = req->gather->shard_ready(req->gather_state, req, own);
     if (status != STAGELINK_SUCCESS) {
         req->gather_posted = 1;
         sl_req_fail(req, status, "%s", comm->err.msg);
@@ -235,7 +232,6 @@ static void sl_xfer_abort(sl_comm_t *comm, sl_req_t *req)
 
 sl_status_t sl_xfer_start(sl_req_t *req)
 {
-    sl_comm_t      *comm = req->comm;
     sl_tag_fields_t f    = {.cls        = SL_TAG_CLASS_STAGE,
                             .backward   = req->backward,
                             .chunk      = req->xfer.tag.chunk,
@@ -248,9 +244,7 @@ sl_status_t sl_xfer_start(sl_req_t *req)
                                 sl_tag_encode(&f), buf, req->shard.length);
     }
     if (req->needs_gather) {
-        req->gather = req->device ? comm->gather_dev : comm->gather;
-        SL_CHECK(req->gather->post(req->device ? comm->gather_dev_state
-                                               : comm->gather_state, req));
+        SL_CHECK(req->gather->post(req->gather_state, req));
     }
     return sl_sub_post_recv(req, req->peer, SL_SUB_STAGE_RECV,
                             sl_tag_encode(&f), buf, req->shard.length);
@@ -281,6 +275,16 @@ static sl_status_t sl_xfer_post_one(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->needs_gather = (kind == STAGELINK_OP_RECV &&
                          comm->mode == STAGELINK_MODE_SCATTER_GATHER &&
                          comm->layout.tp_size > 1);
+    if (req->needs_gather) {
+        req->gather       = req->device ? comm->gather_dev : comm->gather;
+        req->gather_state = req->device ? comm->gather_dev_state
+                                        : comm->gather_state;
+        if (req->gather->issue != NULL) {
+            /* Here, in the host's program order: see gather_nccl.c. */
+            SL_CHECK_GOTO(req->gather->issue(req->gather_state, req),
+                          err_abort);
+        }
+    }
     SL_TRACE(SL_SUBSYS_NET, "%s %s mb %u chunk %u: %zu of %zu %s bytes at %zu "
              "with rank %d", (kind == STAGELINK_OP_SEND) ? "send" : "recv",
              backward ? "bwd" : "fwd", xfer->tag.microbatch, xfer->tag.chunk,

@@ -34,7 +34,8 @@ static int gather_locked(sl_comm_t *comm, unsigned char *buf, size_t n,
                                      comm->layout.tp_index);
     req->needs_gather = 1;
     req->gather       = comm->gather;
-    if (comm->gather->post(comm->gather_state, req) != STAGELINK_SUCCESS) {
+    req->gather_state = comm->gather_state;
+    if (req->gather->post(req->gather_state, req) != STAGELINK_SUCCESS) {
         return -1;
     }
     /* Our shard is in place already: the whole of it has landed. */

@@ -1,21 +1,285 @@
 /*
  * A stand-in for libnccl.so.2 (STAGELINK_NCCL_LIBRARY) with every function
- * stagelink resolves, for tests of NCCL setup paths on machines without a
- * GPU.  Nothing moves data.  ncclGetUniqueId fills a known pattern, or
- * fails with ncclSystemError while FAKE_NCCL_UNIQUE_ID=fail;
- * ncclCommInitRank succeeds only with an id of that pattern, so a test
- * sees that every rank got TP index 0's id.  SPDX-License-Identifier: MIT
+ * stagelink resolves, for tests without a GPU.
+ *
+ * Setup: ncclGetUniqueId fills a known pattern (and a nonce, so that two
+ * communicators differ), or fails with ncclSystemError while
+ * FAKE_NCCL_UNIQUE_ID=fail; ncclCommInitRank succeeds only with an id of
+ * that pattern, so a test sees that every rank got TP index 0's id.
+ *
+ * Collectives (ncclAllGather, ncclBroadcast) move host memory between the
+ * processes of a communicator through shared memory, run on the caller's
+ * fake stream (test/plugins/fake_stream.h) where the program has them.
+ * Each is numbered when issued: once per communicator, and once per
+ * process (its one fake device) across communicators.  Real NCCL pairs
+ * collectives by that order and swaps data or hangs when ranks differ;
+ * this one fails loudly instead, naming both ranks' numbers, when ranks
+ * issue a communicator's collectives, or one device's collectives across
+ * communicators, in different orders, or with different sizes.
+ * SPDX-License-Identifier: MIT
  */
+#include "fake_stream.h"
+
 #pragma GCC visibility push(default)
 #include <nccl.h>
 #pragma GCC visibility pop
 
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
-#define FAKE_ID_BYTE 0x5a
+#define FAKE_ID_BYTE  0x5a
+#define FAKE_ID_CHECK 64         /* bytes of the pattern; a nonce follows */
+#define FAKE_RANKS    8
+#define FAKE_SLOTS    4          /* collectives of a communicator in flight */
+#define FAKE_BYTES    (1u << 20) /* largest part of one rank */
+#define FAKE_WAIT_S   60
 
-static int fake_comm; /* every communicator handle points here */
+/* One collective in a slot, as each rank issued it. */
+typedef struct fake_issue {
+    uint64_t seq, devseq;
+    size_t   bytes;
+    int      root; /* -1: all-gather */
+} fake_issue_t;
+
+typedef struct fake_slot {
+    uint64_t     seq; /* the collective this slot serves now */
+    int          arrived, left;
+    fake_issue_t announced[FAKE_RANKS]; /* at issue, before it runs */
+    fake_issue_t issued[FAKE_RANKS];
+    char         data[FAKE_RANKS][FAKE_BYTES];
+} fake_slot_t;
+
+typedef struct fake_shm {
+    atomic_int      ready; /* 0, 1 being made, 2 made */
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+    fake_slot_t     slots[FAKE_SLOTS];
+} fake_shm_t;
+
+struct ncclComm {
+    int         rank, nranks;
+    uint64_t    seq;
+    fake_shm_t *shm;
+    char        name[64];
+};
+
+typedef struct fake_op {
+    struct ncclComm *comm;
+    fake_issue_t     is;
+    const void      *send;
+    void            *recv;
+} fake_op_t;
+
+static struct ncclComm fake_setup_comm; /* without shared memory */
+static atomic_ullong   fake_devseq;      /* this process's one device */
+
+static double fake_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Every rank of a communicator maps one region named after its id. */
+static fake_shm_t *fake_shm_open(const char *name)
+{
+    pthread_mutexattr_t ma;
+    pthread_condattr_t  ca;
+    fake_shm_t         *shm;
+    int                 fd = shm_open(name, O_CREAT | O_RDWR, 0600), zero = 0, i;
+
+    if (fd < 0 || ftruncate(fd, sizeof(*shm)) != 0) {
+        fprintf(stderr, "fake NCCL: cannot map %s: %s\n", name, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+        }
+        return NULL;
+    }
+    shm = mmap(NULL, sizeof(*shm), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (shm == MAP_FAILED) {
+        return NULL;
+    }
+    if (atomic_compare_exchange_strong(&shm->ready, &zero, 1)) {
+        pthread_mutexattr_init(&ma);
+        pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+        pthread_mutex_init(&shm->mu, &ma);
+        pthread_condattr_init(&ca);
+        pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&shm->cv, &ca);
+        for (i = 0; i < FAKE_SLOTS; ++i) {
+            shm->slots[i].seq = (uint64_t)i;
+        }
+        atomic_store(&shm->ready, 2);
+    }
+    while (atomic_load(&shm->ready) != 2) {
+        struct timespec ts = {0, 100000};
+
+        nanosleep(&ts, NULL);
+    }
+    return shm;
+}
+
+static size_t fake_type_size(ncclDataType_t type)
+{
+    switch (type) {
+    case ncclInt8: case ncclUint8: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    default: return 8;
+    }
+}
+
+/* One wait on the region's condition (50 ms); past `end` the process
+ * fails, naming what it waited for. */
+static void fake_wait(fake_shm_t *shm, const fake_op_t *op, double end,
+                      const char *what)
+{
+    struct timespec until;
+    double          t = fake_now() + 0.05;
+
+    until.tv_sec  = (time_t)t;
+    until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
+    pthread_cond_timedwait(&shm->cv, &shm->mu, &until);
+    if (fake_now() > end) {
+        fprintf(stderr, "fake NCCL: rank %d waited %d s for the other ranks "
+                "of %s to %s its collective %llu (device collective %llu): "
+                "a rank never issued it\n", op->comm->rank, FAKE_WAIT_S,
+                op->comm->name, what, (unsigned long long)op->is.seq,
+                (unsigned long long)op->is.devseq);
+        _exit(86);
+    }
+}
+
+/* Rank r's collective of the same number must be the same one. */
+static void fake_compare(const struct ncclComm *c, const fake_issue_t *mine,
+                         int r, const fake_issue_t *o)
+{
+    if (o->bytes != mine->bytes || o->root != mine->root ||
+        o->devseq != mine->devseq) {
+        fprintf(stderr, "fake NCCL: collective %llu of %s: rank %d issued "
+                "it as its device's collective %llu (%s of %zu bytes), rank "
+                "%d as %llu (%s of %zu bytes): the ranks issue collectives in "
+                "different orders (real NCCL would swap data or hang)\n",
+                (unsigned long long)mine->seq, c->name, c->rank,
+                (unsigned long long)mine->devseq,
+                mine->root < 0 ? "all-gather" : "broadcast", mine->bytes, r,
+                (unsigned long long)o->devseq,
+                o->root < 0 ? "all-gather" : "broadcast", o->bytes);
+        _exit(86);
+    }
+}
+
+/* At issue: compared with what the others issued under the same number
+ * already, so that a mismatch fails at once instead of in a hang. */
+static void fake_announce(struct ncclComm *c, const fake_issue_t *is)
+{
+    fake_slot_t *slot = &c->shm->slots[is->seq % FAKE_SLOTS];
+    int          r;
+
+    pthread_mutex_lock(&c->shm->mu);
+    if (slot->seq == is->seq) {
+        for (r = 0; r < c->nranks; ++r) {
+            if (r != c->rank && slot->announced[r].bytes != 0 &&
+                slot->announced[r].seq == is->seq) {
+                fake_compare(c, is, r, &slot->announced[r]);
+            }
+        }
+        slot->announced[c->rank] = *is;
+    }
+    pthread_mutex_unlock(&c->shm->mu);
+}
+
+/* What a stream runs: the collective, once every rank is in it. */
+static void fake_run(void *arg)
+{
+    fake_op_t       *op   = arg;
+    struct ncclComm *c    = op->comm;
+    fake_shm_t      *shm  = c->shm;
+    fake_slot_t     *slot = &shm->slots[op->is.seq % FAKE_SLOTS];
+    const size_t     n    = op->is.bytes;
+    double           end  = fake_now() + FAKE_WAIT_S;
+    int              r;
+
+    pthread_mutex_lock(&shm->mu);
+    while (slot->seq != op->is.seq) {
+        fake_wait(shm, op, end, "free the slot of");
+    }
+    slot->issued[c->rank] = op->is;
+    if (op->is.root < 0 || op->is.root == c->rank) {
+        memcpy(slot->data[c->rank], op->send, n);
+    }
+    ++slot->arrived;
+    pthread_cond_broadcast(&shm->cv);
+    while (slot->arrived < c->nranks) {
+        fake_wait(shm, op, end, "reach");
+    }
+    for (r = 0; r < c->nranks; ++r) {
+        fake_compare(c, &op->is, r, &slot->issued[r]);
+    }
+    for (r = 0; r < c->nranks; ++r) {
+        if (op->is.root < 0) {
+            memcpy((char *)op->recv + (size_t)r * n, slot->data[r], n);
+        } else if (r == op->is.root) {
+            memcpy(op->recv, slot->data[r], n);
+        }
+    }
+    if (++slot->left == c->nranks) {
+        slot->arrived = slot->left = 0;
+        slot->seq += FAKE_SLOTS;
+        pthread_cond_broadcast(&shm->cv);
+    }
+    pthread_mutex_unlock(&shm->mu);
+    free(op);
+}
+
+/* Numbered now, in the order the caller issues it; run on its stream. */
+static ncclResult_t fake_issue(struct ncclComm *c, const void *send,
+                               void *recv, size_t bytes, int root,
+                               cudaStream_t stream)
+{
+    static fake_stream_enqueue_t enqueue;
+    fake_op_t                   *op;
+    void                        *fn;
+
+    if (c == NULL || c == &fake_setup_comm || bytes > FAKE_BYTES ||
+        root >= c->nranks) {
+        return ncclInvalidUsage;
+    }
+    op = calloc(1, sizeof(*op));
+    if (op == NULL) {
+        return ncclSystemError;
+    }
+    op->comm      = c;
+    op->send      = send;
+    op->recv      = recv;
+    op->is.seq    = c->seq++;
+    op->is.devseq = atomic_fetch_add(&fake_devseq, 1ull);
+    op->is.bytes  = bytes;
+    op->is.root   = root;
+    fake_announce(c, &op->is);
+    if (enqueue == NULL && (fn = dlsym(RTLD_DEFAULT, FAKE_STREAM_ENQUEUE)) != NULL) {
+        memcpy(&enqueue, &fn, sizeof(fn));
+    }
+    if (enqueue != NULL && stream != NULL) {
+        enqueue(stream, fake_run, op);
+    } else {
+        fake_run(op);
+    }
+    return ncclSuccess;
+}
 
 #pragma GCC visibility push(default)
 
@@ -27,12 +291,17 @@ ncclResult_t ncclGetVersion(int *version)
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 {
-    const char *mode = getenv("FAKE_NCCL_UNIQUE_ID");
+    static atomic_uint n;
+    const char        *mode = getenv("FAKE_NCCL_UNIQUE_ID");
+    struct timespec    ts;
 
     if (mode != NULL && strcmp(mode, "fail") == 0) {
         return ncclSystemError;
     }
+    clock_gettime(CLOCK_REALTIME, &ts);
     memset(id->internal, FAKE_ID_BYTE, sizeof(id->internal));
+    snprintf(id->internal + FAKE_ID_CHECK, 48, "%d-%ld-%u", (int)getpid(),
+             (long)ts.tv_nsec, atomic_fetch_add(&n, 1u));
     return ncclSuccess;
 }
 
@@ -41,22 +310,50 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id,
 {
     size_t i;
 
-    for (i = 0; i < sizeof(id.internal); ++i) {
+    struct ncclComm *c;
+
+    for (i = 0; i < FAKE_ID_CHECK; ++i) {
         if ((unsigned char)id.internal[i] != FAKE_ID_BYTE) {
             return ncclInvalidArgument;
         }
     }
-    if (nranks < 1 || rank < 0 || rank >= nranks) {
+    if (nranks < 1 || rank < 0 || rank >= nranks || nranks > FAKE_RANKS) {
         return ncclInvalidArgument;
     }
-    *comm = (ncclComm_t)(void *)&fake_comm;
+    if (getenv("FAKE_NCCL_COLLECTIVES") == NULL) {
+        *comm = &fake_setup_comm; /* setup tests: no data moves */
+        return ncclSuccess;
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return ncclSystemError;
+    }
+    c->rank   = rank;
+    c->nranks = nranks;
+    snprintf(c->name, sizeof(c->name), "/fake-nccl-%.40s",
+             id.internal + FAKE_ID_CHECK);
+    c->shm = fake_shm_open(c->name);
+    if (c->shm == NULL) {
+        free(c);
+        return ncclSystemError;
+    }
+    *comm = c;
     return ncclSuccess;
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
-    return (comm == (ncclComm_t)(void *)&fake_comm) ? ncclSuccess
-                                                    : ncclInvalidArgument;
+    if (comm == NULL) {
+        return ncclInvalidArgument;
+    }
+    if (comm != &fake_setup_comm) {
+        munmap(comm->shm, sizeof(*comm->shm));
+        if (comm->rank == 0) {
+            shm_unlink(comm->name);
+        }
+        free(comm);
+    }
+    return ncclSuccess;
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t comm)
@@ -68,17 +365,16 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t count,
                            ncclDataType_t type, ncclComm_t comm,
                            cudaStream_t stream)
 {
-    (void)send, (void)recv, (void)count, (void)type, (void)comm, (void)stream;
-    return ncclInvalidUsage;
+    return fake_issue(comm, send, recv, count * fake_type_size(type), -1,
+                      stream);
 }
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count,
                            ncclDataType_t type, int root, ncclComm_t comm,
                            cudaStream_t stream)
 {
-    (void)send, (void)recv, (void)count, (void)type, (void)root, (void)comm,
-        (void)stream;
-    return ncclInvalidUsage;
+    return fake_issue(comm, send, recv, count * fake_type_size(type), root,
+                      stream);
 }
 
 ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t type,

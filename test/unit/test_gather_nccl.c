@@ -53,7 +53,41 @@ static int fake_pci_bus_ids(char (*ids)[16], int max, int *current)
     return n;
 }
 
-static sl_gpu_ops_t fake_gpu = {.name = "fake", .pci_bus_ids = fake_pci_bus_ids};
+/* The gather stream and its flags are made, never used here. */
+static sl_status_t fake_stream_create(void **s, sl_errbuf_t *eb)
+{
+    (void)eb;
+    *s = malloc(1);
+    return STAGELINK_SUCCESS;
+}
+
+static void fake_stream_destroy(void *s) { free(s); }
+
+static sl_status_t fake_flags_alloc(size_t n, uint32_t **flags, sl_errbuf_t *eb)
+{
+    (void)eb;
+    *flags = calloc(n, sizeof(uint32_t));
+    return STAGELINK_SUCCESS;
+}
+
+static void fake_flags_free(uint32_t *flags) { free(flags); }
+
+static sl_status_t fake_wait_flag(void *s, uint32_t *flag, uint32_t value,
+                                  sl_errbuf_t *eb)
+{
+    (void)s, (void)flag, (void)value, (void)eb;
+    return STAGELINK_SUCCESS;
+}
+
+static sl_gpu_ops_t fake_gpu = {
+    .name             = "fake",
+    .pci_bus_ids      = fake_pci_bus_ids,
+    .stream_create    = fake_stream_create,
+    .stream_destroy   = fake_stream_destroy,
+    .flags_alloc      = fake_flags_alloc,
+    .flags_free       = fake_flags_free,
+    .stream_wait_flag = fake_wait_flag,
+};
 
 static int thread_allgather(void *ctx, const void *send, void *recv, size_t size)
 {

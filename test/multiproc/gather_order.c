@@ -1,0 +1,670 @@
+/*
+ * The NCCL gather issues collectives in the host's program order, whatever
+ * order shards arrive in.  Two stages of t = 2 (stagelink_run -n 4), a
+ * fake GPU whose streams run on threads of their own (they can be held)
+ * and the fake NCCL (test/plugins/fake_nccl.c, FAKE_NCCL_COLLECTIVES=1),
+ * which moves the data between processes and fails loudly (exit 86) when
+ * ranks issue collectives in different orders.  Stage 1 receives, stage 0
+ * sends; every gathered tensor is checked.
+ *
+ *   held     stage 1's TP rank 0 holds its stream while it posts two
+ *            receives of different sizes; TP rank 1 lets the first start
+ *            before it posts the second;
+ *   skew     six rounds of two receives whose shards land in a different
+ *            order on each TP rank (stage 0's TP ranks send in opposite
+ *            orders, alternating), and on one TP rank, alternating, a
+ *            20 ms kernel on the stream between the two posts;
+ *   between  a host collective on a second NCCL communicator between the
+ *            post and the wait, with TP rank 0's shard there before the
+ *            post and TP rank 1's only after the host collective.
+ *
+ *   gather_order FAKE_NCCL.so held|skew|between
+ * SPDX-License-Identifier: MIT
+ */
+#include "../plugins/fake_stream.h"
+#include "../unit/check.h"
+#include "gather.h"
+#include "host.h"
+#include "pattern.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <nccl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ARENA    ((size_t)16 << 20)
+#define WAIT_S   60
+
+/* ---- the fake GPU: an arena of "device memory" and threaded streams ---- */
+
+static char *arena;
+
+typedef struct item {
+    fake_stream_fn_t fn;
+    void            *arg;
+    struct item     *next;
+} item_t;
+
+typedef struct fstream {
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+    item_t         *head, *tail;
+    int             held, stop, busy;
+    pthread_t       thread;
+} fstream_t;
+
+typedef struct fevent {
+    atomic_ullong recorded, done;
+} fevent_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void nap(void)
+{
+    struct timespec ts = {0, 20000};
+
+    nanosleep(&ts, NULL);
+}
+
+static void *fstream_main(void *arg)
+{
+    fstream_t *s = arg;
+    item_t    *it;
+
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->stop && (s->held || s->head == NULL)) {
+            pthread_cond_wait(&s->cv, &s->mu);
+        }
+        if (s->head == NULL) {
+            break; /* stopped and drained */
+        }
+        it      = s->head;
+        s->head = it->next;
+        if (s->head == NULL) {
+            s->tail = NULL;
+        }
+        s->busy = 1;
+        pthread_mutex_unlock(&s->mu);
+        it->fn(it->arg);
+        free(it);
+        pthread_mutex_lock(&s->mu);
+        s->busy = 0;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+__attribute__((visibility("default")))
+void fake_stream_enqueue(void *stream, fake_stream_fn_t fn, void *arg)
+{
+    fstream_t *s  = stream;
+    item_t    *it = calloc(1, sizeof(*it));
+
+    if (it == NULL) {
+        abort();
+    }
+    it->fn  = fn;
+    it->arg = arg;
+    pthread_mutex_lock(&s->mu);
+    if (s->tail != NULL) {
+        s->tail->next = it;
+    } else {
+        s->head = it;
+    }
+    s->tail = it;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* A kernel of `ms` milliseconds on the stream. */
+static void kernel_run(void *arg)
+{
+    struct timespec ts = {0, (long)(intptr_t)arg * 1000000L};
+
+    nanosleep(&ts, NULL);
+}
+
+static void fstream_kernel(fstream_t *s, int ms)
+{
+    fake_stream_enqueue(s, kernel_run, (void *)(intptr_t)ms);
+}
+
+static void fstream_hold(fstream_t *s, int held)
+{
+    pthread_mutex_lock(&s->mu);
+    s->held = held;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Until everything queued so far has run. */
+static void fstream_sync(fstream_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    while (s->head != NULL || s->busy) {
+        pthread_cond_wait(&s->cv, &s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static sl_status_t f_stream_create(void **out, sl_errbuf_t *eb)
+{
+    fstream_t *s = calloc(1, sizeof(*s));
+
+    (void)eb;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_create(&s->thread, NULL, fstream_main, s);
+    *out = s;
+    return STAGELINK_SUCCESS;
+}
+
+static void f_stream_destroy(void *stream)
+{
+    fstream_t *s = stream;
+
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    s->held = 0;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    free(s);
+}
+
+static sl_status_t f_event_create(void **out, sl_errbuf_t *eb)
+{
+    (void)eb;
+    *out = calloc(1, sizeof(fevent_t));
+    return STAGELINK_SUCCESS;
+}
+
+static void f_event_destroy(void *ev) { free(ev); }
+
+typedef struct mark {
+    fevent_t *ev;
+    uint64_t  value;
+} mark_t;
+
+static void mark_done(void *arg)
+{
+    mark_t *m = arg;
+
+    atomic_store(&m->ev->done, m->value);
+    free(m);
+}
+
+static sl_status_t f_event_record(void *event, void *stream, sl_errbuf_t *eb)
+{
+    fevent_t *ev = event;
+    mark_t   *m  = malloc(sizeof(*m));
+
+    (void)eb;
+    m->ev    = ev;
+    m->value = atomic_fetch_add(&ev->recorded, 1ull) + 1;
+    if (stream == NULL) {
+        mark_done(m);
+    } else {
+        fake_stream_enqueue(stream, mark_done, m);
+    }
+    return STAGELINK_SUCCESS;
+}
+
+static int f_event_query(void *event, sl_status_t *st, sl_errbuf_t *eb)
+{
+    fevent_t *ev = event;
+
+    (void)eb;
+    *st = STAGELINK_SUCCESS;
+    return atomic_load(&ev->done) >= atomic_load(&ev->recorded);
+}
+
+static void wait_mark(void *arg)
+{
+    mark_t *m   = arg;
+    double  end = now_s() + WAIT_S;
+
+    while (atomic_load(&m->ev->done) < m->value) {
+        if (now_s() > end) {
+            fprintf(stderr, "fake GPU: a stream waited %d s for an event\n", WAIT_S);
+            _exit(87);
+        }
+        nap();
+    }
+    free(m);
+}
+
+static sl_status_t f_stream_wait_event(void *stream, void *event, sl_errbuf_t *eb)
+{
+    mark_t *m = malloc(sizeof(*m));
+
+    (void)eb;
+    m->ev    = event;
+    m->value = atomic_load(&((fevent_t *)event)->recorded);
+    fake_stream_enqueue(stream, wait_mark, m);
+    return STAGELINK_SUCCESS;
+}
+
+typedef struct gate {
+    uint32_t *flag;
+    uint32_t  value;
+} gate_t;
+
+static void wait_gate(void *arg)
+{
+    gate_t *g   = arg;
+    double  end = now_s() + WAIT_S;
+
+    while ((int32_t)(__atomic_load_n(g->flag, __ATOMIC_ACQUIRE) - g->value) < 0) {
+        if (now_s() > end) {
+            fprintf(stderr, "fake GPU: a stream waited %d s for a flag\n", WAIT_S);
+            _exit(87);
+        }
+        nap();
+    }
+    free(g);
+}
+
+static sl_status_t f_stream_wait_flag(void *stream, uint32_t *flag,
+                                      uint32_t value, sl_errbuf_t *eb)
+{
+    gate_t *g = malloc(sizeof(*g));
+
+    (void)eb;
+    g->flag  = flag;
+    g->value = value;
+    fake_stream_enqueue(stream, wait_gate, g);
+    return STAGELINK_SUCCESS;
+}
+
+static sl_status_t f_flags_alloc(size_t n, uint32_t **flags, sl_errbuf_t *eb)
+{
+    (void)eb;
+    *flags = calloc(n, sizeof(uint32_t));
+    return STAGELINK_SUCCESS;
+}
+
+static void f_flags_free(uint32_t *flags) { free(flags); }
+
+static sl_status_t f_copy(void *dst, const void *src, size_t len, void *stream,
+                          sl_errbuf_t *eb)
+{
+    (void)stream, (void)eb;
+    memcpy(dst, src, len);
+    return STAGELINK_SUCCESS;
+}
+
+static stagelink_mem_type_t f_classify(const void *p)
+{
+    return ((const char *)p >= arena && (const char *)p < arena + ARENA)
+               ? STAGELINK_MEM_CUDA : STAGELINK_MEM_HOST;
+}
+
+static int f_probe(char *why, size_t len) { snprintf(why, len, "fake GPU"); return 1; }
+static void *f_host_alloc(size_t len, void *ctx) { (void)ctx; return malloc(len); }
+static void f_host_free(void *p, void *ctx) { (void)ctx; free(p); }
+
+/* A GPU of its own per rank, so that NCCL's one-rank-per-GPU rule holds. */
+static int f_pci_bus_ids(char (*ids)[16], int max, int *current)
+{
+    const char *rank = getenv("RANK");
+
+    if (max < 1) {
+        return 0;
+    }
+    snprintf(ids[0], 16, "0000:%02x:00.0", 1 + (rank ? atoi(rank) : 0));
+    *current = 0;
+    return 1;
+}
+
+static const sl_gpu_ops_t fake_gpu = {
+    .name              = "fake-streams",
+    .probe             = f_probe,
+    .pci_bus_ids       = f_pci_bus_ids,
+    .classify          = f_classify,
+    .host_alloc        = f_host_alloc,
+    .host_free         = f_host_free,
+    .stream_create     = f_stream_create,
+    .stream_destroy    = f_stream_destroy,
+    .event_create      = f_event_create,
+    .event_destroy     = f_event_destroy,
+    .event_record      = f_event_record,
+    .event_query       = f_event_query,
+    .stream_wait_event = f_stream_wait_event,
+    .copy_async        = f_copy,
+    .flags_alloc       = f_flags_alloc,
+    .flags_free        = f_flags_free,
+    .stream_wait_flag  = f_stream_wait_flag,
+};
+
+/* ---- the job ---- */
+
+typedef struct job {
+    sl_host_t  h;
+    int        stage, tp_index;
+    fstream_t *stream; /* the host's stream */
+    char       dir[256];
+    char      *next;   /* free arena */
+} job_t;
+
+static void *dev_alloc(job_t *j, size_t n)
+{
+    char *p = j->next;
+
+    j->next += (n + 4095) & ~(size_t)4095;
+    CHECK(j->next <= arena + ARENA, "the fake device arena is full");
+    return p;
+}
+
+/* Marker files: a rank says where it is; another waits for it. */
+static void say(const job_t *j, const char *what)
+{
+    char path[400];
+    int  fd;
+
+    snprintf(path, sizeof(path), "%s/%s", j->dir, what);
+    fd = open(path, O_CREAT | O_WRONLY, 0600);
+    if (fd >= 0) {
+        close(fd);
+    }
+}
+
+static void await(const job_t *j, const char *what)
+{
+    char   path[400];
+    double end = now_s() + WAIT_S;
+
+    snprintf(path, sizeof(path), "%s/%s", j->dir, what);
+    while (access(path, F_OK) != 0) {
+        if (now_s() > end) {
+            fprintf(stderr, "rank %d: no marker %s after %d s\n",
+                    j->h.info.rank, what, WAIT_S);
+            _exit(1);
+        }
+        nap();
+    }
+}
+
+static stagelink_xfer_t xfer_of(const job_t *j, void *buf, size_t n, uint32_t mb)
+{
+    stagelink_xfer_t x = sl_host_xfer(j->stage == 0 ? STAGELINK_PEER_NEXT
+                                                    : STAGELINK_PEER_PREV,
+                                      buf, n, 4, mb, 0);
+
+    x.mem_type = STAGELINK_MEM_CUDA;
+    x.stream   = j->stream;
+    return x;
+}
+
+static stagelink_request_t *post(job_t *j, void *buf, size_t n, uint32_t mb)
+{
+    stagelink_xfer_t     x = xfer_of(j, buf, n, mb);
+    stagelink_request_t *req = NULL;
+    stagelink_status_t   st;
+
+    if (j->stage == 0) {
+        sl_pattern_fill(buf, 0, n, sl_pattern_seed(0, mb, 0, 0));
+        st = j->h.plugin->isend(j->h.comm, &x, &req);
+    } else {
+        memset(buf, 0xee, n);
+        st = j->h.plugin->irecv(j->h.comm, &x, &req);
+    }
+    CHECK(st == STAGELINK_SUCCESS, "rank %d: post of mb %u: %s: %s",
+          j->h.info.rank, mb, stagelink_status_string(st),
+          j->h.plugin->last_error(j->h.comm));
+    return req;
+}
+
+/* Waits; on stage 1 the whole tensor must be there once its stream ran. */
+static void finish(job_t *j, stagelink_request_t *req, void *buf, size_t n,
+                   uint32_t mb)
+{
+    stagelink_status_t st = j->h.plugin->wait(j->h.comm, req);
+    size_t             bad;
+
+    CHECK(st == STAGELINK_SUCCESS, "rank %d: wait of mb %u: %s: %s",
+          j->h.info.rank, mb, stagelink_status_string(st),
+          j->h.plugin->last_error(j->h.comm));
+    if (j->stage == 1) {
+        fstream_sync(j->stream); /* the host's stream waits for the gather */
+        bad = sl_pattern_check(buf, 0, n, sl_pattern_seed(0, mb, 0, 0));
+        CHECK(bad == SIZE_MAX, "rank %d: mb %u (%zu bytes): byte %zu is "
+              "wrong after the gather", j->h.info.rank, mb, n, bad);
+    }
+}
+
+static void scenario_held(job_t *j)
+{
+    size_t               na = 64 << 10, nb = 96 << 10;
+    char                *a = dev_alloc(j, na), *b = dev_alloc(j, nb);
+    stagelink_request_t *ra, *rb;
+
+    if (j->stage == 1 && j->tp_index == 0) {
+        fstream_hold(j->stream, 1);
+    }
+    ra = post(j, a, na, 10);
+    if (j->stage == 1 && j->tp_index == 1) {
+        int done = 0;
+
+        fstream_sync(j->stream); /* its stream event is done: it may start */
+        CHECK(j->h.plugin->test(j->h.comm, ra, &done) == STAGELINK_SUCCESS,
+              "test");
+        CHECK(!done, "a receive completed before its peers sent");
+    }
+    rb = post(j, b, nb, 11);
+    if (j->stage == 1 && j->tp_index == 0) {
+        fstream_hold(j->stream, 0);
+    }
+    finish(j, ra, a, na, 10);
+    finish(j, rb, b, nb, 11);
+}
+
+static void scenario_skew(job_t *j)
+{
+    int round;
+
+    for (round = 0; round < 6; ++round) {
+        size_t               na = (size_t)(8 + round) << 12, nb = na + 8192;
+        char                *a = dev_alloc(j, na), *b = dev_alloc(j, nb);
+        uint32_t             ma = 20 + 2 * (uint32_t)round, mb = ma + 1;
+        stagelink_request_t *ra, *rb;
+        int                  reverse = (j->tp_index == round % 2);
+
+        if (j->stage == 1) {
+            ra = post(j, a, na, ma);
+            if (reverse) {
+                fstream_kernel(j->stream, 20);
+            }
+            rb = post(j, b, nb, mb);
+            finish(j, ra, a, na, ma);
+            finish(j, rb, b, nb, mb);
+        } else if (reverse) {
+            rb = post(j, b, nb, mb);
+            finish(j, rb, b, nb, mb);
+            ra = post(j, a, na, ma);
+            finish(j, ra, a, na, ma);
+        } else {
+            ra = post(j, a, na, ma);
+            finish(j, ra, a, na, ma);
+            rb = post(j, b, nb, mb);
+            finish(j, rb, b, nb, mb);
+        }
+    }
+}
+
+typedef ncclResult_t (*id_fn_t)(ncclUniqueId *);
+typedef ncclResult_t (*init_fn_t)(ncclComm_t *, int, ncclUniqueId, int);
+typedef ncclResult_t (*gather_fn_t)(const void *, void *, size_t,
+                                    ncclDataType_t, ncclComm_t, cudaStream_t);
+typedef ncclResult_t (*destroy_fn_t)(ncclComm_t);
+
+static void *sym(void *lib, const char *name)
+{
+    void *p = dlsym(lib, name);
+
+    CHECK(p != NULL, "the fake NCCL has no %s", name);
+    return p;
+}
+
+/* The host's own collective on a communicator of its own (Megatron's TP
+ * group), through the same NCCL library the plugin loaded. */
+static void scenario_between(job_t *j, const char *nccl_path)
+{
+    size_t               n = 8 << 10; /* eager shards: sent before a post */
+    char                *a = dev_alloc(j, n), *own = dev_alloc(j, 8192);
+    stagelink_request_t *ra;
+    void                *lib = dlopen(nccl_path, RTLD_NOW);
+    ncclUniqueId         id;
+    ncclComm_t           host_comm;
+    char                 path[400];
+    FILE                *f;
+    int                  done = 0, i;
+    stagelink_counters_t before, after;
+    double               end = now_s() + WAIT_S;
+    id_fn_t              get_id;
+    init_fn_t            init;
+    gather_fn_t          allgather;
+    destroy_fn_t         destroy;
+
+    CHECK(lib != NULL, "dlopen %s: %s", nccl_path, dlerror());
+    memcpy(&get_id, (void *[]){sym(lib, "ncclGetUniqueId")}, sizeof(get_id));
+    memcpy(&init, (void *[]){sym(lib, "ncclCommInitRank")}, sizeof(init));
+    memcpy(&allgather, (void *[]){sym(lib, "ncclAllGather")}, sizeof(allgather));
+    memcpy(&destroy, (void *[]){sym(lib, "ncclCommDestroy")}, sizeof(destroy));
+    if (j->stage == 0) {
+        if (j->tp_index == 1) {
+            await(j, "host-collective-issued.1");
+        }
+        ra = post(j, a, n, 30);
+        finish(j, ra, a, n, 30);
+        say(j, j->tp_index == 0 ? "sent.0" : "sent.1");
+        return;
+    }
+    snprintf(path, sizeof(path), "%s/host-nccl-id", j->dir);
+    if (j->tp_index == 0) {
+        CHECK(get_id(&id) == ncclSuccess, "ncclGetUniqueId");
+        f = fopen(path, "wb");
+        CHECK(f != NULL && fwrite(&id, sizeof(id), 1, f) == 1, "write the id");
+        fclose(f);
+        say(j, "host-nccl-id-written");
+    } else {
+        await(j, "host-nccl-id-written");
+        f = fopen(path, "rb");
+        CHECK(f != NULL && fread(&id, sizeof(id), 1, f) == 1, "read the id");
+        fclose(f);
+    }
+    CHECK(init(&host_comm, 2, id, j->tp_index) == ncclSuccess, "host comm");
+    if (j->tp_index == 0) {
+        await(j, "sent.0"); /* the shard is here before the post */
+    }
+    j->h.plugin->get_counters(j->h.comm, &before);
+    ra = post(j, a, n, 30);
+    fstream_sync(j->stream); /* the receive may start at the next call */
+    /* TP rank 0: calls until its shard has landed (the counter says so). */
+    do {
+        CHECK(j->h.plugin->test(j->h.comm, ra, &done) == STAGELINK_SUCCESS,
+              "test");
+        j->h.plugin->get_counters(j->h.comm, &after);
+    } while (j->tp_index == 0 && !done &&
+             after.stage_bytes_recv == before.stage_bytes_recv &&
+             now_s() < end);
+    for (i = 0; i < 8192; ++i) {
+        own[i] = (i / 4096 == j->tp_index) ? (char)(j->tp_index + 1) : 0;
+    }
+    CHECK(allgather(own + (size_t)j->tp_index * 4096, own, 4096, ncclInt8,
+                    host_comm, (cudaStream_t)j->stream) == ncclSuccess,
+          "the host's all-gather");
+    if (j->tp_index == 1) {
+        say(j, "host-collective-issued.1");
+    }
+    if (!done) {
+        finish(j, ra, a, n, 30);
+    }
+    fstream_sync(j->stream);
+    CHECK(own[0] == 1 && own[4096] == 2, "the host's all-gather moved the "
+          "wrong bytes (%d, %d)", own[0], own[4096]);
+    destroy(host_comm);
+}
+
+int main(int argc, char **argv)
+{
+    const stagelink_plugin_v1_t *p = &stagelink_plugin_v1;
+    stagelink_config_t           cfg;
+    job_t                        j;
+    sl_comm_t                   *comm;
+    void                        *state = NULL;
+    sl_status_t                  st;
+    const char                  *port = getenv("MASTER_PORT");
+
+    if (argc != 3 || (strcmp(argv[2], "held") && strcmp(argv[2], "skew") &&
+                      strcmp(argv[2], "between"))) {
+        fprintf(stderr, "usage: gather_order FAKE_NCCL.so held|skew|between\n");
+        return 2;
+    }
+    memset(&j, 0, sizeof(j));
+    arena = aligned_alloc(4096, ARENA);
+    j.next = arena;
+    snprintf(j.dir, sizeof(j.dir), "/tmp/stagelink-order-%s", port ? port : "0");
+    CHECK(mkdir(j.dir, 0700) == 0 || errno == EEXIST, "mkdir %s", j.dir);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.struct_size = sizeof(cfg);
+    cfg.tp_size     = 2;
+    if (p->comm_init(&cfg, (stagelink_comm_t **)&comm) != STAGELINK_SUCCESS) {
+        fprintf(stderr, "init: %s\n", p->last_error(NULL));
+        return 1;
+    }
+    /* The fake GPU, then the NCCL gather over the fake NCCL (collective:
+     * every rank sets it up), as comm_init would on a GPU node. */
+    sl_progress_enter(comm);
+    comm->gpu        = &fake_gpu;
+    comm->gpu_usable = 1;
+    st = sl_gather_nccl_ops.init(comm, &state);
+    if (st == STAGELINK_SUCCESS && state != NULL) {
+        comm->gather_dev       = &sl_gather_nccl_ops;
+        comm->gather_dev_state = state;
+    }
+    sl_progress_leave(comm);
+    CHECK(st == STAGELINK_SUCCESS && state != NULL, "the NCCL gather over the "
+          "fake NCCL: %s", comm->err.msg);
+    j.h.plugin = p;
+    j.h.comm   = (stagelink_comm_t *)comm;
+    p->comm_info(j.h.comm, &j.h.info);
+    j.stage    = j.h.info.pp_index;
+    j.tp_index = j.h.info.tp_index;
+    f_stream_create((void **)&j.stream, NULL);
+
+    if (strcmp(argv[2], "held") == 0) {
+        scenario_held(&j);
+    } else if (strcmp(argv[2], "skew") == 0) {
+        scenario_skew(&j);
+    } else {
+        scenario_between(&j, argv[1]);
+    }
+    printf("rank %d: %s: done\n", j.h.info.rank, argv[2]);
+
+    p->comm_finalize(j.h.comm);
+    f_stream_destroy(j.stream);
+    if (j.h.info.rank == 0) {
+        char cmd[300];
+
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", j.dir);
+        CHECK(system(cmd) == 0, "rm %s", j.dir);
+    }
+    free(arena);
+    return check_summary();
+}
