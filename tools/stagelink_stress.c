@@ -24,6 +24,7 @@
 #include "host.h"
 #include "pattern.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -45,6 +46,7 @@
 #define CANARY        0xc5
 #define JOB_TIMEOUT_S 120         /* stagelink_run's backstop per job */
 #define WAIT_TIMEOUT  "30"        /* STAGELINK_TIMEOUT: a hang becomes TIMEOUT */
+#define IDLE_WAIT_S   40          /* the idle barrier, past WAIT_TIMEOUT */
 
 typedef struct plan {
     uint64_t         seed;
@@ -56,6 +58,7 @@ typedef struct plan {
     size_t           max_bytes;  /* largest tensor */
     int              pct_batch, pct_test, pct_orphan, pct_reuse, pct_mismatch;
     int              recvs_first;
+    int              idle;       /* ranks idle in a host barrier after each round */
 } plan_t;
 
 typedef struct layout_override {
@@ -150,6 +153,8 @@ static void plan_draw(uint64_t seed, int nodes, const layout_override_t *ov,
     pl->pct_reuse    = (int)rng_below(&st, 6);
     pl->pct_mismatch = (int)rng_below(&st, 4);
     pl->recvs_first  = (int)rng_below(&st, 2);
+    /* Aside too, so that seeds found before keep their jobs. */
+    pl->idle         = hash5(seed ^ 0x69646c6562617272ull, 0, 0, 0, 0) % 2 == 0;
     if (ov->no_misuse) {
         pl->pct_orphan = pl->pct_reuse = pl->pct_mismatch = 0;
     }
@@ -171,9 +176,9 @@ static void plan_print(FILE *f, const plan_t *pl)
 
     plan_chunk_text(pl, chunk, sizeof(chunk));
     fprintf(f, "p=%d t=%d d=%d (%d ranks) mode=%s chunk=%s depth=%d "
-            "rounds=%d max=%zu", pl->p, pl->t, pl->d, pl->world,
+            "rounds=%d max=%zu%s", pl->p, pl->t, pl->d, pl->world,
             mode_names[pl->mode], chunk, pl->depth, pl->rounds,
-            pl->max_bytes);
+            pl->max_bytes, pl->idle ? " idle" : "");
 }
 
 /* ---- one rank ------------------------------------------------------------ */
@@ -671,6 +676,44 @@ static int ephemeral_low(void)
     return (lo < 32768) ? lo : 32768;
 }
 
+/* After its last completion of `round` the rank blocks outside stagelink
+ * until every rank has completed the round (marker files, 1 ms naps),
+ * for at most IDLE_WAIT_S: a hang here is a peer that needed this rank. */
+static void idle_barrier(rank_ctx_t *c, int round)
+{
+    const char *dir = getenv("STAGELINK_STRESS_DIR");
+    char        path[PATH_MAX];
+    time_t      end = time(NULL) + IDLE_WAIT_S;
+    int         r, fd, missing;
+
+    if (dir == NULL) {
+        return;
+    }
+    snprintf(path, sizeof(path), "%s/r%d.%d", dir, round, c->host.info.rank);
+    fd = open(path, O_CREAT | O_WRONLY, 0600);
+    if (fd >= 0) {
+        close(fd);
+    }
+    for (;;) {
+        missing = -1;
+        for (r = 0; r < c->host.info.world_size && missing < 0; ++r) {
+            snprintf(path, sizeof(path), "%s/r%d.%d", dir, round, r);
+            missing = (access(path, F_OK) != 0) ? r : -1;
+        }
+        if (missing < 0) {
+            return;
+        }
+        if (time(NULL) > end) {
+            fail(c, "round %d: rank %d did not complete in %d s while this "
+                 "rank was idle outside stagelink", round, missing,
+                 IDLE_WAIT_S);
+            return;
+        }
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static int rank_main(uint64_t seed, int nodes, const layout_override_t *ov)
 {
     rank_ctx_t c;
@@ -726,6 +769,9 @@ static int rank_main(uint64_t seed, int nodes, const layout_override_t *ov)
         post_ops(&c, order, n);
         shuffle(&c, order, n);
         complete_ops(&c, order, n);
+        if (c.pl.idle) {
+            idle_barrier(&c, round);
+        }
         for (i = 0; i < n; ++i) {
             free(ops[i].buf);
         }
@@ -784,12 +830,32 @@ static void replay_line(char *out, size_t len, uint64_t seed,
 }
 
 /* Runs one seed's job; 0 when every rank passed. */
+/* The idle barrier's markers of one job, and their directory. */
+static void remove_markers(const char *dir)
+{
+    char           path[PATH_MAX];
+    DIR           *d = opendir(dir);
+    struct dirent *e;
+
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] != '.') {
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
 static int run_seed(uint64_t seed, const char *netns,
                     const layout_override_t *ov, int quiet, totals_t *tot)
 {
     char        dir[PATH_MAX], run[PATH_MAX + 32], self[PATH_MAX + 32];
     char        seedarg[32], ovarg[64] = "", fdtext[16], chunk[32];
     char        ns[2][64] = {"", ""}, replay[256], rbuf[4096];
+    char        idle_dir[64];
     int         nodes = (netns != NULL) ? 2 : 1, pfd[2], node, rc = 0;
     int         per, status, got = 0;
     pid_t       pids[2];
@@ -817,6 +883,12 @@ static int run_seed(uint64_t seed, const char *netns,
         return 1;
     }
     snprintf(fdtext, sizeof(fdtext), "%d", pfd[1]);
+    snprintf(idle_dir, sizeof(idle_dir), "/tmp/stagelink-stress-XXXXXX");
+    if (mkdtemp(idle_dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    setenv("STAGELINK_STRESS_DIR", idle_dir, 1);
     plan_chunk_text(&pl, chunk, sizeof(chunk));
     setenv("STAGELINK_STRESS_FD", fdtext, 1);
     setenv("STAGELINK_CHUNK", chunk, 1);
@@ -903,6 +975,7 @@ static int run_seed(uint64_t seed, const char *netns,
             rc = 1;
         }
     }
+    remove_markers(idle_dir);
     for (p = rbuf; *p != '\0'; p = strchr(p, '\n') + 1) {
         unsigned long long o, b, m, f;
 

@@ -44,9 +44,10 @@ typedef struct sl_gather_ops {
     sl_status_t (*shard_ready)(void *state, sl_req_t *req, sl_status_t status);
     /**
      * The host completes the request (wait or test), on its thread: order
-     * the host's stream after the gather (NULL: nothing to do).
+     * the host's stream after the gather (NULL: nothing to do).  A failure
+     * becomes the request's (its sentence in comm->err).
      */
-    void        (*complete)(void *state, sl_req_t *req);
+    sl_status_t (*complete)(void *state, sl_req_t *req);
 } sl_gather_ops_t;
 
 extern const sl_gather_ops_t sl_gather_ucx_ops;

@@ -368,21 +368,21 @@ static sl_status_t sl_gather_nccl_shard_ready(void *state, sl_req_t *req,
 }
 
 /* The host's stream waits for the collective (torch's Work.wait()). */
-static void sl_gather_nccl_complete(void *state, sl_req_t *req)
+static sl_status_t sl_gather_nccl_complete(void *state, sl_req_t *req)
 {
     sl_gather_nccl_t *g    = state;
     sl_comm_t        *comm = g->comm;
+    sl_status_t       status;
 
     sl_gather_nccl_release(g, sl_gather_nccl_slot(g, req));
     if (req->gather_event == NULL) {
-        return;
+        return STAGELINK_SUCCESS;
     }
-    if (comm->gpu->stream_wait_event(req->xfer.stream, req->gather_event,
-                                     &comm->err) != STAGELINK_SUCCESS) {
-        sl_req_fail(req, STAGELINK_ERR_TRANSPORT, "%s", comm->err.msg);
-    }
+    status = comm->gpu->stream_wait_event(req->xfer.stream, req->gather_event,
+                                          &comm->err);
     sl_device_event_put(comm, req->gather_event);
     req->gather_event = NULL;
+    return status;
 }
 
 const sl_gather_ops_t sl_gather_nccl_ops = {

@@ -124,25 +124,10 @@ static uint64_t sl_chunked_count(const sl_comm_t *comm, uint64_t len)
     return len / c + (len % c != 0);
 }
 
-/* UCX's outcome of one operation of a chunked transfer.  A lost
- * connection marks the peer down, as a plain transfer's does (ucx_sub.c),
- * so both report PEER_FAILED. */
+/* UCX's outcome of one operation of a chunked transfer. */
 static sl_status_t sl_chunk_status(const sl_staged_t *st, ucs_status_t ucs)
 {
-    switch (ucs) {
-    case UCS_OK:                    return STAGELINK_SUCCESS;
-    case UCS_ERR_CANCELED:          return STAGELINK_ERR_CANCELED;
-    case UCS_ERR_MESSAGE_TRUNCATED: return STAGELINK_ERR_SIZE_MISMATCH;
-    case UCS_ERR_CONNECTION_RESET:
-    case UCS_ERR_ENDPOINT_TIMEOUT:
-    case UCS_ERR_UNREACHABLE:
-        sl_fault_peer_down(st->sub->peer, 0, "UCX reported \"%s\" on a chunk",
-                           ucs_status_string(ucs));
-        return STAGELINK_ERR_PEER_FAILED;
-    default:
-        return st->sub->peer->failed ? STAGELINK_ERR_PEER_FAILED
-                                     : STAGELINK_ERR_TRANSPORT;
-    }
+    return sl_wire_status(st->sub->peer, ucs, "a chunk");
 }
 
 static void sl_chunk_send_cb(void *request, ucs_status_t status, void *user)
@@ -294,7 +279,7 @@ static sl_status_t sl_dev_net_post(void *ctx, sl_staging_slot_t *slot,
         ptr = ucp_tag_recv_nbx(comm->worker, host, room,
                                sl_chunk_tag(st, index), SL_TAG_MASK_HEADER,
                                &param);
-    } else if ((fault = sl_fault_check(comm, sub->peer)) !=
+    } else if ((fault = sl_peer_check(comm, sub->peer)) !=
                STAGELINK_SUCCESS) {
         /* After a failure or an abort nothing more goes out, also not from
          * the callbacks a forced endpoint close runs; the request already
@@ -539,7 +524,8 @@ static sl_status_t sl_staged_get(sl_comm_t *comm, sl_sub_t *sub, int recv,
 }
 
 sl_status_t sl_chunked_sub_prepare(sl_sub_t *sub, void *buf, size_t len,
-                                   int recv, sl_staged_t **out)
+                                   int recv, sl_chunked_end_t end,
+                                   sl_staged_t **out)
 {
     sl_req_t    *req    = sub->req;
     sl_comm_t   *comm   = req->comm;
@@ -550,6 +536,7 @@ sl_status_t sl_chunked_sub_prepare(sl_sub_t *sub, void *buf, size_t len,
         SL_CHECK(sl_device_staging_ready(comm));
     }
     SL_CHECK(sl_staged_get(comm, sub, recv, direct, buf, len, &st));
+    st->end = end;
     if (!recv && sub->kind == SL_SUB_GATHER_SEND && req->forwarding) {
         st->x.avail = &req->stage_landed; /* relay: each chunk as it lands */
     }
@@ -567,12 +554,14 @@ void sl_chunked_sub_kick(sl_staged_t *st)
     }
 }
 
-sl_status_t sl_chunked_drain(sl_sub_t *sub, uint64_t len, sl_staged_t **out)
+sl_status_t sl_chunked_drain(sl_sub_t *sub, uint64_t len, sl_chunked_end_t end,
+                             sl_staged_t **out)
 {
     sl_comm_t   *comm = sub->req->comm;
     sl_staged_t *st;
 
     SL_CHECK(sl_staged_get(comm, sub, 1, 1, NULL, 0, &st));
+    st->end        = end;
     st->hdr[1]     = len;
     st->framed     = 1;
     st->draining   = 1;
@@ -657,20 +646,20 @@ static void sl_chunked_progress(sl_comm_t *comm)
                          "elem_size",
                          (unsigned long long)st->hdr[1], sub->expected);
             }
-            sl_sub_finish(sub, st->x.status, 0, why);
+            st->end(sub, st->x.status, STAGELINK_SUCCESS, 0, why);
             continue;
         }
         if (st->notice != STAGELINK_SUCCESS) {
             /* The sender gave up and said why: its status is the cause. */
-            sl_sub_finish_notice(sub, st->notice);
+            st->end(sub, STAGELINK_SUCCESS, st->notice, 0, "");
             continue;
         }
-        sl_sub_finish(sub, st->x.status,
-                      (st->x.status == STAGELINK_SUCCESS) ? st->x.len : 0,
-                      (st->x.status == STAGELINK_ERR_SIZE_MISMATCH)
-                          ? "a chunk arrived with another length: the sender "
-                            "passed a different nbytes"
-                          : comm->err.msg);
+        st->end(sub, st->x.status, STAGELINK_SUCCESS,
+                (st->x.status == STAGELINK_SUCCESS) ? st->x.len : 0,
+                (st->x.status == STAGELINK_ERR_SIZE_MISMATCH)
+                    ? "a chunk arrived with another length: the sender "
+                      "passed a different nbytes"
+                    : comm->err.msg);
     }
 }
 

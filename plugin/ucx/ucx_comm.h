@@ -54,6 +54,14 @@ typedef enum sl_sub_kind {
 } sl_sub_kind_t;
 
 struct sl_staged;
+struct sl_sub;
+
+/** How a chunked transfer reports its end to the owner of its sub
+ *  (ucx_sub.c): once, maybe inside a UCX callback.  `notice`: the sender's
+ *  failure notice (status then SUCCESS). */
+typedef void (*sl_chunked_end_t)(struct sl_sub *sub, sl_status_t status,
+                                 sl_status_t notice, size_t length,
+                                 const char *why);
 
 /** Where a sub-operation stands; ucx_sub.c makes every transition. */
 typedef enum sl_sub_state {
@@ -96,6 +104,7 @@ typedef struct sl_staged {
     sl_staging_xfer_t  x;
     sl_staging_slot_t *slots;
     sl_sub_t          *sub;
+    sl_chunked_end_t   end;        /**< reports the end to the sub's owner */
     struct sl_staged  *next;       /**< active list or free list */
     int                framed;     /**< a length header precedes the chunks */
     int                waiting;    /**< receiver: chunks wait for the header */
@@ -129,13 +138,11 @@ struct stagelink_request {
     struct stagelink_request *next, *prev; /**< active list or free list */
     stagelink_op_kind_t       kind;
     stagelink_xfer_t          xfer;
-    stagelink_mode_t          mode;
     int                       backward;
     sl_ucx_peer_t      *peer;
     sl_shard_t                shard;        /**< bytes of buf on the stage path */
     int                       pending;      /**< subs in flight */
     int                       nsubs;
-    int                       stage_done;   /**< the stage sub completed */
     int                       gather_posted;/**< own shard passed to the group */
     int                       needs_gather;
     sl_status_t               status;       /**< first error */
@@ -144,6 +151,9 @@ struct stagelink_request {
     int                       deferred;     /**< waits for the host's stream */
     void                     *stream_event; /**< recorded on xfer.stream at post */
     struct stagelink_request *deferred_next;
+    /** Called once the host's stream is past the post (ucx_device.c):
+     *  SUCCESS, or the stream's failure (its sentence in comm->err). */
+    void (*stream_ready)(struct stagelink_request *req, sl_status_t status);
     const struct sl_gather_ops *gather;     /**< the backend of this request */
     void                     *gather_state; /**< ... and its state */
     int                       shard_state;  /**< 0 pending, 1 arrived, -1 failed */
@@ -282,6 +292,17 @@ struct stagelink_comm {
 
 typedef struct stagelink_comm    sl_comm_t;
 
+/** Adds a subsystem's hooks to every progress call (at init, in call
+ *  order; fixed at build time: every subsystem registers once).  Here, so
+ *  that a layer below the worker registers without calling up into it. */
+static inline void sl_ucx_progress_register(sl_comm_t *comm,
+                                            const sl_progress_hook_t *hook)
+{
+    if (comm->nhooks < SL_MAX_PROGRESS_HOOKS) {
+        comm->hooks[comm->nhooks++] = hook;
+    }
+}
+
 /** The plugin's vtable (exported from the shared module, reachable here by
  *  tests that link the plugin's internals). */
 extern const stagelink_plugin_v1_t stagelink_plugin_v1;
@@ -295,9 +316,6 @@ void        sl_ucx_worker_destroy(sl_comm_t *comm);
  *  ends every operation on it without waiting for the peer (the close's
  *  own request is finished when the worker is destroyed). */
 void        sl_ucx_ep_force_close(sl_ucx_peer_t *peer);
-/** Adds a subsystem's hooks to every progress call (at init). */
-void        sl_ucx_progress_register(sl_comm_t *comm,
-                                     const sl_progress_hook_t *hook);
 /** Progresses UCX, then each registered subsystem. */
 void        sl_ucx_progress(sl_comm_t *comm);
 /** sl_ucx_progress for callers that hold a void pointer (the bootstrap). */
@@ -355,31 +373,34 @@ void        sl_progress_sleep_init(sl_sleep_t *s, struct pollfd *own_pfds);
  *  without it (s->locked 0) when a host call holds it by then. */
 sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake);
 
-/* ucx_fault.c: peer failure and abort */
-/** No peer failed, no pidfd open; before anything can fail. */
-void        sl_fault_init(sl_comm_t *comm);
+/* ucx_peer.c: peer health, recorded where it is seen */
+/** No peer failed; before anything can fail. */
+void        sl_peer_init(sl_comm_t *comm);
+/** Records that `peer` died (callable from UCX callbacks); ucx_fault.c
+ *  applies it: its subs fail, its endpoint is closed by force.
+ *  `direct`: its death was seen (pidfd, a report), not only a UCX error. */
+void        sl_peer_down(sl_ucx_peer_t *peer, int direct, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/** The fault is a peer failure known only from a UCX error, not applied
+ *  yet: a direct sighting may still name another rank. */
+int         sl_peer_unsure(const sl_comm_t *comm);
+/** When a wait must wake to apply a fault held back for a direct sighting
+ *  (0: none). */
+double      sl_peer_wake_at(const sl_comm_t *comm);
+/** The sentence of a failed peer: who, where, how it was seen, what to do. */
+void        sl_peer_describe(const sl_ucx_peer_t *peer, char *buf, size_t len);
+/** Looks at the pidfds poll() returned on (entries 1..npfds-1). */
+void        sl_peer_polled(sl_comm_t *comm);
+/** Whether something may be posted to `peer` (NULL: any). */
+sl_status_t sl_peer_check(sl_comm_t *comm, sl_ucx_peer_t *peer);
+/** comm_abort: thread-safe; the owning thread applies it. */
+void        sl_peer_abort(sl_comm_t *comm);
+
+/* ucx_fault.c: a peer's death or an abort applied to every request */
 /** Watches the same-node peers' processes (after the endpoints exist);
  *  from then on pfds holds the UCX event fd and the pidfds. */
 sl_status_t sl_fault_watch(sl_comm_t *comm, const sl_peer_process_t *procs);
 void        sl_fault_cleanup(sl_comm_t *comm);
-/** Records that `peer` died (callable from UCX callbacks); applied by
- *  sl_fault_progress: its subs fail, its endpoint is closed by force.
- *  `direct`: its death was seen (pidfd, a report), not only a UCX error. */
-void        sl_fault_peer_down(sl_ucx_peer_t *peer, int direct,
-                               const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/** When a wait must wake to apply a fault held back for a direct sighting
- *  (0: none). */
-double      sl_fault_wake_at(const sl_comm_t *comm);
-/** The sentence of a failed peer: who, where, how it was seen, what to do. */
-void        sl_fault_describe(const sl_ucx_peer_t *peer, char *buf,
-                              size_t len);
-/** Looks at the pidfds poll() returned on (entries 1..npfds-1). */
-void        sl_fault_polled(sl_comm_t *comm);
-/** Whether something may be posted to `peer` (NULL: any). */
-sl_status_t sl_fault_check(sl_comm_t *comm, sl_ucx_peer_t *peer);
-/** comm_abort: thread-safe; the owning thread applies it. */
-void        sl_fault_abort(sl_comm_t *comm);
 
 /* ucx_request.c: pool, in-flight tags, completion */
 sl_status_t sl_req_pool_init(sl_req_pool_t *pool, int capacity, int tp_size,
@@ -431,12 +452,6 @@ sl_status_t sl_sub_post_host(sl_req_t *req, sl_ucx_peer_t *peer,
 sl_status_t sl_sub_post_notice(sl_req_t *req, sl_ucx_peer_t *peer,
                                sl_sub_kind_t kind, uint64_t tag,
                                sl_status_t status);
-/** Ends a sub and reports it upward (req->sub_done), once; for
- *  ucx_chunked.c, whose transfer ended. */
-void        sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
-                          const char *why);
-/** Ends a receive whose peer gave up and sent `notice`, its status. */
-void        sl_sub_finish_notice(sl_sub_t *sub, sl_status_t notice);
 /** Asks UCX to cancel what is in flight (the end comes through UCX). */
 void        sl_sub_cancel(sl_comm_t *comm, sl_sub_t *sub);
 /** Ends a sub in flight at once after a failure or an abort, leaving what
@@ -459,6 +474,7 @@ void        sl_xfer_sub_done(sl_sub_t *sub, sl_status_t status, size_t length,
 /** Own shard of a receive is in place (SUCCESS) or failed with `status`:
  *  hand it to the gather. */
 void        sl_xfer_shard_arrived(sl_req_t *req, sl_status_t status);
+/* ucx_wire.c: control messages and what UCX's statuses mean */
 /** What a receive matched with SL_TAG_MASK_HEADER on `posted` got. */
 typedef enum sl_msg_kind {
     SL_MSG_DATA,
@@ -472,6 +488,11 @@ sl_msg_kind_t sl_msg_classify(uint64_t posted, const ucp_tag_recv_info_t *info,
 void        sl_notice_make(uint64_t msg[2], sl_status_t status);
 /** The status a received notice stands for (never SUCCESS). */
 sl_status_t sl_notice_status(uint64_t value);
+/** The status of one UCX operation with `peer` ("a transfer", "a chunk"):
+ *  a lost connection marks the peer down, so every path says PEER_FAILED. */
+sl_status_t sl_wire_status(sl_ucx_peer_t *peer, ucs_status_t ucs,
+                           const char *what);
+
 /* ucx_device.c: device memory */
 /** Whether a GPU is usable: known before any exchange. */
 void        sl_device_probe(sl_comm_t *comm);
@@ -485,7 +506,8 @@ int         sl_device_topo_gpus(sl_comm_t *comm, const char *root,
 sl_status_t sl_device_init(sl_comm_t *comm);
 void        sl_device_cleanup(sl_comm_t *comm);
 /** Post-time work of a device request: stream event, and deferral until
- *  the work queued on the host's stream before it is done. */
+ *  the work queued on the host's stream before it is done, reported
+ *  through req->stream_ready. */
 sl_status_t sl_device_prepare(sl_req_t *req);
 sl_status_t sl_device_event_get(sl_comm_t *comm, void **event);
 void        sl_device_event_put(sl_comm_t *comm, void *event);
@@ -499,10 +521,11 @@ int         sl_device_copy_test(void *ctx, void *token, sl_status_t *status);
 
 /* ucx_chunked.c: messages cut in chunks */
 /** Chunked transfer of one sub (large, or in device memory), made but not
- *  posted; sl_chunked_sub_kick posts it.  Its end is reported with
- *  sl_sub_finish. */
+ *  posted; sl_chunked_sub_kick posts it.  Its end is reported through
+ *  `end`. */
 sl_status_t sl_chunked_sub_prepare(sl_sub_t *sub, void *buf, size_t len,
-                                   int recv, sl_staged_t **out);
+                                   int recv, sl_chunked_end_t end,
+                                   sl_staged_t **out);
 void        sl_chunked_sub_kick(sl_staged_t *st);
 void        sl_chunked_cancel(sl_comm_t *comm, sl_staged_t *st);
 /** Gives up a chunked transfer whose peer died with operations in flight
@@ -510,7 +533,8 @@ void        sl_chunked_cancel(sl_comm_t *comm, sl_staged_t *st);
 void        sl_chunked_detach(sl_comm_t *comm, sl_staged_t *st);
 /** A plain receive met a framed sender of `len` bytes: drain its chunks,
  *  then fail the sub with a size mismatch. */
-sl_status_t sl_chunked_drain(sl_sub_t *sub, uint64_t len, sl_staged_t **out);
+sl_status_t sl_chunked_drain(sl_sub_t *sub, uint64_t len, sl_chunked_end_t end,
+                             sl_staged_t **out);
 /** A relay's own shard failed with `status`: the chunks not yet sent go
  *  as notices of it. */
 void        sl_chunked_give_up(sl_sub_t *sub, sl_status_t status);
@@ -528,8 +552,6 @@ int         sl_chunked_framed(const sl_comm_t *comm, size_t len);
  *  relay (scatter_gather, t > 1); both ends know it. */
 int         sl_chunked_relayed(const sl_comm_t *comm);
 void        sl_chunked_cleanup(sl_comm_t *comm);
-/** Posts the subs of a request whose stream work is done. */
-sl_status_t sl_xfer_start(sl_req_t *req);
 
 /* ucx_mem.c: registration and memory types */
 sl_status_t sl_mem_register(sl_comm_t *comm, void *buf, size_t nbytes,

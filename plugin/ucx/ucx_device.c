@@ -257,14 +257,7 @@ static void sl_device_progress_deferred(sl_comm_t *comm)
         sl_device_event_put(comm, req->stream_event);
         req->stream_event = NULL;
         req->deferred     = 0;
-        if (req->status != STAGELINK_SUCCESS) {
-            /* Canceled while it waited: nothing was posted. */
-        } else if (status != STAGELINK_SUCCESS) {
-            sl_req_fail(req, status, "the host's stream failed before the "
-                        "transfer: %s", comm->err.msg);
-        } else if ((status = sl_xfer_start(req)) != STAGELINK_SUCCESS) {
-            sl_req_fail(req, status, "%s", comm->err.msg);
-        }
+        req->stream_ready(req, status); /* its owner starts it, or fails it */
     }
 }
 

@@ -50,9 +50,6 @@
 
 #define SL_FAULT_MAGIC 0x534c4641494c4544ull /* "SLFAILED" */
 
-/* How long a fault known only from a UCX error waits for a direct
- * sighting of the death before it is applied (seconds). */
-#define SL_FAULT_GRACE 0.02
 
 /* How long finalize lets fault reports still queued go out (seconds). */
 #define SL_FAULT_REPORT_DRAIN 0.2
@@ -97,13 +94,6 @@ static uint64_t sl_fault_tag(int sender)
     return sl_tag_encode(&f);
 }
 
-/* The fault is a peer failure known only from a UCX error, not applied yet:
- * a direct sighting may still name another rank. */
-static int sl_fault_unsure(const sl_comm_t *comm)
-{
-    return comm->fault == STAGELINK_ERR_PEER_FAILED && comm->fault_indirect &&
-           !comm->fault_applied;
-}
 
 /* A neighbour rank reports that rank `failed` died. */
 static void sl_fault_reported(sl_comm_t *comm, int failed, int from)
@@ -115,10 +105,10 @@ static void sl_fault_reported(sl_comm_t *comm, int failed, int from)
         sl_ucx_peer_t *peer = sl_fault_peer_at(comm, i);
 
         if (peer->rank == failed && peer->ep != NULL) {
-            sl_fault_peer_down(peer, 1, "rank %d saw it die", from);
+            sl_peer_down(peer, 1, "rank %d saw it die", from);
         }
     }
-    if (comm->fault != STAGELINK_SUCCESS && !sl_fault_unsure(comm)) {
+    if (comm->fault != STAGELINK_SUCCESS && !sl_peer_unsure(comm)) {
         return;
     }
     comm->fault          = STAGELINK_ERR_PEER_FAILED;
@@ -249,14 +239,6 @@ static void sl_fault_report(sl_comm_t *comm)
     }
 }
 
-void sl_fault_init(sl_comm_t *comm)
-{
-    comm->failed_rank    = -1;
-    comm->fault          = STAGELINK_SUCCESS;
-    comm->fault_indirect = 0;
-    comm->reported_at    = 0.0;
-    atomic_init(&comm->aborting, 0);
-}
 
 static void sl_fault_progress(sl_comm_t *comm);
 
@@ -300,7 +282,7 @@ sl_status_t sl_fault_watch(sl_comm_t *comm, const sl_peer_process_t *procs)
         if (fd < 0) {
             /* ESRCH: it died during init, which the first transfer reports. */
             if (errno == ESRCH) {
-                sl_fault_peer_down(peer, 1, "its process (pid %d) exited during "
+                sl_peer_down(peer, 1, "its process (pid %d) exited during "
                                    "init", (int)p->pid);
                 continue;
             }
@@ -363,45 +345,7 @@ void sl_fault_cleanup(sl_comm_t *comm)
     comm->npfds    = 0;
 }
 
-void sl_fault_describe(const sl_ucx_peer_t *peer, char *buf, size_t len)
-{
-    snprintf(buf, len, "rank %d (%s) failed: %s; transfers with it cannot "
-             "complete: finalize the communicator and restart the job (from "
-             "a checkpoint)", peer->rank,
-             peer->inter_node ? "on another node" : "on this node",
-             peer->why);
-}
 
-void sl_fault_peer_down(sl_ucx_peer_t *peer, int direct, const char *fmt,
-                        ...)
-{
-    sl_comm_t *comm = peer->comm;
-    va_list    ap;
-
-    /* Seen again directly (its pidfd after a UCX error, say): that
-     * settles the fault at once. */
-    if (peer->failed && !(direct && sl_fault_unsure(comm))) {
-        return;
-    }
-    peer->failed = 1;
-    va_start(ap, fmt);
-    vsnprintf(peer->why, sizeof(peer->why), fmt, ap);
-    va_end(ap);
-    comm->fault_pending = 1;
-    if (comm->fault == STAGELINK_SUCCESS) {
-        comm->fault_apply_at = sl_time_now() + SL_FAULT_GRACE;
-    } else if (!(direct && sl_fault_unsure(comm))) {
-        goto log;
-    }
-    comm->fault          = STAGELINK_ERR_PEER_FAILED;
-    comm->failed_rank    = peer->rank;
-    comm->fault_indirect = !direct;
-    sl_fault_describe(peer, comm->fault_err.msg, sizeof(comm->fault_err.msg));
-log:
-    /* In finalize the peers close and exit too; that is no failure. */
-    sl_log(comm->closing ? SL_LOG_INFO : SL_LOG_WARN, SL_SUBSYS_NET,
-           "rank %d is gone: %s", peer->rank, peer->why);
-}
 
 /*
  * What UCX will not complete after the forced close: sends to a same-node
@@ -486,28 +430,9 @@ static void sl_fault_apply(sl_comm_t *comm)
     sl_fault_detach(comm, NULL, STAGELINK_ERR_PEER_FAILED, comm->fault_err.msg);
 }
 
-void sl_fault_polled(sl_comm_t *comm)
-{
-    int i;
-
-    for (i = 1; i < comm->npfds; ++i) {
-        if (comm->pfds[i].fd >= 0 && comm->pfds[i].revents != 0) {
-            /* Seen once: a negative fd takes it out of later polls, which
-             * would otherwise return at once for as long as we wait. */
-            comm->pfds[i].fd = -comm->pfds[i].fd - 1;
-            sl_fault_peer_down(comm->pfd_peer[i], 1, "its process exited "
-                               "(seen through its pidfd)");
-        }
-    }
-}
 
 /* After each UCX round: liveness of same-node peers, pending failures and
  * an abort become request errors. */
-double sl_fault_wake_at(const sl_comm_t *comm)
-{
-    return (comm->fault_pending && comm->fault_indirect && !comm->aborted)
-               ? comm->fault_apply_at : 0.0;
-}
 
 static void sl_fault_progress(sl_comm_t *comm)
 {
@@ -518,7 +443,7 @@ static void sl_fault_progress(sl_comm_t *comm)
         if (now >= comm->liveness_next) {
             comm->liveness_next = now + SL_FAULT_LIVENESS_PERIOD;
             if (poll(comm->pfds + 1, (nfds_t)(comm->npfds - 1), 0) > 0) {
-                sl_fault_polled(comm);
+                sl_peer_polled(comm);
             }
         }
     }
@@ -530,30 +455,4 @@ static void sl_fault_progress(sl_comm_t *comm)
     }
 }
 
-sl_status_t sl_fault_check(sl_comm_t *comm, sl_ucx_peer_t *peer)
-{
-    if (comm->aborted ||
-        atomic_load_explicit(&comm->aborting, memory_order_relaxed)) {
-        return sl_error(&comm->err, STAGELINK_ERR_ABORTED, "the "
-                        "communicator was aborted (comm_abort): nothing can "
-                        "be posted on it; finalize it");
-    }
-    if (peer != NULL && peer->failed) {
-        return sl_error(&comm->err, STAGELINK_ERR_PEER_FAILED,
-                        "rank %d cannot be reached: %s", peer->rank,
-                        peer->why);
-    }
-    if (comm->fault == STAGELINK_ERR_PEER_FAILED) {
-        return sl_error(&comm->err, STAGELINK_ERR_PEER_FAILED,
-                        "nothing can be posted after a failure: %s",
-                        comm->fault_err.msg);
-    }
-    return STAGELINK_SUCCESS;
-}
 
-void sl_fault_abort(sl_comm_t *comm)
-{
-    atomic_store_explicit(&comm->aborting, 1, memory_order_release);
-    /* Wakes the owning thread if it sleeps in poll() on the event fd. */
-    ucp_worker_signal(comm->worker);
-}

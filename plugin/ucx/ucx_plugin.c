@@ -212,7 +212,7 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *config,
     }
     comm->magic     = SL_COMM_MAGIC;
     comm->prev.rank = comm->next.rank = -1;
-    sl_fault_init(comm);
+    sl_peer_init(comm);
     if (sl_progress_init(comm) != STAGELINK_SUCCESS) {
         sl_thread_err = comm->err;
         free(comm);
@@ -378,7 +378,7 @@ static stagelink_status_t sl_ucx_post(stagelink_comm_t *comm,
                         "the request output pointer is NULL");
     }
     *request = NULL;
-    SL_CHECK(sl_fault_check(comm, NULL));
+    SL_CHECK(sl_peer_check(comm, NULL));
     return sl_xfer_post(comm, kind, xfer, request);
 }
 
@@ -408,7 +408,7 @@ static stagelink_status_t sl_ucx_post_batch(stagelink_comm_t *comm,
                         "requests (%p)", count, (const void *)ops,
                         (void *)requests);
     }
-    SL_CHECK(sl_fault_check(comm, NULL));
+    SL_CHECK(sl_peer_check(comm, NULL));
     return sl_xfer_post_batch(comm, ops, count, requests);
 }
 
@@ -558,7 +558,7 @@ static size_t sl_ucx_describe(char *buf, size_t len)
 static stagelink_status_t sl_ucx_comm_abort(stagelink_comm_t *comm)
 {
     SL_LIVE(comm, "comm_abort");
-    sl_fault_abort(comm);
+    sl_peer_abort(comm);
     return STAGELINK_SUCCESS;
 }
 

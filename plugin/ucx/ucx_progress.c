@@ -148,7 +148,7 @@ sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake)
     }
     /* Same-node peers' pidfds wake it too when one of them dies; a fault
      * held back for a direct sighting, when its grace ends. */
-    wake    = sl_deadline_earlier(wake, sl_fault_wake_at(comm));
+    wake    = sl_deadline_earlier(wake, sl_peer_wake_at(comm));
     tx      = sl_progress_tx_pending(comm);
     timeout = tx ? s->tx_ms : sl_deadline_ms(wake);
     if (thread) {
@@ -177,7 +177,7 @@ sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake)
                         strerror(saved));
     }
     if (ready > 0 && comm->npfds > 1) {
-        sl_fault_polled(comm);
+        sl_peer_polled(comm);
     }
     return STAGELINK_SUCCESS;
 }

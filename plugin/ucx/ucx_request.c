@@ -89,7 +89,6 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->backward      = backward;
     req->pending       = 0;
     req->nsubs         = 0;
-    req->stage_done    = 0;
     req->gather_posted = 0;
     req->needs_gather  = 0;
     req->status        = STAGELINK_SUCCESS;
@@ -194,8 +193,9 @@ int sl_req_done(const sl_req_t *req)
  * ends: the host's stream waits for its collective. */
 static void sl_req_gather_complete(sl_req_t *req)
 {
-    if (req->gather != NULL && req->gather->complete != NULL) {
-        req->gather->complete(req->gather_state, req);
+    if (req->gather != NULL && req->gather->complete != NULL &&
+        req->gather->complete(req->gather_state, req) != STAGELINK_SUCCESS) {
+        sl_req_fail(req, STAGELINK_ERR_TRANSPORT, "%s", req->comm->err.msg);
     }
 }
 

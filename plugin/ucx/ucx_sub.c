@@ -43,7 +43,7 @@ int sl_sub_in_flight(const sl_sub_t *sub)
     return sub->state == SL_SUB_PLAIN || sub->state == SL_SUB_CHUNKED;
 }
 
-void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
+static void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
                    const char *why)
 {
     sl_req_t  *req  = sub->req;
@@ -63,49 +63,49 @@ void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
     req->sub_done(sub, status, length, why);
 }
 
-void sl_sub_finish_notice(sl_sub_t *sub, sl_status_t notice)
+/* A receive whose peer gave up and sent `notice`, its status. */
+static void sl_sub_finish_notice(sl_sub_t *sub, sl_status_t notice)
 {
     sub->notice = notice;
     sl_sub_finish(sub, STAGELINK_SUCCESS, sub->expected, "");
 }
 
+/* The end of a sub's chunked transfer (sl_chunked_end_t). */
+static void sl_sub_chunked_end(sl_sub_t *sub, sl_status_t status,
+                               sl_status_t notice, size_t length,
+                               const char *why)
+{
+    if (notice != STAGELINK_SUCCESS) {
+        sl_sub_finish_notice(sub, notice);
+    } else {
+        sl_sub_finish(sub, status, length, why);
+    }
+}
+
 /* UCX's outcome of one operation, in stagelink's terms. */
 static void sl_sub_complete(sl_sub_t *sub, ucs_status_t ucs, size_t length)
 {
-    char why[SL_ERRBUF_LEN];
+    sl_status_t status = sl_wire_status(sub->peer, ucs, "a transfer");
+    char        why[SL_ERRBUF_LEN] = "";
 
-    switch (ucs) {
-    case UCS_OK:
-        sl_sub_finish(sub, STAGELINK_SUCCESS, length, "");
-        return;
-    case UCS_ERR_CANCELED:
-        sl_sub_finish(sub, STAGELINK_ERR_CANCELED, 0, "");
-        return;
-    case UCS_ERR_MESSAGE_TRUNCATED:
+    switch (status) {
+    case STAGELINK_SUCCESS:
+        break;
+    case STAGELINK_ERR_SIZE_MISMATCH:
         snprintf(why, sizeof(why), "the sender sent more than the %zu bytes "
                  "expected; both sides must pass the same nbytes and "
-                 "elem_size",
-                 sub->expected);
-        sl_sub_finish(sub, STAGELINK_ERR_SIZE_MISMATCH, 0, why);
-        return;
-    case UCS_ERR_CONNECTION_RESET:
-    case UCS_ERR_ENDPOINT_TIMEOUT:
-    case UCS_ERR_UNREACHABLE:
-        /* Seen on the operation before (or instead of) the endpoint's
-         * error callback. */
-        sl_fault_peer_down(sub->peer, 0, "UCX reported \"%s\" on a transfer",
-                           ucs_status_string(ucs));
+                 "elem_size", sub->expected);
+        break;
+    case STAGELINK_ERR_PEER_FAILED:
+        sl_peer_describe(sub->peer, why, sizeof(why));
+        break;
+    case STAGELINK_ERR_TRANSPORT:
+        snprintf(why, sizeof(why), "UCX: %s", ucs_status_string(ucs));
         break;
     default:
         break;
     }
-    if (sub->peer->failed) {
-        sl_fault_describe(sub->peer, why, sizeof(why));
-        sl_sub_finish(sub, STAGELINK_ERR_PEER_FAILED, 0, why);
-        return;
-    }
-    snprintf(why, sizeof(why), "UCX: %s", ucs_status_string(ucs));
-    sl_sub_finish(sub, STAGELINK_ERR_TRANSPORT, 0, why);
+    sl_sub_finish(sub, status, (status == STAGELINK_SUCCESS) ? length : 0, why);
 }
 
 static void sl_sub_send_cb(void *request, ucs_status_t status, void *user_data)
@@ -133,7 +133,7 @@ static void sl_sub_drain(sl_sub_t *sub, uint64_t len)
 {
     sl_staged_t *st;
 
-    if (sl_chunked_drain(sub, len, &st) != STAGELINK_SUCCESS) {
+    if (sl_chunked_drain(sub, len, sl_sub_chunked_end, &st) != STAGELINK_SUCCESS) {
         sl_sub_finish(sub, STAGELINK_ERR_SIZE_MISMATCH, 0,
                       sub->req->comm->err.msg);
         return;
@@ -265,7 +265,8 @@ static sl_status_t sl_sub_chunked(sl_sub_t *sub, void *buf, size_t len,
                                   int recv)
 {
     sl_staged_t *st;
-    sl_status_t  status = sl_chunked_sub_prepare(sub, buf, len, recv, &st);
+    sl_status_t  status = sl_chunked_sub_prepare(sub, buf, len, recv,
+                                                 sl_sub_chunked_end, &st);
 
     if (status != STAGELINK_SUCCESS) {
         sl_sub_finish(sub, status, 0, sub->req->comm->err.msg);
@@ -289,7 +290,7 @@ static sl_status_t sl_sub_post(sl_req_t *req, sl_ucx_peer_t *peer,
     unsigned char      *land;
 
     sub->buf = buf;
-    status   = sl_fault_check(req->comm, peer);
+    status   = sl_peer_check(req->comm, peer);
     if (status != STAGELINK_SUCCESS) {
         sl_sub_finish(sub, status, 0, req->comm->err.msg);
         return status;
@@ -328,7 +329,7 @@ sl_status_t sl_sub_post_notice(sl_req_t *req, sl_ucx_peer_t *peer,
                        req->shard.length <= SL_CTL_LEN)
                           ? req->shard.length + 1 : SL_CTL_LEN;
     sl_sub_t   *sub = sl_sub_new(req, peer, kind, tag, len);
-    sl_status_t s   = sl_fault_check(req->comm, peer);
+    sl_status_t s   = sl_peer_check(req->comm, peer);
 
     sub->notice = status;
     if (s != STAGELINK_SUCCESS) {

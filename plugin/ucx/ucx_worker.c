@@ -140,7 +140,7 @@ static void sl_ucx_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     (void)ep;
     sl_ucx_callback_ran();
-    sl_fault_peer_down(arg, 0, "UCX reported \"%s\" on its endpoint",
+    sl_peer_down(arg, 0, "UCX reported \"%s\" on its endpoint",
                        ucs_status_string(status));
 }
 
@@ -360,14 +360,6 @@ void sl_ucx_worker_destroy(sl_comm_t *comm)
         sl_mem_cleanup(comm);
         ucp_cleanup(comm->ucp_ctx);
         comm->ucp_ctx = NULL;
-    }
-}
-
-void sl_ucx_progress_register(sl_comm_t *comm, const sl_progress_hook_t *hook)
-{
-    /* Fixed at build time: every subsystem registers once. */
-    if (comm->nhooks < SL_MAX_PROGRESS_HOOKS) {
-        comm->hooks[comm->nhooks++] = hook;
     }
 }
 

@@ -47,42 +47,6 @@ static void sl_sub_peer_failed(sl_req_t *req, const sl_sub_t *sub)
                 req->xfer.tag.chunk, stagelink_status_string(sub->notice));
 }
 
-void sl_notice_make(uint64_t msg[2], sl_status_t status)
-{
-    msg[0] = SL_NOTICE_MAGIC;
-    msg[1] = (uint64_t)status;
-}
-
-sl_status_t sl_notice_status(uint64_t value)
-{
-    /* SUCCESS or an unknown value would hide the failure. */
-    return (value == 0 || value > STAGELINK_ERR_ABORTED)
-               ? STAGELINK_ERR_TRANSPORT : (sl_status_t)value;
-}
-
-sl_msg_kind_t sl_msg_classify(uint64_t posted, const ucp_tag_recv_info_t *info,
-                              const void *msg, uint64_t *value)
-{
-    int      ctl = -1; /* unknown: a garbage sender_tag (see sl_tag.h) */
-    uint64_t w[2];
-
-    if ((info->sender_tag & SL_TAG_MASK_HEADER) == posted) {
-        ctl = (info->sender_tag & SL_TAG_HEADER) != 0;
-    }
-    if (ctl == 0 || info->length != SL_CTL_LEN) {
-        return (ctl == 1) ? SL_MSG_BAD : SL_MSG_DATA;
-    }
-    memcpy(w, msg, sizeof(w));
-    *value = w[1];
-    if (w[0] == SL_HEADER_MAGIC) {
-        return SL_MSG_HEADER;
-    }
-    if (w[0] == SL_NOTICE_MAGIC) {
-        return SL_MSG_NOTICE;
-    }
-    return (ctl == 1) ? SL_MSG_BAD : SL_MSG_DATA;
-}
-
 void sl_xfer_sub_done(sl_sub_t *sub, sl_status_t status, size_t length,
                       const char *why)
 {
@@ -129,7 +93,6 @@ void sl_xfer_sub_done(sl_sub_t *sub, sl_status_t status, size_t length,
     }
 
     if (sub->kind == SL_SUB_STAGE_RECV) {
-        req->stage_done = 1;
         own = (status != STAGELINK_SUCCESS)          ? status
             : (sub->notice != STAGELINK_SUCCESS)     ? sub->notice
             : (length != sub->expected)              ? STAGELINK_ERR_SIZE_MISMATCH
@@ -230,7 +193,7 @@ static void sl_xfer_abort(sl_comm_t *comm, sl_req_t *req)
     }
 }
 
-sl_status_t sl_xfer_start(sl_req_t *req)
+static sl_status_t sl_xfer_start(sl_req_t *req)
 {
     sl_tag_fields_t f    = {.cls        = SL_TAG_CLASS_STAGE,
                             .backward   = req->backward,
@@ -250,6 +213,23 @@ sl_status_t sl_xfer_start(sl_req_t *req)
                             sl_tag_encode(&f), buf, req->shard.length);
 }
 
+/* A device request's stream is past its post: start it, unless it was
+ * canceled while it waited (nothing was posted) or the stream failed. */
+static void sl_xfer_stream_ready(sl_req_t *req, sl_status_t status)
+{
+    sl_comm_t *comm = req->comm;
+
+    if (req->status != STAGELINK_SUCCESS) {
+        return;
+    }
+    if (status != STAGELINK_SUCCESS) {
+        sl_req_fail(req, status, "the host's stream failed before the "
+                    "transfer: %s", comm->err.msg);
+    } else if ((status = sl_xfer_start(req)) != STAGELINK_SUCCESS) {
+        sl_req_fail(req, status, "%s", comm->err.msg);
+    }
+}
+
 static sl_status_t sl_xfer_post_one(sl_comm_t *comm, stagelink_op_kind_t kind,
                                     const stagelink_xfer_t *xfer, int may_ask,
                                     sl_req_t **req_out)
@@ -263,8 +243,8 @@ static sl_status_t sl_xfer_post_one(sl_comm_t *comm, stagelink_op_kind_t kind,
     SL_CHECK(sl_xfer_validate(comm, kind, xfer, may_ask, &backward, &mem_type));
     SL_CHECK(sl_req_get(comm, kind, xfer, backward, &req));
 
-    req->mode   = comm->mode;
-    req->device = (mem_type == STAGELINK_MEM_CUDA);
+    req->device       = (mem_type == STAGELINK_MEM_CUDA);
+    req->stream_ready = sl_xfer_stream_ready;
     req->peer   = (xfer->peer == STAGELINK_PEER_NEXT) ? &comm->next : &comm->prev;
     if (comm->mode == STAGELINK_MODE_FULL) {
         req->shard = (sl_shard_t){0, xfer->nbytes};

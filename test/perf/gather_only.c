@@ -28,7 +28,6 @@ static int gather_locked(sl_comm_t *comm, unsigned char *buf, size_t n,
     if (sl_req_get(comm, STAGELINK_OP_RECV, &x, 0, &req) != STAGELINK_SUCCESS) {
         return -1;
     }
-    req->mode         = STAGELINK_MODE_SCATTER_GATHER;
     req->peer         = &comm->tp_peers[comm->layout.tp_index];
     req->shard        = sl_shard_get(n, 1, comm->layout.tp_size,
                                      comm->layout.tp_index);

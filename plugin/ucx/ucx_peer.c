@@ -1,0 +1,124 @@
+/*
+ * Peer health: what this rank knows of its peers' deaths and of an abort,
+ * recorded from wherever it is seen (a UCX callback, a pidfd, a report)
+ * and read by every layer before it posts.  ucx_fault.c applies it to the
+ * requests; nothing here touches one.
+ * SPDX-License-Identifier: MIT
+ */
+#include "ucx_comm.h"
+
+#include "sl_log.h"
+#include "sl_time.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+/* How long a fault known only from a UCX error waits for a direct
+ * sighting of the death before it is applied (seconds). */
+#define SL_FAULT_GRACE 0.02
+
+/* The fault is a peer failure known only from a UCX error, not applied yet:
+ * a direct sighting may still name another rank. */
+int sl_peer_unsure(const sl_comm_t *comm)
+{
+    return comm->fault == STAGELINK_ERR_PEER_FAILED && comm->fault_indirect &&
+           !comm->fault_applied;
+}
+
+void sl_peer_init(sl_comm_t *comm)
+{
+    comm->failed_rank    = -1;
+    comm->fault          = STAGELINK_SUCCESS;
+    comm->fault_indirect = 0;
+    comm->reported_at    = 0.0;
+    atomic_init(&comm->aborting, 0);
+}
+
+void sl_peer_describe(const sl_ucx_peer_t *peer, char *buf, size_t len)
+{
+    snprintf(buf, len, "rank %d (%s) failed: %s; transfers with it cannot "
+             "complete: finalize the communicator and restart the job (from "
+             "a checkpoint)", peer->rank,
+             peer->inter_node ? "on another node" : "on this node",
+             peer->why);
+}
+
+void sl_peer_down(sl_ucx_peer_t *peer, int direct, const char *fmt,
+                        ...)
+{
+    sl_comm_t *comm = peer->comm;
+    va_list    ap;
+
+    /* Seen again directly (its pidfd after a UCX error, say): that
+     * settles the fault at once. */
+    if (peer->failed && !(direct && sl_peer_unsure(comm))) {
+        return;
+    }
+    peer->failed = 1;
+    va_start(ap, fmt);
+    vsnprintf(peer->why, sizeof(peer->why), fmt, ap);
+    va_end(ap);
+    comm->fault_pending = 1;
+    if (comm->fault == STAGELINK_SUCCESS) {
+        comm->fault_apply_at = sl_time_now() + SL_FAULT_GRACE;
+    } else if (!(direct && sl_peer_unsure(comm))) {
+        goto log;
+    }
+    comm->fault          = STAGELINK_ERR_PEER_FAILED;
+    comm->failed_rank    = peer->rank;
+    comm->fault_indirect = !direct;
+    sl_peer_describe(peer, comm->fault_err.msg, sizeof(comm->fault_err.msg));
+log:
+    /* In finalize the peers close and exit too; that is no failure. */
+    sl_log(comm->closing ? SL_LOG_INFO : SL_LOG_WARN, SL_SUBSYS_NET,
+           "rank %d is gone: %s", peer->rank, peer->why);
+}
+
+void sl_peer_polled(sl_comm_t *comm)
+{
+    int i;
+
+    for (i = 1; i < comm->npfds; ++i) {
+        if (comm->pfds[i].fd >= 0 && comm->pfds[i].revents != 0) {
+            /* Seen once: a negative fd takes it out of later polls, which
+             * would otherwise return at once for as long as we wait. */
+            comm->pfds[i].fd = -comm->pfds[i].fd - 1;
+            sl_peer_down(comm->pfd_peer[i], 1, "its process exited "
+                               "(seen through its pidfd)");
+        }
+    }
+}
+
+double sl_peer_wake_at(const sl_comm_t *comm)
+{
+    return (comm->fault_pending && comm->fault_indirect && !comm->aborted)
+               ? comm->fault_apply_at : 0.0;
+}
+
+sl_status_t sl_peer_check(sl_comm_t *comm, sl_ucx_peer_t *peer)
+{
+    if (comm->aborted ||
+        atomic_load_explicit(&comm->aborting, memory_order_relaxed)) {
+        return sl_error(&comm->err, STAGELINK_ERR_ABORTED, "the "
+                        "communicator was aborted (comm_abort): nothing can "
+                        "be posted on it; finalize it");
+    }
+    if (peer != NULL && peer->failed) {
+        return sl_error(&comm->err, STAGELINK_ERR_PEER_FAILED,
+                        "rank %d cannot be reached: %s", peer->rank,
+                        peer->why);
+    }
+    if (comm->fault == STAGELINK_ERR_PEER_FAILED) {
+        return sl_error(&comm->err, STAGELINK_ERR_PEER_FAILED,
+                        "nothing can be posted after a failure: %s",
+                        comm->fault_err.msg);
+    }
+    return STAGELINK_SUCCESS;
+}
+
+void sl_peer_abort(sl_comm_t *comm)
+{
+    atomic_store_explicit(&comm->aborting, 1, memory_order_release);
+    /* Wakes the owning thread if it sleeps in poll() on the event fd. */
+    ucp_worker_signal(comm->worker);
+}
