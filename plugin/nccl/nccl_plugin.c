@@ -23,6 +23,7 @@
 #include "sl_settings.h"
 #include "sl_shard.h"
 #include "sl_time.h"
+#include "sl_xfer_check.h"
 
 #include <stdio.h>
 #include <stdatomic.h>
@@ -294,13 +295,6 @@ static stagelink_status_t sl_nccl_mem_deregister(stagelink_comm_t *c,
     return STAGELINK_SUCCESS;
 }
 
-/* Whether a transfer runs backward (gradients): sends to the previous
- * stage and receives from the next one. */
-static int sl_nccl_backward(stagelink_op_kind_t kind, const stagelink_xfer_t *x)
-{
-    return (kind == STAGELINK_OP_SEND) != (x->peer == STAGELINK_PEER_NEXT);
-}
-
 /* The two-rank communicator of a (checked) transfer and the peer's rank in it. */
 static void sl_nccl_route(const sl_ncomm_t *c, const stagelink_xfer_t *x,
                           ncclComm_t *pair, int *peer)
@@ -311,15 +305,6 @@ static void sl_nccl_route(const sl_ncomm_t *c, const stagelink_xfer_t *x,
     *peer = to_next ? 1 : 0;
 }
 
-/* Same (kind, direction, microbatch, chunk): they cannot both be in flight. */
-static int sl_nccl_same_tag(stagelink_op_kind_t kind_a, int backward_a,
-                            stagelink_tag_t a, stagelink_op_kind_t kind_b,
-                            int backward_b, stagelink_tag_t b)
-{
-    return kind_a == kind_b && backward_a == backward_b &&
-           a.microbatch == b.microbatch && a.chunk == b.chunk;
-}
-
 /*
  * Checks one transfer, before any request slot is claimed for it (so the
  * scan for a tag in flight cannot meet the transfer's own request).
@@ -327,81 +312,39 @@ static int sl_nccl_same_tag(stagelink_op_kind_t kind_a, int backward_a,
 static sl_status_t sl_nccl_check_xfer(sl_ncomm_t *c, stagelink_op_kind_t kind,
                                       const stagelink_xfer_t *x)
 {
-    const char *op = (kind == STAGELINK_OP_SEND) ? "send" : "receive";
-    int         to_next, backward, i;
+    int backward, i;
 
-    if (x == NULL || (x->peer != STAGELINK_PEER_NEXT &&
-                      x->peer != STAGELINK_PEER_PREV)) {
-        return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG,
-                        "%s: NULL transfer or bad peer", op);
-    }
-    to_next = (x->peer == STAGELINK_PEER_NEXT);
-    if ((to_next ? c->layout.next_rank : c->layout.prev_rank) < 0) {
-        return sl_error(&c->err, STAGELINK_ERR_NO_PEER,
-                        "%s: rank %d is the %s pipeline stage", op,
-                        c->layout.rank, to_next ? "last" : "first");
-    }
-    if ((x->buf == NULL && x->nbytes > 0) ||
-        x->tag.chunk > STAGELINK_TAG_MAX_CHUNK || x->tag.reserved != 0) {
-        return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG,
-                        "%s of %zu bytes: NULL buffer or bad tag", op,
-                        x->nbytes);
-    }
-    SL_CHECK(sl_shard_check(x->nbytes, x->elem_size, &c->err));
+    SL_CHECK(sl_xfer_check(&c->layout, kind, x, &backward, &c->err));
     if (x->nbytes > 0 &&
         (x->mem_type == STAGELINK_MEM_HOST ||
          (x->mem_type == STAGELINK_MEM_AUTO &&
           c->gpu->classify(x->buf) == STAGELINK_MEM_HOST))) {
         return sl_error(&c->err, STAGELINK_ERR_UNSUPPORTED,
                         "%s: the NCCL plugin moves device memory only; use "
-                        "STAGELINK_PLUGIN=ucx for host buffers", op);
+                        "STAGELINK_PLUGIN=ucx for host buffers",
+                        (kind == STAGELINK_OP_SEND) ? "send" : "receive");
     }
-    backward = sl_nccl_backward(kind, x);
     for (i = 0; i < c->set.max_requests; ++i) {
         const sl_nreq_t *r = &c->reqs[i];
-        if (r->in_use &&
-            sl_nccl_same_tag(r->kind, r->backward, r->tag, kind, backward,
-                             x->tag)) {
-            return sl_error(&c->err, STAGELINK_ERR_TAG_IN_USE,
-                            "a %s with microbatch %u chunk %u is already in "
-                            "flight", op, x->tag.microbatch, x->tag.chunk);
+
+        if (r->in_use && sl_xfer_same_tag(r->kind, r->backward, r->tag, kind,
+                                          backward, x->tag)) {
+            return sl_xfer_tag_in_use(kind, backward, x->tag, &c->err);
         }
     }
     return STAGELINK_SUCCESS;
 }
 
-/*
- * Checks a whole batch before anything of it is claimed or enqueued: each
- * transfer, and no (kind, direction, microbatch, chunk) twice in it.
- */
+/* A whole batch before anything of it is claimed or enqueued. */
 static sl_status_t sl_nccl_check_batch(sl_ncomm_t *c, const stagelink_op_t *ops,
                                        size_t n)
 {
-    size_t i, j;
+    size_t i;
 
     for (i = 0; i < n; ++i) {
         SL_CHECK(sl_nccl_check_xfer(c, ops[i].kind, &ops[i].xfer));
-        for (j = 0; j < i; ++j) {
-            if (sl_nccl_same_tag(ops[j].kind,
-                                 sl_nccl_backward(ops[j].kind, &ops[j].xfer),
-                                 ops[j].xfer.tag, ops[i].kind,
-                                 sl_nccl_backward(ops[i].kind, &ops[i].xfer),
-                                 ops[i].xfer.tag)) {
-                return sl_error(&c->err, STAGELINK_ERR_TAG_IN_USE,
-                                "operations %zu and %zu of the batch are both "
-                                "a %s %s with microbatch %u chunk %u; a tag "
-                                "can be in flight only once; nothing of the "
-                                "batch was posted", j, i,
-                                sl_nccl_backward(ops[i].kind, &ops[i].xfer)
-                                    ? "backward" : "forward",
-                                (ops[i].kind == STAGELINK_OP_SEND) ? "send"
-                                                                   : "receive",
-                                ops[i].xfer.tag.microbatch,
-                                ops[i].xfer.tag.chunk);
-            }
-        }
     }
-    return STAGELINK_SUCCESS;
+    return sl_xfer_check_batch(ops, n, &c->err);
 }
 
 static sl_status_t sl_nccl_req_get(sl_ncomm_t *c, sl_nreq_t **out)
@@ -508,7 +451,7 @@ static stagelink_status_t sl_nccl_post_batch(stagelink_comm_t *c,
             }
             return status;
         }
-        reqs[i]->backward = sl_nccl_backward(ops[i].kind, &ops[i].xfer);
+        reqs[i]->backward = sl_xfer_backward(ops[i].kind, &ops[i].xfer);
         reqs[i]->kind     = ops[i].kind;
         reqs[i]->tag      = ops[i].xfer.tag;
     }

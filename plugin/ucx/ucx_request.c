@@ -8,6 +8,7 @@
 
 #include "sl_log.h"
 #include "sl_time.h"
+#include "sl_xfer_check.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -48,14 +49,6 @@ void sl_req_pool_cleanup(sl_req_pool_t *pool)
     memset(pool, 0, sizeof(*pool));
 }
 
-static int sl_req_same_tag(const sl_req_t *a, stagelink_op_kind_t kind,
-                           const stagelink_xfer_t *xfer, int backward)
-{
-    return a->kind == kind && a->backward == backward &&
-           a->xfer.tag.microbatch == xfer->tag.microbatch &&
-           a->xfer.tag.chunk == xfer->tag.chunk;
-}
-
 sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
                        const stagelink_xfer_t *xfer, int backward,
                        sl_req_t **req_out)
@@ -64,13 +57,9 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     sl_req_t      *req;
 
     for (req = pool->active; req != NULL; req = req->next) {
-        if (sl_req_same_tag(req, kind, xfer, backward)) {
-            return sl_error(&comm->err, STAGELINK_ERR_TAG_IN_USE,
-                            "a %s %s with microbatch %u chunk %u is already "
-                            "in flight; complete it before reusing the tag",
-                            backward ? "backward" : "forward",
-                            (kind == STAGELINK_OP_SEND) ? "send" : "receive",
-                            xfer->tag.microbatch, xfer->tag.chunk);
+        if (sl_xfer_same_tag(req->kind, req->backward, req->xfer.tag, kind,
+                             backward, xfer->tag)) {
+            return sl_xfer_tag_in_use(kind, backward, xfer->tag, &comm->err);
         }
     }
     req = pool->free_list;

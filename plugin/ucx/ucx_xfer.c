@@ -10,6 +10,7 @@
 
 #include "sl_log.h"
 #include "sl_tag.h"
+#include "sl_xfer_check.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -122,65 +123,14 @@ void sl_xfer_shard_arrived(sl_req_t *req, sl_status_t own)
      * taken by the next transfer with the same tag. */
 }
 
-/* Sends to next and receives from prev carry activations forward. */
-static int sl_xfer_backward(stagelink_op_kind_t kind, const stagelink_xfer_t *xfer)
-{
-    return (kind == STAGELINK_OP_SEND) != (xfer->peer == STAGELINK_PEER_NEXT);
-}
-
-/** Checks one transfer before anything is posted (may_ask: see
- *  sl_mem_resolve). */
+/* Checks one transfer before anything is posted (may_ask: see
+ * sl_mem_resolve). */
 static sl_status_t sl_xfer_validate(sl_comm_t *comm, stagelink_op_kind_t kind,
                                     const stagelink_xfer_t *xfer, int may_ask,
                                     int *backward,
                                     stagelink_mem_type_t *mem_type)
 {
-    const char          *op = (kind == STAGELINK_OP_SEND) ? "send" : "receive";
-    int                  to_next;
-
-    if (xfer == NULL) {
-        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
-                        "%s: the transfer descriptor is NULL", op);
-    }
-    if (kind != STAGELINK_OP_SEND && kind != STAGELINK_OP_RECV) {
-        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
-                        "operation kind %d is neither STAGELINK_OP_SEND nor "
-                        "STAGELINK_OP_RECV", (int)kind);
-    }
-    if (xfer->peer != STAGELINK_PEER_NEXT && xfer->peer != STAGELINK_PEER_PREV) {
-        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
-                        "%s: peer %d is neither STAGELINK_PEER_NEXT nor "
-                        "STAGELINK_PEER_PREV", op, (int)xfer->peer);
-    }
-    to_next = (xfer->peer == STAGELINK_PEER_NEXT);
-    if ((to_next ? comm->next.rank : comm->prev.rank) < 0) {
-        return sl_error(&comm->err, STAGELINK_ERR_NO_PEER,
-                        "%s %s stage: rank %d is the %s pipeline stage", op,
-                        to_next ? "to/from the next" : "to/from the previous",
-                        comm->layout.rank, to_next ? "last" : "first");
-    }
-    if (xfer->buf == NULL && xfer->nbytes > 0) {
-        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
-                        "%s of %zu bytes with a NULL buffer", op,
-                        xfer->nbytes);
-    }
-    SL_CHECK(sl_shard_check(xfer->nbytes, xfer->elem_size, &comm->err));
-    if (xfer->tag.chunk > STAGELINK_TAG_MAX_CHUNK || xfer->tag.reserved != 0) {
-        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
-                        "%s: tag chunk %u exceeds %u or reserved field is %u "
-                        "(must be 0)", op, xfer->tag.chunk,
-                        STAGELINK_TAG_MAX_CHUNK, xfer->tag.reserved);
-    }
-    *backward = sl_xfer_backward(kind, xfer);
-    if (xfer->tag.direction > STAGELINK_DIR_BACKWARD ||
-        (xfer->tag.direction != STAGELINK_DIR_AUTO &&
-         (xfer->tag.direction == STAGELINK_DIR_BACKWARD) != *backward)) {
-        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
-                        "%s to %s stage: tag direction %u contradicts the "
-                        "peer (a %s transfer); use STAGELINK_DIR_AUTO", op,
-                        to_next ? "next" : "previous", xfer->tag.direction,
-                        *backward ? "backward" : "forward");
-    }
+    SL_CHECK(sl_xfer_check(&comm->layout, kind, xfer, backward, &comm->err));
     return sl_mem_resolve(comm, xfer, may_ask, mem_type);
 }
 
@@ -288,14 +238,6 @@ sl_status_t sl_xfer_post(sl_comm_t *comm, stagelink_op_kind_t kind,
     return sl_xfer_post_one(comm, kind, xfer, 1, req_out);
 }
 
-static int sl_op_same_tag(const stagelink_op_t *a, int a_bwd,
-                          const stagelink_op_t *b, int b_bwd)
-{
-    return a->kind == b->kind && a_bwd == b_bwd &&
-           a->xfer.tag.microbatch == b->xfer.tag.microbatch &&
-           a->xfer.tag.chunk == b->xfer.tag.chunk;
-}
-
 sl_status_t sl_xfer_post_batch(sl_comm_t *comm, const stagelink_op_t *ops,
                                size_t count, sl_req_t **reqs)
 {
@@ -303,7 +245,7 @@ sl_status_t sl_xfer_post_batch(sl_comm_t *comm, const stagelink_op_t *ops,
     stagelink_mem_type_t mem_type;
     sl_errbuf_t          saved;
     sl_status_t status = STAGELINK_SUCCESS;
-    size_t      i, j, posted = 0;
+    size_t      i, posted = 0;
     int         pass;
 
     /* Everything is checked before anything is posted, so a bad element
@@ -311,17 +253,8 @@ sl_status_t sl_xfer_post_batch(sl_comm_t *comm, const stagelink_op_t *ops,
     for (i = 0; i < count; ++i) {
         SL_CHECK(sl_xfer_validate(comm, ops[i].kind, &ops[i].xfer, 1, &bwd_i,
                                   &mem_type));
-        for (j = 0; j < i; ++j) {
-            if (sl_op_same_tag(&ops[i], bwd_i, &ops[j],
-                               sl_xfer_backward(ops[j].kind, &ops[j].xfer))) {
-                return sl_error(&comm->err, STAGELINK_ERR_TAG_IN_USE,
-                                "batch elements %zu and %zu have the same "
-                                "direction, kind, microbatch %u and chunk %u",
-                                j, i, ops[i].xfer.tag.microbatch,
-                                ops[i].xfer.tag.chunk);
-            }
-        }
     }
+    SL_CHECK(sl_xfer_check_batch(ops, count, &comm->err));
     for (i = 0; i < count; ++i) {
         reqs[i] = NULL;
     }
