@@ -337,9 +337,7 @@ int sl_staging_progress(sl_staging_xfer_t *x)
         /* A chunk that completed inside its post (a short send, a failure
          * notice) reports no event to wake this side later: its slot
          * takes the next chunk now.  Each pass releases a slot, so this
-         * ends within nchunks passes.  (Seen: a sender of notices stopped
-         * after 3 windows of 4 and slept until its deadline; seed
-         * 954441796885 of stagelink_stress over two namespaces.) */
+         * ends within nchunks passes. */
     } while (sl_staging_any_done(x));
     x->in_progress = 0;
     return x->done == x->nchunks;

@@ -49,13 +49,9 @@ static uint64_t sl_chunk_tag(const sl_staged_t *st, size_t index)
  * relays: it forwards chunk k of its shard only once chunk k has landed,
  * so the gather trails the shard by a chunk.  A message above 1 MiB is
  * cut in sixteenths, within 256 KiB (below which per-message costs show)
- * and 1 MiB (the bounce buffers); one of at most 1 MiB still goes whole.
- * Measured on two namespaces over an 8 Gbit/s link, the 1F1B step of 16
- * microbatches, medians of five runs against a fixed 1 MiB: t = 2, 4 MiB
- * tensor (2 MiB shards, half of which a 1 MiB chunk relayed late) 143 ms
- * against 162; t = 2 and 4, 16 MiB tensor, 487 against 554 and 592
- * against 630.  A 1 MiB shard at t = 4 cut in four took 176 ms against
- * 165 whole: each chunk is relayed to t - 1 peers.
+ * and 1 MiB (the bounce buffers); one of at most 1 MiB still goes whole,
+ * since each chunk is relayed to t - 1 peers (docs/model.md has the
+ * measurements).
  *
  * The chunk of a message depends on its length and on what every rank
  * agreed, so both ends cut it alike, and a receiver that learns a
@@ -143,7 +139,7 @@ static void sl_chunk_send_cb(void *request, ucs_status_t status, void *user)
     slot->net = NULL;
     sl_staging_net_done(slot, sl_chunk_status(st, status));
     /* The next chunk goes out now, not after this progress call has served
-     * every pending copy (measured: sends waited for 4 receives). */
+     * every pending copy. */
     sl_staging_progress(slot->x);
 }
 

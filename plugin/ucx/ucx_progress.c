@@ -35,9 +35,8 @@
 
 /* The thread takes over once the host has been away this long: a host that
  * calls again within it progresses inline, and the thread, off the event
- * fd, is not woken by every message (measured on two ranks sharing two
- * cores: an 8-byte ping-pong took 2.2 us instead of 0.45 us with a thread
- * woken per message).  A peer that needs this rank waits at most this. */
+ * fd, is not woken by every message (design.md has the cost of a thread
+ * woken so).  A peer that needs this rank waits at most this. */
 #define SL_PT_IDLE_S 1e-3
 
 /*
@@ -108,9 +107,8 @@ sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake)
         /* GPU copies and stream events do not wake the UCX event fd.  With
          * cores to spare (spin > 0) a host's wait polls them, yielding,
          * for up to SL_BUSY_POLL_S: a 50 us nanosleep overshoots on
-         * virtual machines (on an H200 VM a staged 1-byte tensor took
-         * 294 us one way, its four copies 7.5 us each).  On an
-         * oversubscribed node the peers need the core more. */
+         * virtual machines (gpu.md).  On an oversubscribed node the peers
+         * need the core more. */
         double now = sl_time_now();
 
         s->busy_until = (s->busy_until < 0) ? now + SL_BUSY_POLL_S

@@ -241,8 +241,7 @@ static sl_status_t sl_sub_send_plain(sl_sub_t *sub, const void *buf,
  * init).  Device memory always does (bounded bounce buffers).  Host memory
  * only where a receiver relays it as it lands: the shard of a
  * scatter_gather boundary and the relays themselves.  Elsewhere one message
- * is faster (measured: full, 64 MiB, 8 Gbit/s link, t = 2: 94 ms whole,
- * 128 ms in 1 MiB chunks).  A host sender facing a device receiver outside
+ * is faster (docs/performance.md).  A host sender facing a device receiver outside
  * scatter_gather therefore fails with a size mismatch.
  */
 static int sl_sub_in_chunks(const sl_comm_t *comm, sl_sub_kind_t kind,

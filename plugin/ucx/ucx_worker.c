@@ -170,9 +170,8 @@ static sl_status_t sl_ucx_ep_create(sl_comm_t *comm, sl_ucx_peer_t *peer,
     params.address         = (const ucp_address_t *)(peer->inter_node
                                  ? blob + card->full_len : blob);
     /* UCX 1.13's shared-memory transports cannot report peer failure, so
-     * PEER mode would push same-node traffic onto TCP loopback (measured:
-     * 1.8 instead of ~10 GB/s).  Same-node peers are watched through their
-     * pidfd instead (ucx_fault.c). */
+     * PEER mode would push same-node traffic onto TCP loopback (design.md).
+     * Same-node peers are watched through their pidfd instead (ucx_fault.c). */
     params.err_mode        = peer->inter_node ? UCP_ERR_HANDLING_MODE_PEER
                                               : UCP_ERR_HANDLING_MODE_NONE;
     params.err_handler.cb  = sl_ucx_ep_error;
@@ -375,8 +374,7 @@ void sl_ucx_progress(sl_comm_t *comm)
      * while it did anything: UCX progressed, or a callback of ours ran,
      * also inside an operation a hook posted (a receive matching a
      * message already there completes within its post), whose follow-up
-     * is the hooks' to do (seed 487761976442 over two namespaces drained
-     * a mismatched sender one chunk per deadline). */
+     * is the hooks' to do before anything sleeps. */
     do {
         seen   = atomic_load_explicit(&sl_ucx_callbacks, memory_order_relaxed);
         events = ucp_worker_progress(comm->worker);

@@ -100,8 +100,8 @@ void sl_xfer_sub_done(sl_sub_t *sub, sl_status_t status, size_t length,
                                                      : STAGELINK_SUCCESS;
         /* At once, even inside a UCX callback (posting is allowed there):
          * deferred until progress returns, the peers' rendezvous copies
-         * served in the same progress call would delay it (measured: 2.4 ms
-         * at 8 MiB, the two halves of a gather then run one after another). */
+         * served in the same progress call would delay it, and the two
+         * halves of a gather would run one after another. */
         if (req->needs_gather) {
             sl_xfer_shard_arrived(req, own);
         }
