@@ -36,21 +36,6 @@ static inline double sl_deadline_earlier(double a, double b)
     return (a == 0.0 || (b != 0.0 && b < a)) ? b : a;
 }
 
-/** A monotonic time as the timespec of pthread_cond_timedwait (a condition
- *  variable on CLOCK_MONOTONIC). */
-static inline struct timespec sl_time_abs(double t)
-{
-    struct timespec ts;
-
-    ts.tv_sec  = (time_t)t;
-    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec += 1;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 static inline int sl_deadline_passed(double deadline)
 {
     return deadline != 0.0 && sl_time_now() >= deadline;

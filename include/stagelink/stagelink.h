@@ -270,10 +270,11 @@ typedef struct stagelink_plugin_v1 {
      * are ended first: receives are canceled at once, sends get
      * STAGELINK_FINALIZE_GRACE seconds to complete and are then abandoned
      * (UCX cannot cancel a send: their endpoints are closed by force).  It
-     * returns within that grace plus the closing barrier, and returns
-     * STAGELINK_ERR_ABANDONED (the sentence, in `last_error(comm)` even
-     * after the call, names how many and their tags) when any was ended so;
-     * the communicator is finalized in every case.
+     * returns within that grace, the closing barrier and half a second,
+     * and returns STAGELINK_ERR_ABANDONED (the sentence, in
+     * `last_error(comm)` even after the call, names how many and their
+     * tags) when any was ended so; the communicator is finalized in every
+     * case.
      */
     stagelink_status_t (*comm_finalize)(stagelink_comm_t *comm);
     stagelink_status_t (*comm_info)(stagelink_comm_t *comm,

@@ -250,9 +250,9 @@ static void sl_gather_nccl_cleanup(void *state)
         sl_gather_nccl_release(g, (size_t)i);
     }
     if (g->nccl != NULL) {
-        /* After a fault a peer may never join a queued collective:
-         * destroying would wait for it. */
-        if (g->comm->fault != STAGELINK_SUCCESS) {
+        /* After a fault, or with requests finalize abandoned, a peer may
+         * never join a queued collective: destroying would wait for it. */
+        if (g->comm->fault != STAGELINK_SUCCESS || g->comm->abandoned) {
             g->api->CommAbort(g->nccl);
         } else {
             g->api->CommDestroy(g->nccl);

@@ -131,7 +131,7 @@ static void sl_chunk_send_cb(void *request, ucs_status_t status, void *user)
     sl_staging_slot_t *slot = user;
     sl_staged_t       *st   = slot->x->user;
 
-    sl_ucx_callback_ran();
+    sl_ucx_callback_ran(st->sub->req->comm);
     ucp_request_free(request);
     if (st->detached) {
         return;
@@ -187,7 +187,7 @@ static void sl_chunk_recv_cb(void *request, ucs_status_t status,
     sl_status_t        s;
     sl_msg_kind_t      kind;
 
-    sl_ucx_callback_ran();
+    sl_ucx_callback_ran(st->sub->req->comm);
     ucp_request_free(request);
     if (st->detached) {
         return;
@@ -331,7 +331,7 @@ static void sl_hdr_send_cb(void *request, ucs_status_t status, void *user)
 {
     sl_staged_t *st = user;
 
-    sl_ucx_callback_ran();
+    sl_ucx_callback_ran(st->sub->req->comm);
     ucp_request_free(request);
     if (st->detached) {
         return;
@@ -352,7 +352,7 @@ static void sl_hdr_recv_cb(void *request, ucs_status_t status,
     uint64_t      value = 0;
     sl_msg_kind_t kind;
 
-    sl_ucx_callback_ran();
+    sl_ucx_callback_ran(st->sub->req->comm);
     ucp_request_free(request);
     if (st->detached) {
         return;
@@ -396,7 +396,7 @@ static void sl_drain_cb(void *request, ucs_status_t status,
     sl_staged_t *st = user;
 
     (void)info;
-    sl_ucx_callback_ran();
+    sl_ucx_callback_ran(st->sub->req->comm);
     ucp_request_free(request);
     if (st->detached) {
         return;

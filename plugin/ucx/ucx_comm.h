@@ -212,8 +212,9 @@ struct stagelink_comm {
     atomic_int                  host_inside; /**< a host call holds the lock */
     _Atomic double              host_left_at; /**< when the host's last call returned */
     struct pollfd              *pt_pfds;     /**< the thread's copy of pfds */
-    int                         device;      /**< CUDA device current at init, -1: none */
+    int                         device;      /**< CUDA device of the host's thread, -1: none yet */
     double                      grace;       /**< STAGELINK_FINALIZE_GRACE */
+    int                         abandoned;   /**< requests finalize ended unfinished */
     sl_errbuf_t                 err;
     sl_layout_t                 layout;
     stagelink_mode_t            mode;
@@ -231,6 +232,7 @@ struct stagelink_comm {
     double                      net_quiet_at; /**< until then UCX may still hold
                                                    bytes of a completed one */
     const sl_progress_hook_t   *hooks[SL_MAX_PROGRESS_HOOKS];
+    unsigned                    callbacks;    /**< see sl_ucx_callback_ran */
     int                         nhooks;
     sl_ucx_peer_t               prev, next;
     sl_ucx_peer_t              *tp_peers; /**< by TP index; own entry has no ep */
@@ -327,16 +329,14 @@ void        sl_ucx_flush(sl_comm_t *comm, double deadline);
  * unexpected belong to canceled or failed transfers.  Drops them.
  */
 void        sl_ucx_discard_unexpected(sl_comm_t *comm, double deadline);
-/** Counts stagelink's UCX callbacks (process-wide; any change will do):
- *  a callback can run where UCX reports no progress (a deferred
- *  completion, or one inside the post of an operation), and its
- *  follow-up (the next chunk to post) is the hooks' to do before a wait
- *  sleeps. */
-extern atomic_uint sl_ucx_callbacks;
-
-static inline void sl_ucx_callback_ran(void)
+/** Counts the communicator's UCX callbacks (any change will do): a
+ *  callback can run where UCX reports no progress (a deferred completion,
+ *  or one inside the post of an operation), and its follow-up (the next
+ *  chunk to post) is the hooks' to do before a wait sleeps.  Callbacks run
+ *  inside progress calls, which hold the communicator. */
+static inline void sl_ucx_callback_ran(sl_comm_t *comm)
 {
-    atomic_fetch_add_explicit(&sl_ucx_callbacks, 1u, memory_order_relaxed);
+    ++comm->callbacks;
 }
 
 /**
@@ -354,6 +354,8 @@ typedef struct sl_sleep {
     int            tx_ms;      /**< the next short sleep while sends are out */
     struct pollfd *pfds;       /**< the progress thread's copy; NULL: the host */
     int            locked;     /**< the caller holds the lock after the step */
+    int            device;     /**< the thread's current CUDA device, -1 */
+    sl_errbuf_t    host_err;   /**< the host's sentence, while the thread holds */
 } sl_sleep_t;
 sl_status_t sl_progress_init(sl_comm_t *comm);
 /** Records the device and starts the thread (when enabled), once the
@@ -365,6 +367,9 @@ void        sl_progress_cleanup(sl_comm_t *comm);
 /** Every host call into a live communicator runs between these two. */
 void        sl_progress_enter(sl_comm_t *comm);
 void        sl_progress_leave(sl_comm_t *comm);
+/** sl_progress_leave for a call that only reads (comm_info, counters):
+ *  the progress thread's idle clock goes on. */
+void        sl_progress_leave_query(sl_comm_t *comm);
 void        sl_progress_sleep_init(sl_sleep_t *s, struct pollfd *own_pfds);
 /** One step of a blocking wait after a progress call left the caller's
  *  condition unmet: polls GPU work, or arms the worker and sleeps in

@@ -139,7 +139,7 @@ static void sl_fault_report_cb(void *request, ucs_status_t status,
 {
     sl_fault_report_t *r = user;
 
-    sl_ucx_callback_ran();
+    sl_ucx_callback_ran(r->comm);
     ucp_request_free(request);
     r->req  = NULL;
     r->done = 1;
@@ -153,7 +153,7 @@ static void sl_fault_report_sent(void *request, ucs_status_t status,
                                  void *user)
 {
     (void)status;
-    sl_ucx_callback_ran();
+    sl_ucx_callback_ran(user);
     ucp_request_free(request);
     --((sl_comm_t *)user)->reports_inflight;
 }

@@ -108,6 +108,12 @@ sl_status_t sl_peer_check(sl_comm_t *comm, sl_ucx_peer_t *peer)
                         "rank %d cannot be reached: %s", peer->rank,
                         peer->why);
     }
+    if (peer != NULL && peer->ep == NULL) {
+        /* Closed by force (finalize abandoned sends to it). */
+        return sl_error(&comm->err, STAGELINK_ERR_ABANDONED,
+                        "rank %d's endpoint was closed by comm_finalize: "
+                        "nothing more goes to it", peer->rank);
+    }
     if (comm->fault == STAGELINK_ERR_PEER_FAILED) {
         return sl_error(&comm->err, STAGELINK_ERR_PEER_FAILED,
                         "nothing can be posted after a failure: %s",

@@ -46,11 +46,23 @@ static void sl_ucx_leave(sl_comm_t **comm)
     sl_progress_leave(*comm);
 }
 
+static void sl_ucx_leave_query(sl_comm_t **comm)
+{
+    sl_progress_leave_query(*comm);
+}
+
 /* A call into a live communicator: it holds the communicator's mutex from
  * here to its return (ucx_progress.c), on every path. */
 #define SL_ENTER(_comm, _call) \
     SL_LIVE(_comm, _call); \
     sl_comm_t *sl_entered __attribute__((cleanup(sl_ucx_leave))) = \
+        sl_ucx_enter(_comm); \
+    (void)sl_entered
+
+/* The same for a call that only reads the communicator. */
+#define SL_ENTER_QUERY(_comm, _call) \
+    SL_LIVE(_comm, _call); \
+    sl_comm_t *sl_entered __attribute__((cleanup(sl_ucx_leave_query))) = \
         sl_ucx_enter(_comm); \
     (void)sl_entered
 
@@ -285,13 +297,16 @@ static stagelink_status_t sl_ucx_comm_finalize(stagelink_comm_t *comm)
 {
     sl_errbuf_t drop;
     sl_status_t status;
+    double      grace_end;
 
     SL_LIVE(comm, "comm_finalize");
     sl_registry_remove(&sl_live, comm);
     sl_progress_stop(comm); /* from here this thread owns the worker */
     sl_ucx_progress(comm);  /* applies an abort from another thread */
     comm->closing = 1;
-    status = sl_req_abandon_all(comm, sl_deadline(comm->grace));
+    /* One grace for the requests and the flush; 0 abandons at once. */
+    grace_end = sl_time_now() + comm->grace;
+    status    = sl_req_abandon_all(comm, grace_end);
     if (status != STAGELINK_SUCCESS) {
         SL_WARN(SL_SUBSYS_INIT, "%s", comm->err.msg);
         sl_thread_err = comm->err;
@@ -305,7 +320,7 @@ static stagelink_status_t sl_ucx_comm_finalize(stagelink_comm_t *comm)
         /* A peer's rendezvous send completes only when our acknowledgement
          * leaves: flush, and keep progressing while the others arrive. */
         if (status == STAGELINK_SUCCESS) {
-            sl_ucx_flush(comm, sl_deadline(comm->grace));
+            sl_ucx_flush(comm, grace_end);
         }
         if (sl_bootstrap_barrier(comm->bootstrap, &drop) !=
             STAGELINK_SUCCESS) {
@@ -321,7 +336,7 @@ static stagelink_status_t sl_ucx_comm_finalize(stagelink_comm_t *comm)
 static stagelink_status_t sl_ucx_comm_info(stagelink_comm_t *comm,
                                            stagelink_comm_info_t *info)
 {
-    SL_ENTER(comm, "comm_info");
+    SL_ENTER_QUERY(comm, "comm_info");
     if (info == NULL) {
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                         "comm_info: info is NULL");
@@ -345,9 +360,9 @@ static const char *sl_ucx_last_error(stagelink_comm_t *comm)
     if (!sl_registry_find(&sl_live, comm)) {
         return sl_thread_err.msg;
     }
-    pthread_mutex_lock(&comm->lock);
+    sl_progress_enter(comm);
     memcpy(msg, comm->err.msg, sizeof(msg));
-    pthread_mutex_unlock(&comm->lock);
+    sl_progress_leave_query(comm);
     return msg;
 }
 
@@ -473,7 +488,7 @@ static stagelink_status_t sl_ucx_cancel(stagelink_comm_t *comm,
 static stagelink_status_t sl_ucx_get_counters(stagelink_comm_t *comm,
                                               stagelink_counters_t *counters)
 {
-    SL_ENTER(comm, "get_counters");
+    SL_ENTER_QUERY(comm, "get_counters");
     if (counters == NULL) {
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                         "get_counters: counters is NULL");
@@ -565,7 +580,7 @@ static stagelink_status_t sl_ucx_comm_abort(stagelink_comm_t *comm)
 static stagelink_status_t sl_ucx_comm_get_error(stagelink_comm_t *comm,
                                                 int *failed_rank)
 {
-    SL_ENTER(comm, "comm_get_error");
+    SL_ENTER_QUERY(comm, "comm_get_error");
     if (failed_rank == NULL) {
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                         "comm_get_error: failed_rank is NULL");

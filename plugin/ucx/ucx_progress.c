@@ -78,6 +78,7 @@ void sl_progress_sleep_init(sl_sleep_t *s, struct pollfd *own_pfds)
     s->tx_ms      = SL_TX_POLL_MIN_MS;
     s->pfds       = own_pfds;
     s->locked     = 1;
+    s->device     = -1;
 }
 
 static void sl_progress_nap(long ns)
@@ -87,12 +88,30 @@ static void sl_progress_nap(long ns)
     nanosleep(&ts, NULL);
 }
 
-/* The thread takes the lock back only when no host call holds it: a
- * blocked thread would make every unlock of the host a futex wake-up. */
-static int sl_progress_relock(sl_comm_t *comm)
+/* The thread takes the communicator only when no host call holds it (a
+ * blocked thread would make every unlock of the host a futex wake-up),
+ * and keeps the host's error sentence aside meanwhile: what last_error
+ * says is the host's last call's, whatever the thread met. */
+static int sl_progress_take(sl_comm_t *comm, sl_sleep_t *s)
 {
-    return !atomic_load_explicit(&comm->host_inside, memory_order_relaxed) &&
-           pthread_mutex_trylock(&comm->lock) == 0;
+    if (atomic_load(&comm->host_inside) != 0 ||
+        pthread_mutex_trylock(&comm->lock) != 0) {
+        return 0;
+    }
+    s->host_err = comm->err;
+    /* A device the host made current after init (its first device post). */
+    if (comm->device >= 0 && s->device != comm->device &&
+        comm->gpu->device_set != NULL &&
+        comm->gpu->device_set(comm->device, &comm->err) == STAGELINK_SUCCESS) {
+        s->device = comm->device;
+    }
+    return 1;
+}
+
+static void sl_progress_give(sl_comm_t *comm, sl_sleep_t *s)
+{
+    comm->err = s->host_err;
+    pthread_mutex_unlock(&comm->lock);
 }
 
 sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake)
@@ -116,9 +135,9 @@ sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake)
         if (!thread && comm->spin > 0 && now < s->busy_until) {
             sched_yield();
         } else if (thread) {
-            pthread_mutex_unlock(&comm->lock);
+            sl_progress_give(comm, s);
             sl_progress_nap(SL_BUSY_NAP_NS);
-            s->locked = sl_progress_relock(comm);
+            s->locked = sl_progress_take(comm, s);
         } else {
             sl_progress_nap(SL_BUSY_NAP_NS);
         }
@@ -131,9 +150,8 @@ sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake)
      * progress queue, which no fd reports.  That call can also run a
      * completion UCX deferred without counting it: a callback of ours that
      * ran means the hooks have its follow-up to do before any sleep. */
-    seen = atomic_load_explicit(&sl_ucx_callbacks, memory_order_relaxed);
-    if (ucp_worker_progress(comm->worker) != 0 ||
-        atomic_load_explicit(&sl_ucx_callbacks, memory_order_relaxed) != seen) {
+    seen = comm->callbacks;
+    if (ucp_worker_progress(comm->worker) != 0 || comm->callbacks != seen) {
         return STAGELINK_SUCCESS;
     }
     ucs = ucp_worker_arm(comm->worker);
@@ -153,13 +171,13 @@ sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake)
         memcpy(pfds, comm->pfds, (size_t)comm->npfds * sizeof(*pfds));
         comm->pt_timed = (timeout >= 0);
         atomic_store(&comm->pt_sleeping, 1);
-        pthread_mutex_unlock(&comm->lock);
+        sl_progress_give(comm, s);
     }
     ready = poll(pfds, (nfds_t)comm->npfds, timeout);
     saved = errno;
     if (thread) {
         atomic_store(&comm->pt_sleeping, 0);
-        s->locked = sl_progress_relock(comm);
+        s->locked = sl_progress_take(comm, s);
         if (!s->locked) {
             return STAGELINK_SUCCESS; /* the host's call progresses now */
         }
@@ -182,34 +200,24 @@ sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake)
 
 static void *sl_progress_main(void *arg)
 {
-    sl_comm_t    *comm = arg;
-    sl_sleep_t    s;
-    sl_errbuf_t   eb;
-    int           warned = 0;
-    double        idle_at;
+    sl_comm_t *comm = arg;
+    sl_sleep_t s;
+    int        warned = 0;
+    double     idle_at;
 
-    /* UCX's CUDA transports need the communicator's device current on
-     * every thread that progresses its worker. */
-    if (comm->device >= 0 && comm->gpu->device_set != NULL &&
-        comm->gpu->device_set(comm->device, &eb) != STAGELINK_SUCCESS) {
-        SL_WARN(SL_SUBSYS_NET, "progress thread: %s", eb.msg);
-    }
     sl_progress_sleep_init(&s, comm->pt_pfds);
     while (!atomic_load(&comm->pt_stop)) {
-        /* Off the lock and the event fd while the host calls. */
-        idle_at = atomic_load_explicit(&comm->host_left_at,
-                                       memory_order_relaxed) + SL_PT_IDLE_S;
-        if (atomic_load_explicit(&comm->host_inside, memory_order_relaxed) ||
-            sl_time_now() < idle_at || !sl_progress_relock(comm)) {
+        /* Off the lock and the event fd while the host calls, and until
+         * it has been away SL_PT_IDLE_S. */
+        idle_at = atomic_load(&comm->host_left_at) + SL_PT_IDLE_S;
+        if (atomic_load(&comm->host_inside) != 0 || sl_time_now() < idle_at ||
+            !(s.locked = sl_progress_take(comm, &s))) {
             sl_progress_nap((long)(SL_PT_IDLE_S * 1e9));
             continue;
         }
-        do {
+        while (s.locked && !atomic_load(&comm->pt_stop) &&
+               atomic_load(&comm->host_inside) == 0) {
             sl_ucx_progress(comm);
-            if (atomic_load(&comm->pt_stop)) {
-                break;
-            }
-            s.locked = 1;
             if (sl_progress_sleep(comm, &s, 0.0) != STAGELINK_SUCCESS &&
                 s.locked) {
                 if (!warned) {
@@ -217,14 +225,14 @@ static void *sl_progress_main(void *arg)
                             "and tries again", comm->err.msg);
                     warned = 1;
                 }
-                pthread_mutex_unlock(&comm->lock);
-                sl_progress_nap((long)(SL_PT_IDLE_S * 1e9));
+                sl_progress_give(comm, &s);
                 s.locked = 0;
+                sl_progress_nap((long)(SL_PT_IDLE_S * 1e9));
             }
-        } while (s.locked && !atomic_load_explicit(&comm->host_inside,
-                                                   memory_order_relaxed));
+        }
         if (s.locked) {
-            pthread_mutex_unlock(&comm->lock); /* a host call waits for it */
+            sl_progress_give(comm, &s); /* a host call waits for it */
+            s.locked = 0;
         }
     }
     return NULL;
@@ -303,8 +311,15 @@ void sl_progress_cleanup(sl_comm_t *comm)
 
 void sl_progress_enter(sl_comm_t *comm)
 {
-    atomic_fetch_add_explicit(&comm->host_inside, 1, memory_order_relaxed);
+    atomic_fetch_add(&comm->host_inside, 1);
     pthread_mutex_lock(&comm->lock);
+}
+
+void sl_progress_leave_query(sl_comm_t *comm)
+{
+    /* A call that moved nothing: the thread's clock is not reset. */
+    pthread_mutex_unlock(&comm->lock);
+    atomic_fetch_sub(&comm->host_inside, 1);
 }
 
 void sl_progress_leave(sl_comm_t *comm)
@@ -316,10 +331,9 @@ void sl_progress_leave(sl_comm_t *comm)
      * the worker is quiet and armed, so that what the call posted moves on
      * without the host. */
     if (atomic_load(&comm->pt_sleeping)) {
-        seen = atomic_load_explicit(&sl_ucx_callbacks, memory_order_relaxed);
+        seen = comm->callbacks;
         kick = ucp_worker_progress(comm->worker) != 0 ||
-               atomic_load_explicit(&sl_ucx_callbacks, memory_order_relaxed) !=
-                   seen ||
+               comm->callbacks != seen ||
                sl_progress_hooks_busy(comm) ||
                (!comm->pt_timed && sl_progress_tx_pending(comm)) ||
                ucp_worker_arm(comm->worker) != UCS_OK ||
@@ -328,8 +342,7 @@ void sl_progress_leave(sl_comm_t *comm)
             ucp_worker_signal(comm->worker);
         }
     }
-    atomic_store_explicit(&comm->host_left_at, sl_time_now(),
-                          memory_order_relaxed);
+    atomic_store(&comm->host_left_at, sl_time_now());
     pthread_mutex_unlock(&comm->lock);
-    atomic_fetch_sub_explicit(&comm->host_inside, 1, memory_order_relaxed);
+    atomic_fetch_sub(&comm->host_inside, 1);
 }

@@ -94,7 +94,6 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->stage_landed  = 0;
     req->detached_subs = 0;
     req->wait_deadline = 0.0;
-    req->sub_done      = sl_xfer_sub_done;
     req->error[0]      = '\0';
 
     req->prev = NULL;
@@ -311,7 +310,7 @@ sl_status_t sl_req_abandon_all(sl_comm_t *comm, double deadline)
         return STAGELINK_SUCCESS;
     }
     for (req = comm->pool.active; req != NULL; req = req->next) {
-        if (req->kind == STAGELINK_OP_RECV) {
+        if (req->kind == STAGELINK_OP_RECV && !sl_req_done(req)) {
             sl_req_fail(req, STAGELINK_ERR_ABANDONED, "%s of microbatch %u "
                         "chunk %u was still in flight at comm_finalize, which "
                         "canceled it", sl_req_what(req),
@@ -367,6 +366,7 @@ sl_status_t sl_req_abandon_all(sl_comm_t *comm, double deadline)
     if (nrecv + nsend == 0) {
         return STAGELINK_SUCCESS;
     }
+    comm->abandoned = nrecv + nsend;
     return sl_error(&comm->err, STAGELINK_ERR_ABANDONED,
                     "comm_finalize found %d requests that the host never "
                     "completed: %d receives canceled, %d sends not done "

@@ -112,7 +112,7 @@ static void sl_sub_send_cb(void *request, ucs_status_t status, void *user_data)
 {
     sl_sub_t *sub = user_data;
 
-    sl_ucx_callback_ran();
+    sl_ucx_callback_ran(sub->req->comm);
     ucp_request_free(request);
     if (sub->state == SL_SUB_DETACHED) {
         return;
@@ -149,7 +149,7 @@ static void sl_sub_recv_cb(void *request, ucs_status_t status,
     void     *msg;
     uint64_t  value = 0;
 
-    sl_ucx_callback_ran();
+    sl_ucx_callback_ran(sub->req->comm);
     ucp_request_free(request);
     if (sub->state == SL_SUB_DETACHED) {
         return;

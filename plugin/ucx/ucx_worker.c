@@ -139,7 +139,7 @@ static ucs_status_t sl_ucx_address(sl_comm_t *comm, int net_only,
 static void sl_ucx_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     (void)ep;
-    sl_ucx_callback_ran();
+    sl_ucx_callback_ran(((sl_ucx_peer_t *)arg)->comm);
     sl_peer_down(arg, 0, "UCX reported \"%s\" on its endpoint",
                        ucs_status_string(status));
 }
@@ -362,8 +362,6 @@ void sl_ucx_worker_destroy(sl_comm_t *comm)
     }
 }
 
-atomic_uint sl_ucx_callbacks;
-
 void sl_ucx_progress(sl_comm_t *comm)
 {
     unsigned events, seen;
@@ -376,7 +374,7 @@ void sl_ucx_progress(sl_comm_t *comm)
      * message already there completes within its post), whose follow-up
      * is the hooks' to do before anything sleeps. */
     do {
-        seen   = atomic_load_explicit(&sl_ucx_callbacks, memory_order_relaxed);
+        seen   = comm->callbacks;
         events = ucp_worker_progress(comm->worker);
         for (i = 0; i < comm->nhooks; ++i) {
             if (comm->hooks[i]->round != NULL) {
@@ -384,8 +382,7 @@ void sl_ucx_progress(sl_comm_t *comm)
             }
         }
     } while (events != 0 ||
-             atomic_load_explicit(&sl_ucx_callbacks, memory_order_relaxed) !=
-                 seen);
+             comm->callbacks != seen);
     for (i = 0; i < comm->nhooks; ++i) {
         if (comm->hooks[i]->after != NULL) {
             comm->hooks[i]->after(comm);

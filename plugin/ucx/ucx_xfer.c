@@ -134,12 +134,15 @@ static sl_status_t sl_xfer_validate(sl_comm_t *comm, stagelink_op_kind_t kind,
     return sl_mem_resolve(comm, xfer, may_ask, mem_type);
 }
 
-/* Undoes a request whose posting failed part-way; its error stays. */
+/* Undoes a request whose posting failed part-way with comm->err's
+ * sentence, which stays: the request fails with it, so that nothing waits
+ * for a part never posted, and ends as a completed one does. */
 static void sl_xfer_abort(sl_comm_t *comm, sl_req_t *req)
 {
+    sl_req_fail(req, STAGELINK_ERR_CANCELED, "%s", comm->err.msg);
     sl_req_cancel_subs(comm, req);
     if (sl_req_wait(comm, req) == STAGELINK_SUCCESS) {
-        sl_req_put(comm, req);
+        sl_req_finish(comm, req);
     }
 }
 
@@ -194,7 +197,12 @@ static sl_status_t sl_xfer_post_one(sl_comm_t *comm, stagelink_op_kind_t kind,
     SL_CHECK(sl_req_get(comm, kind, xfer, backward, &req));
 
     req->device       = (mem_type == STAGELINK_MEM_CUDA);
+    req->sub_done     = sl_xfer_sub_done;
     req->stream_ready = sl_xfer_stream_ready;
+    if (req->device && comm->device < 0 && comm->gpu->device_current != NULL) {
+        /* The host works on its GPU by now: the progress thread follows. */
+        comm->device = comm->gpu->device_current();
+    }
     req->peer   = (xfer->peer == STAGELINK_PEER_NEXT) ? &comm->next : &comm->prev;
     if (comm->mode == STAGELINK_MODE_FULL) {
         req->shard = (sl_shard_t){0, xfer->nbytes};

@@ -32,6 +32,7 @@ static int gather_locked(sl_comm_t *comm, unsigned char *buf, size_t n,
     req->shard        = sl_shard_get(n, 1, comm->layout.tp_size,
                                      comm->layout.tp_index);
     req->needs_gather = 1;
+    req->sub_done     = sl_xfer_sub_done;
     req->gather       = comm->gather;
     req->gather_state = comm->gather_state;
     if (req->gather->post(req->gather_state, req) != STAGELINK_SUCCESS) {

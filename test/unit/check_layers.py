@@ -5,9 +5,10 @@ layer above it, and no calls between files go round in a circle.
 The order is declared once, in docs/design.md between the markers
 <!-- layers --> and <!-- /layers -->: a table whose rows are
 | N | file, file, ... |, layer 1 on top.  A call is a use of an sl_ function
-defined (not static) in another file of plugin/; calls through function
-pointers (UCX's callbacks, progress hooks, a gather backend's ops) are how
-a lower layer reports upward and are not calls here.  Every .c file of
+defined (not static) in another file of plugin/, called or named (a
+function a file stores as a pointer is its own to hand out); calls through
+pointers handed down (UCX's callbacks, progress hooks, a gather backend's
+ops) are how a lower layer reports upward.  Every .c file of
 plugin/ must be in the table.
 
   check_layers.py SOURCE_DIR             check the tree
@@ -46,7 +47,7 @@ def strip(code):
 
 DEF = re.compile(r"^(?!static\b)[A-Za-z_][\w \*]*?\b(sl_\w+)\s*\([^;{]*\)\s*\{",
                  re.M)
-CALL = re.compile(r"\b(sl_\w+)\s*\(")
+CALL = re.compile(r"\b(sl_\w+)\b")
 
 
 def edges_of(plugin):
