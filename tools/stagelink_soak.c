@@ -82,8 +82,6 @@ static stagelink_status_t soak_wait(soak_t *s, stagelink_request_t *req)
     }
 }
 
-/* One direction: every rank posts what it has (receive, send) as one
- * batch, waits, and checks what it received. */
 /* A failure, at post or at wait (a peer's death the progress thread saw
  * first refuses the next post): when it was seen, and the sentence. */
 static int soak_failed(soak_t *s, stagelink_status_t st, const char *what)
@@ -97,6 +95,8 @@ static int soak_failed(soak_t *s, stagelink_status_t st, const char *what)
     return -1;
 }
 
+/* One direction: every rank posts what it has (receive, send) as one
+ * batch, waits, and checks what it received. */
 static int soak_phase(soak_t *s, int backward)
 {
     const stagelink_comm_info_t *in = &s->h.info;

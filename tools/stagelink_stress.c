@@ -829,7 +829,6 @@ static void replay_line(char *out, size_t len, uint64_t seed,
     }
 }
 
-/* Runs one seed's job; 0 when every rank passed. */
 /* The idle barrier's markers of one job, and their directory. */
 static void remove_markers(const char *dir)
 {
@@ -849,6 +848,7 @@ static void remove_markers(const char *dir)
     rmdir(dir);
 }
 
+/* Runs one seed's job; 0 when every rank passed. */
 static int run_seed(uint64_t seed, const char *netns,
                     const layout_override_t *ov, int quiet, totals_t *tot)
 {
@@ -886,6 +886,8 @@ static int run_seed(uint64_t seed, const char *netns,
     snprintf(idle_dir, sizeof(idle_dir), "/tmp/stagelink-stress-XXXXXX");
     if (mkdtemp(idle_dir) == NULL) {
         perror("mkdtemp");
+        close(pfd[0]);
+        close(pfd[1]);
         return 1;
     }
     setenv("STAGELINK_STRESS_DIR", idle_dir, 1);
