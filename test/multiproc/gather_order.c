@@ -619,7 +619,9 @@ int main(int argc, char **argv)
     memset(&j, 0, sizeof(j));
     arena = aligned_alloc(4096, ARENA);
     j.next = arena;
-    snprintf(j.dir, sizeof(j.dir), "/tmp/stagelink-order-%s", port ? port : "0");
+    /* The job's (port and launcher): no earlier job's markers are met. */
+    snprintf(j.dir, sizeof(j.dir), "/tmp/stagelink-order-%s-%d",
+             port ? port : "0", (int)getppid());
     CHECK(mkdir(j.dir, 0700) == 0 || errno == EEXIST, "mkdir %s", j.dir);
     memset(&cfg, 0, sizeof(cfg));
     cfg.struct_size = sizeof(cfg);

@@ -377,8 +377,10 @@ int main(int argc, char **argv)
     {
         const char *port = getenv("MASTER_PORT");
 
-        snprintf(c.dir, sizeof(c.dir), "/tmp/stagelink-idle-%s-%s",
-                 port ? port : "0", getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "0");
+        /* The job's: its port and its launcher (stagelink_run, the ranks'
+         * parent), so that no earlier job's markers are met. */
+        snprintf(c.dir, sizeof(c.dir), "/tmp/stagelink-idle-%s-%d",
+                 port ? port : "0", (int)getppid());
         if (mkdir(c.dir, 0700) != 0 && errno != EEXIST) {
             fprintf(stderr, "cannot make %s: %s\n", c.dir, strerror(errno));
             return 1;
