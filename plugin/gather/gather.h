@@ -37,9 +37,10 @@ typedef struct sl_gather_ops {
     sl_status_t (*post)(void *state, sl_req_t *req);
     /**
      * Our own shard is in place (SUCCESS) or its receive failed with
-     * `status`: pass it on to the peers (then set req->gather_posted), or
-     * send them a notice of `status`, so that they fail at once with the
-     * root cause instead of at their deadline.
+     * `status`: pass it on to the peers, or send them a notice of
+     * `status`, so that they fail at once with the root cause instead of
+     * at their deadline.  Called once; the request then counts its shard
+     * as passed on, whatever this returns.
      */
     sl_status_t (*shard_ready)(void *state, sl_req_t *req, sl_status_t status);
     /**

@@ -358,7 +358,6 @@ static sl_status_t sl_gather_nccl_shard_ready(void *state, sl_req_t *req,
             status = s;
         }
     }
-    req->gather_posted = 1;
     if (good) {
         comm->counters.gather_bytes_sent += req->shard.length *
                                             (size_t)(comm->layout.tp_size - 1);

@@ -103,7 +103,6 @@ static sl_status_t sl_gather_ucx_shard_ready(void *state, sl_req_t *req,
             }
         }
     }
-    req->gather_posted = 1;
     return status;
 }
 

@@ -132,30 +132,57 @@ struct stagelink_memh {
     stagelink_mem_type_t mem_type;
 };
 
+/**
+ * A request's life.  ucx_request.c makes every transition; the layers
+ * below report to it through the callbacks in the request.
+ *   FREE -> POSTING (sl_req_get) -> DEFERRED (a device buffer: behind the
+ *   host's stream event) -> ACTIVE (its subs posted) -> ENDED (nothing in
+ *   flight, the own shard passed on) -> FREE (sl_req_put), or RETIRED when
+ *   UCX may still call back into a sub (never reused).
+ * A failure or a cancel records the first error and lets the request end
+ * as usual: what was posted still ends (or is detached) first.
+ */
+typedef enum sl_req_state {
+    SL_REQ_FREE,
+    SL_REQ_POSTING,
+    SL_REQ_DEFERRED,
+    SL_REQ_ACTIVE,
+    SL_REQ_ENDED,
+    SL_REQ_RETIRED
+} sl_req_state_t;
+
 struct stagelink_request {
     uint32_t                  magic;
+    sl_req_state_t            state;
     struct stagelink_comm    *comm;
     struct stagelink_request *next, *prev; /**< active list or free list */
     stagelink_op_kind_t       kind;
     stagelink_xfer_t          xfer;
     int                       backward;
-    sl_ucx_peer_t      *peer;
+    sl_ucx_peer_t            *peer;
     sl_shard_t                shard;        /**< bytes of buf on the stage path */
-    int                       pending;      /**< subs in flight */
+    int                       pending;      /**< subs in flight (ucx_sub.c counts) */
     int                       nsubs;
-    int                       gather_posted;/**< own shard passed to the group */
     int                       needs_gather;
+    int                       shard_passed; /**< own shard handed to the gather */
     sl_status_t               status;       /**< first error */
-    int                       peer_failed;  /**< status only echoes a TP peer's */
+    int                       peer_failed;  /**< status only echoes a peer's */
     int                       device;       /**< buffer in device memory */
-    int                       deferred;     /**< waits for the host's stream */
-    void                     *stream_event; /**< recorded on xfer.stream at post */
-    struct stagelink_request *deferred_next;
+    int                       detached_subs;/**< UCX may still call back */
+    double                    wait_deadline;/**< of wait_for's slices; 0: none started */
+    /** Called once as each sub ends (from ucx_sub.c, maybe inside a UCX
+     *  callback). */
+    void (*sub_done)(sl_sub_t *sub, sl_status_t status, size_t length,
+                     const char *why);
     /** Called once the host's stream is past the post (ucx_device.c):
      *  SUCCESS, or the stream's failure (its sentence in comm->err). */
     void (*stream_ready)(struct stagelink_request *req, sl_status_t status);
-    const struct sl_gather_ops *gather;     /**< the backend of this request */
-    void                     *gather_state; /**< ... and its state */
+    /* ucx_device.c's: the event and its list of deferred requests */
+    void                     *stream_event; /**< recorded on xfer.stream at post */
+    struct stagelink_request *deferred_next;
+    /* the gather backend's */
+    const struct sl_gather_ops *gather;
+    void                     *gather_state;
     int                       shard_state;  /**< 0 pending, 1 arrived, -1 failed */
     sl_status_t               shard_status; /**< why the own shard failed */
     void                     *gather_event; /**< the collective's, on the gather stream */
@@ -163,12 +190,6 @@ struct stagelink_request {
     unsigned char            *flags;        /**< tp_size status bytes */
     int                       forwarding;   /**< gather sends relay chunks as they land */
     size_t                    stage_landed; /**< bytes of the own shard in place */
-    int                       detached_subs;/**< never reused: UCX may still call back */
-    double                    wait_deadline;/**< of wait_for's slices; 0: none started */
-    /** Called once as each sub ends (from ucx_sub.c, maybe inside a UCX
-     *  callback): the request's accounting of it. */
-    void (*sub_done)(sl_sub_t *sub, sl_status_t status, size_t length,
-                     const char *why);
     char                      error[SL_ERRBUF_LEN];
     sl_sub_t                 *subs;         /**< 2 * tp_size slots */
 };
@@ -407,7 +428,7 @@ void        sl_peer_abort(sl_comm_t *comm);
 sl_status_t sl_fault_watch(sl_comm_t *comm, const sl_peer_process_t *procs);
 void        sl_fault_cleanup(sl_comm_t *comm);
 
-/* ucx_request.c: pool, in-flight tags, completion */
+/* ucx_request.c: a request's whole life (sl_req_state_t) */
 sl_status_t sl_req_pool_init(sl_req_pool_t *pool, int capacity, int tp_size,
                              sl_errbuf_t *eb);
 void        sl_req_pool_cleanup(sl_req_pool_t *pool);
@@ -416,9 +437,14 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
                        sl_req_t **req_out);
 void        sl_req_put(sl_comm_t *comm, sl_req_t *req);
 sl_status_t sl_req_check(sl_comm_t *comm, sl_req_t *req);
-/** Records the first error of a request (sentence kept with it). */
-void        sl_req_fail(sl_req_t *req, sl_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/** Starts a request its poster filled in (POSTING): a device buffer's
+ *  waits for the host's stream first.  Fails with the sentence in
+ *  comm->err; what it posted before still ends. */
+sl_status_t sl_req_start(sl_req_t *req);
+/** Starts only the gather of a receive whose own shard is already in its
+ *  buffer (test/perf/gather_only.c measures the gather alone so). */
+sl_status_t sl_req_start_gather(sl_req_t *req);
+/** ENDED: nothing in flight; the host may complete it. */
 int         sl_req_done(const sl_req_t *req);
 /** "forward send", "backward receive", ... for sentences. */
 const char *sl_req_what(const sl_req_t *req);
@@ -438,8 +464,14 @@ sl_status_t sl_req_finish(sl_comm_t *comm, sl_req_t *req);
  *  closed by force).  SUCCESS when none was in flight or all completed,
  *  else STAGELINK_ERR_ABANDONED with their count and tags in comm->err. */
 sl_status_t sl_req_abandon_all(sl_comm_t *comm, double deadline);
-/** Cancels every sub of `req` still in flight. */
-void        sl_req_cancel_subs(sl_comm_t *comm, sl_req_t *req);
+/** Cancels what `req` has in flight (the ends come through UCX); a
+ *  request still behind its stream fails with STAGELINK_ERR_CANCELED. */
+void        sl_req_cancel(sl_comm_t *comm, sl_req_t *req);
+/** Fails `req` with `status` and the sentence (unless it failed before:
+ *  the first error stays), and cancels what it has in flight. */
+void        sl_req_abort(sl_comm_t *comm, sl_req_t *req, sl_status_t status,
+                         const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* ucx_sub.c: one sub-operation, its state and its transitions */
 sl_status_t sl_sub_post_send(sl_req_t *req, sl_ucx_peer_t *peer,
@@ -468,17 +500,11 @@ int         sl_sub_in_flight(const sl_sub_t *sub);
 int         sl_sub_describe(const sl_sub_t *sub, char *out, size_t len);
 const char *sl_sub_name(sl_sub_kind_t kind);
 
-/* ucx_xfer.c: the byte path of a request */
+/* ucx_xfer.c: a transfer's checks, its shard, and its post */
 sl_status_t sl_xfer_post(sl_comm_t *comm, stagelink_op_kind_t kind,
                          const stagelink_xfer_t *xfer, sl_req_t **req_out);
 sl_status_t sl_xfer_post_batch(sl_comm_t *comm, const stagelink_op_t *ops,
                                size_t count, sl_req_t **reqs);
-/** What a sub's end means for its request (every request's sub_done). */
-void        sl_xfer_sub_done(sl_sub_t *sub, sl_status_t status, size_t length,
-                             const char *why);
-/** Own shard of a receive is in place (SUCCESS) or failed with `status`:
- *  hand it to the gather. */
-void        sl_xfer_shard_arrived(sl_req_t *req, sl_status_t status);
 /* ucx_wire.c: control messages and what UCX's statuses mean */
 /** What a receive matched with SL_TAG_MASK_HEADER on `posted` got. */
 typedef enum sl_msg_kind {

@@ -175,7 +175,6 @@ sl_status_t sl_device_prepare(sl_req_t *req)
         req->stream_event = NULL;
         return STAGELINK_ERR_TRANSPORT;
     }
-    req->deferred      = 1;
     req->deferred_next = comm->deferred;
     comm->deferred     = req;
     return STAGELINK_SUCCESS;
@@ -256,7 +255,6 @@ static void sl_device_progress_deferred(sl_comm_t *comm)
         *link = req->deferred_next;
         sl_device_event_put(comm, req->stream_event);
         req->stream_event = NULL;
-        req->deferred     = 0;
         req->stream_ready(req, status); /* its owner starts it, or fails it */
     }
 }

@@ -376,10 +376,9 @@ static void sl_fault_fail_all(sl_comm_t *comm, sl_status_t status,
     sl_req_t *req;
 
     for (req = comm->pool.active; req != NULL; req = req->next) {
-        sl_req_fail(req, status, "%s of microbatch %u chunk %u: %s",
-                    sl_req_what(req), req->xfer.tag.microbatch,
-                    req->xfer.tag.chunk, why);
-        sl_req_cancel_subs(comm, req);
+        sl_req_abort(comm, req, status, "%s of microbatch %u chunk %u: %s",
+                     sl_req_what(req), req->xfer.tag.microbatch,
+                     req->xfer.tag.chunk, why);
     }
 }
 

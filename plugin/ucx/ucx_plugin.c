@@ -301,8 +301,9 @@ static stagelink_status_t sl_ucx_comm_finalize(stagelink_comm_t *comm)
 
     SL_LIVE(comm, "comm_finalize");
     sl_registry_remove(&sl_live, comm);
-    sl_progress_stop(comm); /* from here this thread owns the worker */
-    sl_ucx_progress(comm);  /* applies an abort from another thread */
+    sl_progress_stop(comm);  /* from here this thread owns the worker */
+    sl_progress_enter(comm); /* and holds it as every call does */
+    sl_ucx_progress(comm);   /* applies an abort from another thread */
     comm->closing = 1;
     /* One grace for the requests and the flush; 0 abandons at once. */
     grace_end = sl_time_now() + comm->grace;
@@ -329,6 +330,7 @@ static stagelink_status_t sl_ucx_comm_finalize(stagelink_comm_t *comm)
         }
         sl_ucx_discard_unexpected(comm, sl_deadline(SL_DISCARD_S));
     }
+    sl_progress_leave_query(comm);
     sl_comm_destroy(comm);
     return status;
 }
@@ -481,7 +483,7 @@ static stagelink_status_t sl_ucx_cancel(stagelink_comm_t *comm,
 {
     SL_ENTER(comm, "cancel");
     SL_CHECK(sl_req_check(comm, request));
-    sl_req_cancel_subs(comm, request);
+    sl_req_cancel(comm, request);
     return STAGELINK_SUCCESS;
 }
 

@@ -114,6 +114,26 @@ static void sl_progress_give(sl_comm_t *comm, sl_sleep_t *s)
     pthread_mutex_unlock(&comm->lock);
 }
 
+/* No thread holds the communicator while it blocks (a poll, a nap).  The
+ * host's host_inside stays raised meanwhile, so the thread stays off it. */
+static void sl_progress_unlock(sl_comm_t *comm, sl_sleep_t *s, int thread)
+{
+    if (thread) {
+        sl_progress_give(comm, s);
+    } else {
+        pthread_mutex_unlock(&comm->lock);
+    }
+}
+
+static void sl_progress_relock(sl_comm_t *comm, sl_sleep_t *s, int thread)
+{
+    if (thread) {
+        s->locked = sl_progress_take(comm, s);
+    } else {
+        pthread_mutex_lock(&comm->lock);
+    }
+}
+
 sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake)
 {
     int           thread = (s->pfds != NULL);
@@ -134,12 +154,10 @@ sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake)
                                             : s->busy_until;
         if (!thread && comm->spin > 0 && now < s->busy_until) {
             sched_yield();
-        } else if (thread) {
-            sl_progress_give(comm, s);
-            sl_progress_nap(SL_BUSY_NAP_NS);
-            s->locked = sl_progress_take(comm, s);
         } else {
+            sl_progress_unlock(comm, s, thread);
             sl_progress_nap(SL_BUSY_NAP_NS);
+            sl_progress_relock(comm, s, thread);
         }
         return STAGELINK_SUCCESS;
     }
@@ -171,13 +189,15 @@ sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake)
         memcpy(pfds, comm->pfds, (size_t)comm->npfds * sizeof(*pfds));
         comm->pt_timed = (timeout >= 0);
         atomic_store(&comm->pt_sleeping, 1);
-        sl_progress_give(comm, s);
     }
+    sl_progress_unlock(comm, s, thread);
     ready = poll(pfds, (nfds_t)comm->npfds, timeout);
     saved = errno;
     if (thread) {
         atomic_store(&comm->pt_sleeping, 0);
-        s->locked = sl_progress_take(comm, s);
+    }
+    sl_progress_relock(comm, s, thread);
+    if (thread) {
         if (!s->locked) {
             return STAGELINK_SUCCESS; /* the host's call progresses now */
         }

@@ -1,12 +1,18 @@
 /*
- * Requests: a fixed pool made at init (no allocation per transfer), the
- * list of requests in flight (to refuse a tag reused while in flight), and
- * completion.  SPDX-License-Identifier: MIT
+ * A request's whole life, and the one writer of its state (sl_req_state_t):
+ * a fixed pool made at init (no allocation per transfer), the list in
+ * flight (to refuse a tag reused while in flight), the start (behind the
+ * host's stream for a device buffer), the ends of its subs, the hand-off
+ * of the own shard to the gather, waiting, completion, and comm_finalize's
+ * end of what the host left in flight.  The layers below report through
+ * the request's callbacks (sub_done, stream_ready).
+ * SPDX-License-Identifier: MIT
  */
 #include "ucx_comm.h"
 #include "gather.h"
 
 #include "sl_log.h"
+#include "sl_tag.h"
 #include "sl_time.h"
 #include "sl_xfer_check.h"
 
@@ -14,6 +20,234 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Records the first error (its sentence kept with the request). */
+static void sl_req_vfail(sl_req_t *req, sl_status_t status, const char *fmt,
+                         va_list ap)
+{
+    if (req->status == STAGELINK_SUCCESS) {
+        req->status = status;
+        vsnprintf(req->error, sizeof(req->error), fmt, ap);
+    }
+}
+
+static void sl_req_fail(sl_req_t *req, sl_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void sl_req_fail(sl_req_t *req, sl_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    sl_req_vfail(req, status, fmt, ap);
+    va_end(ap);
+}
+
+const char *sl_req_what(const sl_req_t *req)
+{
+    static const char *const what[2][2] = {
+        {"forward send", "forward receive"},
+        {"backward send", "backward receive"}};
+
+    return what[req->backward != 0][req->kind == STAGELINK_OP_RECV];
+}
+
+/* ACTIVE -> ENDED, once nothing is in flight and the own shard was passed
+ * on (or the request failed: no shard may come).  Called at the end of
+ * every event, never in the middle of one: a shard's hand-off posts its
+ * gather sends after its receive ended. */
+static void sl_req_settle(sl_req_t *req)
+{
+    if (req->state == SL_REQ_ACTIVE && req->pending == 0 &&
+        (!req->needs_gather || req->shard_passed ||
+         req->status != STAGELINK_SUCCESS)) {
+        req->state = SL_REQ_ENDED;
+    }
+}
+
+static void sl_req_count(sl_comm_t *comm, const sl_sub_t *sub, size_t bytes)
+{
+    stagelink_counters_t *c    = &comm->counters;
+    int                   send = (sub->kind == SL_SUB_STAGE_SEND ||
+                                  sub->kind == SL_SUB_GATHER_SEND);
+
+    if (sub->kind == SL_SUB_STATUS_SEND || sub->kind == SL_SUB_STATUS_RECV) {
+        return; /* bookkeeping, not tensor bytes */
+    }
+    if (sub->kind == SL_SUB_STAGE_SEND || sub->kind == SL_SUB_STAGE_RECV) {
+        *(send ? &c->stage_bytes_sent : &c->stage_bytes_recv) += bytes;
+    } else {
+        *(send ? &c->gather_bytes_sent : &c->gather_bytes_recv) += bytes;
+    }
+    if (sub->peer->inter_node) {
+        *(send ? &c->inter_node_bytes_sent : &c->inter_node_bytes_recv) += bytes;
+    } else {
+        *(send ? &c->intra_node_bytes_sent : &c->intra_node_bytes_recv) += bytes;
+    }
+}
+
+/* A peer gave up its part and sent its status (a failure notice): this
+ * rank fails with the same status, the root cause, naming the peer. */
+static void sl_req_peer_failed(sl_req_t *req, const sl_sub_t *sub)
+{
+    req->peer_failed = (req->status == STAGELINK_SUCCESS);
+    sl_req_fail(req, sub->notice, "%s rank %d gave up its part of microbatch "
+                "%u chunk %u with %s; its own error says why",
+                (sub->kind == SL_SUB_STAGE_RECV) ? "the sending" : "TP peer",
+                sub->peer->rank, req->xfer.tag.microbatch,
+                req->xfer.tag.chunk, stagelink_status_string(sub->notice));
+}
+
+static void sl_req_shard_arrived(sl_req_t *req, sl_status_t own);
+
+/* A sub ended (sub_done): its bytes counted, or its failure recorded. */
+static void sl_req_sub_done(sl_sub_t *sub, sl_status_t status, size_t length,
+                            const char *why)
+{
+    sl_req_t  *req  = sub->req;
+    sl_comm_t *comm = req->comm;
+    const stagelink_tag_t *tag = &req->xfer.tag;
+
+    sl_status_t own;
+
+    if (req->peer_failed && sub->kind == SL_SUB_STAGE_RECV &&
+        (status != STAGELINK_SUCCESS || sub->notice != STAGELINK_SUCCESS ||
+         length != sub->expected)) {
+        /* Our own failure is the root cause; a peer's notice only echoes it. */
+        req->status      = STAGELINK_SUCCESS;
+        req->peer_failed = 0;
+    }
+    if (sub->notice != STAGELINK_SUCCESS) {
+        if (sl_sub_is_recv(sub)) {
+            sl_req_peer_failed(req, sub);
+        }
+        /* A notice sent is no tensor byte either. */
+    } else if (status == STAGELINK_ERR_CANCELED) {
+        sl_req_fail(req, STAGELINK_ERR_CANCELED,
+                    "transfer of microbatch %u chunk %u was canceled",
+                    tag->microbatch, tag->chunk);
+    } else if (status != STAGELINK_SUCCESS) {
+        sl_req_fail(req, status, "%s of microbatch %u chunk %u with rank %d "
+                    "(receiver nbytes %zu): %s", sl_sub_name(sub->kind),
+                    tag->microbatch, tag->chunk, sub->peer->rank,
+                    req->xfer.nbytes, why);
+    } else if (length != sub->expected) {
+        sl_req_fail(req, STAGELINK_ERR_SIZE_MISMATCH,
+                    "%s of microbatch %u chunk %u from rank %d got %zu "
+                    "bytes, expected %zu (this rank's part of %zu bytes "
+                    "cut on %zu-byte elements); both sides must pass the "
+                    "same nbytes and elem_size (shards are cut on whole "
+                    "elements, so another element size moves the cuts)",
+                    sl_sub_name(sub->kind), tag->microbatch, tag->chunk,
+                    sub->peer->rank, length, sub->expected,
+                    req->xfer.nbytes,
+                    req->xfer.elem_size ? req->xfer.elem_size : (size_t)1);
+    } else {
+        sl_req_count(comm, sub, length);
+    }
+
+    if (sub->kind == SL_SUB_STAGE_RECV) {
+        own = (status != STAGELINK_SUCCESS)          ? status
+            : (sub->notice != STAGELINK_SUCCESS)     ? sub->notice
+            : (length != sub->expected)              ? STAGELINK_ERR_SIZE_MISMATCH
+                                                     : STAGELINK_SUCCESS;
+        /* At once, even inside a UCX callback (posting is allowed there):
+         * deferred until progress returns, the peers' rendezvous copies
+         * served in the same progress call would delay it, and the two
+         * halves of a gather would run one after another. */
+        if (req->needs_gather) {
+            sl_req_shard_arrived(req, own);
+        }
+    }
+    sl_req_settle(req);
+}
+
+/* The own shard of a gathered receive is in place, or failed with `own`:
+ * the gather passes it on (or a notice of `own`) to the TP peers. */
+static void sl_req_shard_arrived(sl_req_t *req, sl_status_t own)
+{
+    sl_comm_t  *comm = req->comm;
+    sl_status_t status;
+
+    status = req->gather->shard_ready(req->gather_state, req, own);
+    req->shard_passed = 1;
+    if (status != STAGELINK_SUCCESS) {
+        sl_req_fail(req, status, "%s", comm->err.msg);
+    }
+    /* Even when our own shard failed, the peers' shards (or their failure
+     * notices) are received, not canceled: left unmatched, they would be
+     * taken by the next transfer with the same tag. */
+}
+
+/* Posts the subs of a started request: the stage message, and for a
+ * receive that a gather rebuilds, the gather's part first (the peers'
+ * shards may arrive before our own). */
+static sl_status_t sl_req_post_subs(sl_req_t *req)
+{
+    sl_tag_fields_t f   = {.cls        = SL_TAG_CLASS_STAGE,
+                           .backward   = req->backward,
+                           .chunk      = req->xfer.tag.chunk,
+                           .source     = 0,
+                           .microbatch = req->xfer.tag.microbatch};
+    char           *buf = (char *)req->xfer.buf + req->shard.offset;
+
+    if (req->kind == STAGELINK_OP_SEND) {
+        return sl_sub_post_send(req, req->peer, SL_SUB_STAGE_SEND,
+                                sl_tag_encode(&f), buf, req->shard.length);
+    }
+    if (req->needs_gather) {
+        SL_CHECK(req->gather->post(req->gather_state, req));
+    }
+    return sl_sub_post_recv(req, req->peer, SL_SUB_STAGE_RECV,
+                            sl_tag_encode(&f), buf, req->shard.length);
+}
+
+/* DEFERRED -> ACTIVE: the host's stream is past the post.  Nothing is
+ * posted when the request was canceled meanwhile or the stream failed. */
+static void sl_req_stream_ready(sl_req_t *req, sl_status_t status)
+{
+    sl_comm_t *comm = req->comm;
+
+    req->state = SL_REQ_ACTIVE;
+    if (req->status != STAGELINK_SUCCESS) {
+        /* canceled while it waited */
+    } else if (status != STAGELINK_SUCCESS) {
+        sl_req_fail(req, status, "the host's stream failed before the "
+                    "transfer: %s", comm->err.msg);
+    } else if ((status = sl_req_post_subs(req)) != STAGELINK_SUCCESS) {
+        sl_req_fail(req, status, "%s", comm->err.msg);
+    }
+    sl_req_settle(req);
+}
+
+sl_status_t sl_req_start(sl_req_t *req)
+{
+    sl_status_t status;
+
+    if (req->device) {
+        status = sl_device_prepare(req);
+        req->state = (status == STAGELINK_SUCCESS) ? SL_REQ_DEFERRED
+                                                   : SL_REQ_ACTIVE;
+        return status;
+    }
+    req->state = SL_REQ_ACTIVE;
+    status     = sl_req_post_subs(req);
+    sl_req_settle(req);
+    return status;
+}
+
+sl_status_t sl_req_start_gather(sl_req_t *req)
+{
+    sl_status_t status;
+
+    req->state = SL_REQ_ACTIVE;
+    status     = req->gather->post(req->gather_state, req);
+    if (status == STAGELINK_SUCCESS) {
+        req->stage_landed = req->shard.length;
+        sl_req_shard_arrived(req, STAGELINK_SUCCESS);
+    }
+    sl_req_settle(req);
+    return status;
+}
 
 sl_status_t sl_req_pool_init(sl_req_pool_t *pool, int capacity, int tp_size,
                              sl_errbuf_t *eb)
@@ -72,18 +306,20 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     pool->free_list = req->next;
 
     req->magic         = SL_REQ_MAGIC;
+    req->state         = SL_REQ_POSTING;
     req->comm          = comm;
     req->kind          = kind;
     req->xfer          = *xfer;
     req->backward      = backward;
     req->pending       = 0;
     req->nsubs         = 0;
-    req->gather_posted = 0;
     req->needs_gather  = 0;
+    req->shard_passed  = 0;
     req->status        = STAGELINK_SUCCESS;
     req->peer_failed   = 0;
     req->device        = 0;
-    req->deferred      = 0;
+    req->sub_done      = sl_req_sub_done;
+    req->stream_ready  = sl_req_stream_ready;
     req->stream_event  = NULL;
     req->gather        = NULL;
     req->gather_state  = NULL;
@@ -122,8 +358,10 @@ void sl_req_put(sl_comm_t *comm, sl_req_t *req)
     req->magic = 0;
     --pool->in_use;
     if (req->detached_subs > 0) {
-        return; /* its subs may still be called back: never reused */
+        req->state = SL_REQ_RETIRED; /* UCX may still call back its subs */
+        return;
     }
+    req->state      = SL_REQ_FREE;
     req->next       = pool->free_list;
     pool->free_list = req;
 }
@@ -145,36 +383,9 @@ sl_status_t sl_req_check(sl_comm_t *comm, sl_req_t *req)
     return STAGELINK_SUCCESS;
 }
 
-void sl_req_fail(sl_req_t *req, sl_status_t status, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (req->status != STAGELINK_SUCCESS) {
-        return;
-    }
-    req->status = status;
-    va_start(ap, fmt);
-    vsnprintf(req->error, sizeof(req->error), fmt, ap);
-    va_end(ap);
-}
-
-const char *sl_req_what(const sl_req_t *req)
-{
-    static const char *const what[2][2] = {
-        {"forward send", "forward receive"},
-        {"backward send", "backward receive"}};
-
-    return what[req->backward != 0][req->kind == STAGELINK_OP_RECV];
-}
-
 int sl_req_done(const sl_req_t *req)
 {
-    if (req->pending > 0 || req->deferred) {
-        return 0;
-    }
-    /* A gather that has not passed the own shard on is not finished. */
-    return !req->needs_gather || req->gather_posted ||
-           req->status != STAGELINK_SUCCESS;
+    return req->state == SL_REQ_ENDED;
 }
 
 /* The gather backend's end of a request the host completes or finalize
@@ -203,11 +414,11 @@ sl_status_t sl_req_finish(sl_comm_t *comm, sl_req_t *req)
     return status;
 }
 
-void sl_req_cancel_subs(sl_comm_t *comm, sl_req_t *req)
+void sl_req_cancel(sl_comm_t *comm, sl_req_t *req)
 {
     int i;
 
-    if (req->deferred) {
+    if (req->state == SL_REQ_DEFERRED) {
         sl_req_fail(req, STAGELINK_ERR_CANCELED, "transfer of microbatch %u "
                     "chunk %u was canceled before it started",
                     req->xfer.tag.microbatch, req->xfer.tag.chunk);
@@ -215,6 +426,18 @@ void sl_req_cancel_subs(sl_comm_t *comm, sl_req_t *req)
     for (i = 0; i < req->nsubs; ++i) {
         sl_sub_cancel(comm, &req->subs[i]);
     }
+    sl_req_settle(req);
+}
+
+void sl_req_abort(sl_comm_t *comm, sl_req_t *req, sl_status_t status,
+                  const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    sl_req_vfail(req, status, fmt, ap);
+    va_end(ap);
+    sl_req_cancel(comm, req);
 }
 
 void sl_req_describe_pending(const sl_req_t *req, char *out, size_t len)
@@ -311,11 +534,10 @@ sl_status_t sl_req_abandon_all(sl_comm_t *comm, double deadline)
     }
     for (req = comm->pool.active; req != NULL; req = req->next) {
         if (req->kind == STAGELINK_OP_RECV && !sl_req_done(req)) {
-            sl_req_fail(req, STAGELINK_ERR_ABANDONED, "%s of microbatch %u "
-                        "chunk %u was still in flight at comm_finalize, which "
-                        "canceled it", sl_req_what(req),
-                        req->xfer.tag.microbatch, req->xfer.tag.chunk);
-            sl_req_cancel_subs(comm, req);
+            sl_req_abort(comm, req, STAGELINK_ERR_ABANDONED, "%s of "
+                         "microbatch %u chunk %u was still in flight at "
+                         "comm_finalize, which canceled it", sl_req_what(req),
+                         req->xfer.tag.microbatch, req->xfer.tag.chunk);
         }
     }
     /* Sends get the grace: a peer that receives them late completes them. */
@@ -359,7 +581,7 @@ sl_status_t sl_req_abandon_all(sl_comm_t *comm, double deadline)
         }
         *(req->kind == STAGELINK_OP_RECV ? &nrecv : &nsend) += 1;
         sl_req_name_into(req, names, sizeof(names), &used, &listed, &more);
-        if (!req->deferred) {
+        if (req->state != SL_REQ_DEFERRED) {
             sl_req_put(comm, req);
         }
     }

@@ -32,16 +32,11 @@ static int gather_locked(sl_comm_t *comm, unsigned char *buf, size_t n,
     req->shard        = sl_shard_get(n, 1, comm->layout.tp_size,
                                      comm->layout.tp_index);
     req->needs_gather = 1;
-    req->sub_done     = sl_xfer_sub_done;
     req->gather       = comm->gather;
     req->gather_state = comm->gather_state;
-    if (req->gather->post(req->gather_state, req) != STAGELINK_SUCCESS) {
-        return -1;
-    }
-    /* Our shard is in place already: the whole of it has landed. */
-    req->stage_landed = req->shard.length;
-    sl_xfer_shard_arrived(req, STAGELINK_SUCCESS);
-    if (sl_req_wait(comm, req) != STAGELINK_SUCCESS) {
+    /* Our shard is in place already: only the gather runs. */
+    if (sl_req_start_gather(req) != STAGELINK_SUCCESS ||
+        sl_req_wait(comm, req) != STAGELINK_SUCCESS) {
         return -1;
     }
     return (sl_req_finish(comm, req) == STAGELINK_SUCCESS) ? 0 : -1;
