@@ -7,13 +7,20 @@
  * primes, up to several MiB so that some go in chunks), how each rank posts
  * (isend/irecv mixed with post_batch; receives first or all shuffled) and
  * how it completes (wait, test polling, cancel of orphan receives, in a
- * random order), and deliberate misuse (a tag reused while in flight must
+ * random order), whether every rank then goes idle outside stagelink, and
+ * deliberate misuse (a tag reused while in flight must
  * give TAG_IN_USE; a receiver passing another nbytes must give
  * SIZE_MISMATCH on every rank that can see it, then the same tag works in
  * the next round).  Every received byte is checked.
  *
  *   stagelink_stress [-s SEED,...] [-r RANDOM_SEEDS] [-b BUDGET_S]
- *                    [-N NS0,NS1] [-L p,t,d,mode,depth] [-M] [-q]
+ *                    [-N NS0,NS1] [-L p,t,d,mode,depth] [-M] [-F]
+ *                    [-G GATHER_ORDER,FAKE_NCCL] [-q]
+ *
+ * With -G, one seed in four on one node is instead a job of device
+ * receives on a fake GPU whose streams lag by drawn amounts, gathered
+ * through the fake NCCL, which fails when TP ranks issue collectives in
+ * different orders (test/multiproc/gather_order.c, scenario random).
  *
  * The driver starts each seed's job with stagelink_run (found next to this
  * program), on this node or split over two network namespaces (-N, node 0
@@ -66,6 +73,7 @@ typedef struct layout_override {
     int              fixed_chunk; /* -F: never STAGELINK_CHUNK=auto */
     int              set, p, t, d, depth;
     stagelink_mode_t mode;
+    const char      *gather_job; /* -G: "GATHER_ORDER,FAKE_NCCL" */
 } layout_override_t;
 
 /* ---- deterministic draws ------------------------------------------------ */
@@ -825,8 +833,65 @@ static void replay_line(char *out, size_t len, uint64_t seed,
         n += snprintf(out + n, len - (size_t)n, " -M");
     }
     if (ov->fixed_chunk) {
-        snprintf(out + n, len - (size_t)n, " -F");
+        n += snprintf(out + n, len - (size_t)n, " -F");
     }
+    if (ov->gather_job != NULL) {
+        snprintf(out + n, len - (size_t)n, " -G %s", ov->gather_job);
+    }
+}
+
+/* Whether -G makes this seed a gather-order job (drawn aside). */
+static int gather_drawn(uint64_t seed, const char *netns,
+                        const layout_override_t *ov)
+{
+    return ov->gather_job != NULL && netns == NULL &&
+           hash5(seed ^ 0x6761746865726f72ull, 0, 0, 0, 0) % 4 == 0;
+}
+
+/* Runs the seed's gather-order job (-G): 4 ranks, t = 2, p = 2, device
+ * receives on the fake GPU; 0 when every rank passed. */
+static int run_gather_seed(uint64_t seed, const layout_override_t *ov,
+                           const char *run, int quiet, totals_t *tot)
+{
+    char   prog[PATH_MAX], fake[PATH_MAX], seedarg[32], t_arg[16];
+    char   replay[PATH_MAX * 2 + 64];
+    int    status, rc;
+    pid_t  pid;
+    time_t t0 = time(NULL);
+
+    if (sscanf(ov->gather_job, "%4095[^,],%4095s", prog, fake) != 2) {
+        fprintf(stderr, "-G wants GATHER_ORDER,FAKE_NCCL\n");
+        return 1;
+    }
+    snprintf(seedarg, sizeof(seedarg), "%" PRIu64, seed);
+    snprintf(t_arg, sizeof(t_arg), "%d", JOB_TIMEOUT_S);
+    pid = fork();
+    if (pid == 0) {
+        setenv("STAGELINK_NCCL_LIBRARY", fake, 1);
+        setenv("FAKE_NCCL_COLLECTIVES", "1", 1);
+        setenv("STAGELINK_TIMEOUT", WAIT_TIMEOUT, 1);
+        if (freopen("/dev/null", "w", stdout) == NULL) {
+            _exit(127);
+        }
+        execl(run, run, "-n", "4", "-T", t_arg, "--", prog, fake, "random",
+              seedarg, (char *)NULL);
+        perror(run);
+        _exit(127);
+    }
+    rc = (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
+          WEXITSTATUS(status) != 0);
+    ++tot->seeds;
+    replay_line(replay, sizeof(replay), seed, NULL, ov);
+    if (rc != 0) {
+        ++tot->failed;
+        printf("FAIL seed %" PRIu64 ": gather order on the fake GPU (p=2 t=2)"
+               "\n  replay: %s\n", seed, replay);
+    } else if (!quiet) {
+        printf("ok   seed %" PRIu64 ": gather order on the fake GPU (p=2 t=2)"
+               " (%.0f s)\n", seed, difftime(time(NULL), t0));
+    }
+    fflush(stdout);
+    return rc;
 }
 
 /* The idle barrier's markers of one job, and their directory. */
@@ -865,9 +930,12 @@ static int run_seed(uint64_t seed, const char *netns,
     const char *p;
     time_t      t0 = time(NULL);
 
-    plan_draw(seed, nodes, ov, &pl);
     self_dir(dir, sizeof(dir));
     snprintf(run, sizeof(run), "%s/stagelink_run", dir);
+    if (gather_drawn(seed, netns, ov)) {
+        return run_gather_seed(seed, ov, run, quiet, tot);
+    }
+    plan_draw(seed, nodes, ov, &pl);
     snprintf(self, sizeof(self), "%s/stagelink_stress", dir);
     snprintf(seedarg, sizeof(seedarg), "%" PRIu64, seed);
     if (ov->set) {
@@ -1016,7 +1084,8 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: stagelink_stress [-s SEED[,SEED...]] [-r N] [-b SECONDS] "
-            "[-N NS0,NS1] [-L p,t,d,mode,depth] [-M] [-F] [-q]\n"
+            "[-N NS0,NS1] [-L p,t,d,mode,depth] [-M] [-F] "
+            "[-G GATHER_ORDER,FAKE_NCCL] [-q]\n"
             "  -s  seeds to run (the regression list), in order\n"
             "  -r  N random seeds after them (printed)\n"
             "  -b  start no new seed after SECONDS (default: no limit)\n"
@@ -1026,6 +1095,8 @@ static void usage(void)
             "  -M  no deliberate misuse (tag reuse, size mismatch, orphans)\n"
             "  -F  fixed chunks only, never STAGELINK_CHUNK=auto (seeds found\n"
             "      before auto was drawn replay with it)\n"
+            "  -G  one seed in four on one node: the gather-order job of\n"
+            "      test/multiproc/gather_order.c (random) over the fake NCCL\n"
             "  -q  print failures and the summary only\n"
             "Each failure prints the seed, its layout and a replay command.\n");
 }
@@ -1062,7 +1133,7 @@ int main(int argc, char **argv)
     uint64_t          rstate;
     long              i;
 
-    while ((opt = getopt_long(argc, argv, "s:r:b:N:L:MFqh", longopts, NULL)) !=
+    while ((opt = getopt_long(argc, argv, "s:r:b:N:L:G:MFqh", longopts, NULL)) !=
            -1) {
         switch (opt) {
         case 'R': rank_mode = 1; rank_seed = strtoull(optarg, NULL, 10); break;
@@ -1074,6 +1145,7 @@ int main(int argc, char **argv)
         case 'q': quiet = 1; break;
         case 'M': ov.no_misuse = 1; break;
         case 'F': ov.fixed_chunk = 1; break;
+        case 'G': ov.gather_job = optarg; break;
         case 'L':
             if (parse_override(optarg, &ov) != 0) {
                 fprintf(stderr, "-L wants p,t,d,mode,depth (depth 1-%d)\n",

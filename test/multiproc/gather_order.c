@@ -16,9 +16,15 @@
  *            20 ms kernel on the stream between the two posts;
  *   between  a host collective on a second NCCL communicator between the
  *            post and the wait, with TP rank 0's shard there before the
- *            post and TP rank 1's only after the host collective.
+ *            post and TP rank 1's only after the host collective;
+ *   random   drawn from SEED (stagelink_stress -G runs it): rounds of 2-6
+ *            receives in flight of drawn sizes, posted in one order on
+ *            both TP ranks (the header's rule) with a kernel or a held
+ *            stream at a drawn point of each TP rank's posts; each rank
+ *            sends or completes in an order of its own (wait, or test
+ *            polling), and may go idle outside stagelink after a round.
  *
- *   gather_order FAKE_NCCL.so held|skew|between
+ *   gather_order FAKE_NCCL.so held|skew|between|random [SEED]
  * SPDX-License-Identifier: MIT
  */
 #include "../plugins/fake_stream.h"
@@ -60,8 +66,15 @@ typedef struct fstream {
     pthread_t       thread;
 } fstream_t;
 
+/* One record of an event: a wait holds the record it saw, as CUDA's does,
+ * so that the event recorded again meanwhile (the plugin reuses events)
+ * neither releases nor holds it. */
+typedef struct fmark {
+    atomic_int refs, done;
+} fmark_t;
+
 typedef struct fevent {
-    atomic_ullong recorded, done;
+    fmark_t *last; /* NULL: never recorded, complete */
 } fevent_t;
 
 static double now_s(void)
@@ -187,6 +200,13 @@ static void f_stream_destroy(void *stream)
     free(s);
 }
 
+static void fmark_unref(fmark_t *m)
+{
+    if (m != NULL && atomic_fetch_sub(&m->refs, 1) == 1) {
+        free(m);
+    }
+}
+
 static sl_status_t f_event_create(void **out, sl_errbuf_t *eb)
 {
     (void)eb;
@@ -194,29 +214,34 @@ static sl_status_t f_event_create(void **out, sl_errbuf_t *eb)
     return STAGELINK_SUCCESS;
 }
 
-static void f_event_destroy(void *ev) { free(ev); }
+static void f_event_destroy(void *event)
+{
+    fevent_t *ev = event;
 
-typedef struct mark {
-    fevent_t *ev;
-    uint64_t  value;
-} mark_t;
+    fmark_unref(ev->last);
+    free(ev);
+}
 
 static void mark_done(void *arg)
 {
-    mark_t *m = arg;
+    fmark_t *m = arg;
 
-    atomic_store(&m->ev->done, m->value);
-    free(m);
+    atomic_store(&m->done, 1);
+    fmark_unref(m);
 }
 
+/* The plugin records, queries and waits on an event under its own lock;
+ * only the streams' threads run concurrently with it. */
 static sl_status_t f_event_record(void *event, void *stream, sl_errbuf_t *eb)
 {
     fevent_t *ev = event;
-    mark_t   *m  = malloc(sizeof(*m));
+    fmark_t  *m  = calloc(1, sizeof(*m));
 
     (void)eb;
-    m->ev    = ev;
-    m->value = atomic_fetch_add(&ev->recorded, 1ull) + 1;
+    CHECK(m != NULL, "out of memory");
+    atomic_store(&m->refs, 2); /* the event's, and the stream's */
+    fmark_unref(ev->last);
+    ev->last = m;
     if (stream == NULL) {
         mark_done(m);
     } else {
@@ -231,32 +256,33 @@ static int f_event_query(void *event, sl_status_t *st, sl_errbuf_t *eb)
 
     (void)eb;
     *st = STAGELINK_SUCCESS;
-    return atomic_load(&ev->done) >= atomic_load(&ev->recorded);
+    return ev->last == NULL || atomic_load(&ev->last->done);
 }
 
 static void wait_mark(void *arg)
 {
-    mark_t *m   = arg;
-    double  end = now_s() + WAIT_S;
+    fmark_t *m   = arg;
+    double   end = now_s() + WAIT_S;
 
-    while (atomic_load(&m->ev->done) < m->value) {
+    while (!atomic_load(&m->done)) {
         if (now_s() > end) {
             fprintf(stderr, "fake GPU: a stream waited %d s for an event\n", WAIT_S);
             _exit(87);
         }
         nap();
     }
-    free(m);
+    fmark_unref(m);
 }
 
 static sl_status_t f_stream_wait_event(void *stream, void *event, sl_errbuf_t *eb)
 {
-    mark_t *m = malloc(sizeof(*m));
+    fevent_t *ev = event;
 
     (void)eb;
-    m->ev    = event;
-    m->value = atomic_load(&((fevent_t *)event)->recorded);
-    fake_stream_enqueue(stream, wait_mark, m);
+    if (ev->last != NULL) {
+        atomic_fetch_add(&ev->last->refs, 1);
+        fake_stream_enqueue(stream, wait_mark, ev->last);
+    }
     return STAGELINK_SUCCESS;
 }
 
@@ -430,22 +456,48 @@ static stagelink_request_t *post(job_t *j, void *buf, size_t n, uint32_t mb)
     return req;
 }
 
-/* Waits; on stage 1 the whole tensor must be there once its stream ran. */
-static void finish(job_t *j, stagelink_request_t *req, void *buf, size_t n,
-                   uint32_t mb)
+/* On stage 1 the whole tensor must be there once its stream ran. */
+static void check_done(job_t *j, stagelink_status_t st, void *buf, size_t n,
+                       uint32_t mb)
 {
-    stagelink_status_t st = j->h.plugin->wait(j->h.comm, req);
-    size_t             bad;
+    size_t bad;
 
-    CHECK(st == STAGELINK_SUCCESS, "rank %d: wait of mb %u: %s: %s",
+    CHECK(st == STAGELINK_SUCCESS, "rank %d: completion of mb %u: %s: %s",
           j->h.info.rank, mb, stagelink_status_string(st),
           j->h.plugin->last_error(j->h.comm));
     if (j->stage == 1) {
         fstream_sync(j->stream); /* the host's stream waits for the gather */
         bad = sl_pattern_check(buf, 0, n, sl_pattern_seed(0, mb, 0, 0));
         CHECK(bad == SIZE_MAX, "rank %d: mb %u (%zu bytes): byte %zu is "
-              "wrong after the gather", j->h.info.rank, mb, n, bad);
+              "wrong after the gather (0x%02x; 0xee: never written)",
+              j->h.info.rank, mb, n, bad,
+              bad == SIZE_MAX ? 0 : ((unsigned char *)buf)[bad]);
     }
+}
+
+static void finish(job_t *j, stagelink_request_t *req, void *buf, size_t n,
+                   uint32_t mb)
+{
+    check_done(j, j->h.plugin->wait(j->h.comm, req), buf, n, mb);
+}
+
+/* The same by polling test, napping between calls. */
+static void finish_test(job_t *j, stagelink_request_t *req, void *buf,
+                        size_t n, uint32_t mb)
+{
+    stagelink_status_t st;
+    double             end = now_s() + WAIT_S;
+    int                done = 0;
+
+    do {
+        st = j->h.plugin->test(j->h.comm, req, &done);
+        if (st == STAGELINK_SUCCESS && !done) {
+            CHECK(now_s() < end, "rank %d: mb %u not done after %d s of test",
+                  j->h.info.rank, mb, WAIT_S);
+            nap();
+        }
+    } while (st == STAGELINK_SUCCESS && !done);
+    check_done(j, st, buf, n, mb);
 }
 
 static void scenario_held(job_t *j)
@@ -503,6 +555,91 @@ static void scenario_skew(job_t *j)
             finish(j, ra, a, na, ma);
             rb = post(j, b, nb, mb);
             finish(j, rb, b, nb, mb);
+        }
+    }
+}
+
+static uint64_t draw(uint64_t seed, uint64_t a, uint64_t b)
+{
+    uint64_t x = seed ^ (a * 0x9e3779b97f4a7c15ull) ^ (b * 0xc2b2ae3d27d4eb4full);
+
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* A permutation of 0..k-1 drawn from (seed, a, b). */
+static void draw_order(uint64_t seed, uint64_t a, uint64_t b, int *order, int k)
+{
+    int i, r, t;
+
+    for (i = 0; i < k; ++i) {
+        order[i] = i;
+    }
+    for (i = k - 1; i > 0; --i) {
+        r        = (int)(draw(seed, a, b * 16 + (uint64_t)i) % (uint64_t)(i + 1));
+        t        = order[i];
+        order[i] = order[r];
+        order[r] = t;
+    }
+}
+
+#define RANDOM_MAX_K 6
+
+static void scenario_random(job_t *j, uint64_t seed)
+{
+    /* What both stages share comes from the seed; the rest from the rank. */
+    uint64_t mine   = draw(seed, 99, (uint64_t)j->h.info.rank + 1);
+    int      rounds = 2 + (int)(draw(seed, 0, 0) % 3), round, i;
+
+    for (round = 0; round < rounds; ++round) {
+        int                  k = 2 + (int)(draw(seed, 1, (uint64_t)round) % 5);
+        int                  order[RANDOM_MAX_K], at, action, ms, by_test;
+        size_t               n[RANDOM_MAX_K];
+        uint32_t             mb[RANDOM_MAX_K];
+        char                *buf[RANDOM_MAX_K];
+        stagelink_request_t *req[RANDOM_MAX_K];
+
+        j->next = arena;
+        for (i = 0; i < k; ++i) {
+            n[i]   = 4 * (1 + draw(seed, 2, (uint64_t)(round * 8 + i)) %
+                              (128u << 10));
+            mb[i]  = 1000 + (uint32_t)(round * 8 + i);
+            buf[i] = dev_alloc(j, n[i]);
+        }
+        draw_order(mine, 3, (uint64_t)round, order, k);
+        by_test = (int)(draw(mine, 4, (uint64_t)round) % 2);
+        if (j->stage == 1) {
+            at     = (int)(draw(mine, 5, (uint64_t)round) % (uint64_t)(k + 1));
+            action = (int)(draw(mine, 6, (uint64_t)round) % 3);
+            ms     = 1 + (int)(draw(mine, 7, (uint64_t)round) % 10);
+            for (i = 0; i < k; ++i) {
+                if (i == at && action == 1) {
+                    fstream_kernel(j->stream, ms);
+                } else if (i == at && action == 2) {
+                    fstream_hold(j->stream, 1);
+                }
+                req[i] = post(j, buf[i], n[i], mb[i]);
+            }
+            fstream_hold(j->stream, 0);
+        } else {
+            for (i = 0; i < k; ++i) {
+                req[order[i]] = post(j, buf[order[i]], n[order[i]],
+                                     mb[order[i]]);
+            }
+            draw_order(mine, 8, (uint64_t)round, order, k);
+        }
+        for (i = 0; i < k; ++i) {
+            (by_test ? finish_test : finish)(j, req[order[i]], buf[order[i]],
+                                             n[order[i]], mb[order[i]]);
+        }
+        if (draw(mine, 9, (uint64_t)round) % 2) {
+            struct timespec ts = {0, (long)(draw(mine, 10, (uint64_t)round) %
+                                            20) * 1000000L};
+
+            nanosleep(&ts, NULL); /* idle outside stagelink */
         }
     }
 }
@@ -610,10 +747,14 @@ int main(int argc, char **argv)
     void                        *state = NULL;
     sl_status_t                  st;
     const char                  *port = getenv("MASTER_PORT");
+    int                          seeded = (argc == 4 &&
+                                           strcmp(argv[2], "random") == 0);
 
-    if (argc != 3 || (strcmp(argv[2], "held") && strcmp(argv[2], "skew") &&
-                      strcmp(argv[2], "between"))) {
-        fprintf(stderr, "usage: gather_order FAKE_NCCL.so held|skew|between\n");
+    if (!seeded && (argc != 3 || (strcmp(argv[2], "held") &&
+                                  strcmp(argv[2], "skew") &&
+                                  strcmp(argv[2], "between")))) {
+        fprintf(stderr, "usage: gather_order FAKE_NCCL.so "
+                "held|skew|between|random SEED\n");
         return 2;
     }
     memset(&j, 0, sizeof(j));
@@ -654,6 +795,8 @@ int main(int argc, char **argv)
         scenario_held(&j);
     } else if (strcmp(argv[2], "skew") == 0) {
         scenario_skew(&j);
+    } else if (seeded) {
+        scenario_random(&j, strtoull(argv[3], NULL, 10));
     } else {
         scenario_between(&j, argv[1]);
     }
