@@ -35,6 +35,7 @@ typedef enum sl_env_id {
     SL_ENV_BOOTSTRAP_BIND,
     SL_ENV_JOB_KEY,
     SL_ENV_LIBRARY,
+    SL_ENV_UCX,
     SL_ENV_CHECK,
     SL_ENV_UCX_NET_DEVICES,
     /* Read from launchers, in the order tried. */

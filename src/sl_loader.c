@@ -183,6 +183,34 @@ static void *sl_loader_try(const char *candidate, char *tried, size_t len)
     return handle;
 }
 
+/* dir/sub+file into out; 0 when it does not fit. */
+static int sl_loader_join(char *out, size_t len, const char *dir,
+                          const char *sub, const char *file)
+{
+    int n = snprintf(out, len, "%s/%s%s", dir, sub, file);
+
+    return n > 0 && (size_t)n < len;
+}
+
+/* The directory libstagelink was loaded from; 0 when unknown. */
+static int sl_loader_own_dir(char *out, size_t len)
+{
+    stagelink_status_t (*self)(const char *, stagelink_loader_t **, char *,
+                               size_t) = stagelink_loader_open;
+    const char *slash;
+    void       *addr;
+    Dl_info     info;
+
+    /* ISO C has no cast from a function pointer to void *: copy it. */
+    memcpy(&addr, &self, sizeof(addr));
+    if (!dladdr(addr, &info) || info.dli_fname == NULL ||
+        (slash = strrchr(info.dli_fname, '/')) == NULL) {
+        return 0;
+    }
+    snprintf(out, len, "%.*s", (int)(slash - info.dli_fname), info.dli_fname);
+    return 1;
+}
+
 static void *sl_loader_search(const char *name, char *path, size_t pathlen,
                               char *tried, size_t triedlen)
 {
@@ -207,8 +235,19 @@ static void *sl_loader_search(const char *name, char *path, size_t pathlen,
             }
         }
     }
-    snprintf(path, pathlen, "%s/%s", STAGELINK_PLUGIN_DIR, file);
-    if ((handle = sl_loader_try(path, tried, triedlen)) != NULL) {
+    /* Next to this library (an install moved as a whole, a wheel), then
+     * where it was installed. */
+    path[0] = '\0';
+    if (sl_loader_own_dir(dirs, sizeof(dirs)) &&
+        sl_loader_join(path, pathlen, dirs, "stagelink/", file) &&
+        (handle = sl_loader_try(path, tried, triedlen)) != NULL) {
+        return handle;
+    }
+    if (STAGELINK_PLUGIN_DIR[0] != '\0' &&
+        sl_loader_join(dirs, sizeof(dirs), STAGELINK_PLUGIN_DIR, "", file) &&
+        strcmp(dirs, path) != 0 &&
+        sl_loader_join(path, pathlen, STAGELINK_PLUGIN_DIR, "", file) &&
+        (handle = sl_loader_try(path, tried, triedlen)) != NULL) {
         return handle;
     }
     /* Last, the dynamic loader's own search: LD_LIBRARY_PATH, rpath, cache. */

@@ -1,7 +1,8 @@
 #!/bin/sh
 # README's test command: every suite with warnings as errors; valgrind
 # memcheck on the unit suite and on two- and four-rank transfers; README's
-# install and examples in a clean root; the unit and multiproc suites
+# install and examples in a clean root; the Python tests from the wheel
+# `pip install .` builds; the unit and multiproc suites
 # against UCX with CUDA where one is built; then every suite again under
 # AddressSanitizer and UBSan (but fuzz: its target is built with both
 # sanitizers already; and python: the interpreter is not instrumented, so
@@ -18,6 +19,9 @@ phase test meson test -C build-test --print-errorlogs --num-processes 2
 grep -h '^SKIP' build-test/meson-logs/testlog.txt | sort | uniq -c || true
 check_install() { test/install/check_install.sh build-test || [ $? -eq 77 ]; }
 phase install check_install
+# The wheel pip builds, in .venv (tools/install-deps.sh makes it), with
+# the Python tests run from it: torch 2.11, Megatron-Core 0.19, UCX 1.22.
+phase wheel test/wheel/run.sh .venv
 
 phase valgrind-unit meson test -C build-test --setup valgrind --print-errorlogs \
     --num-processes 2 --suite unit

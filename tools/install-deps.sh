@@ -1,5 +1,9 @@
 #!/bin/sh
-# Installs what stagelink needs to build and test on Debian 12, as root.
+# Installs what stagelink needs to build and test on Debian 12, as root:
+# Debian's packages (the C path: meson install, Debian's python3 and its
+# torch), then the repository's Python environment, .venv, from the pins
+# of python/requirements-venv.txt with stagelink's own wheel in it
+# (tools/make-venv.sh; STAGELINK_NO_VENV=1 leaves it out).
 set -eu
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
@@ -8,4 +12,7 @@ apt-get install -y -qq --no-install-recommends \
     libucx-dev ucx-utils libibverbs-dev rdma-core \
     openmpi-bin libopenmpi-dev \
     iproute2 gnuplot-nox clang libclang-rt-14-dev valgrind \
-    python3-numpy python3-torch python3-setuptools >/dev/null
+    python3-numpy python3-torch >/dev/null
+if [ "${STAGELINK_NO_VENV:-0}" != 1 ]; then
+    "$(dirname "$0")/make-venv.sh"
+fi

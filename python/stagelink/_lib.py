@@ -3,10 +3,11 @@ the library is found.
 
 libstagelink is looked for, in order: STAGELINK_LIBRARY (a path; nothing
 else is tried when it is set), the library directory this package was
-installed with (meson install writes _install_paths.py), then the dynamic
-loader's search (LD_LIBRARY_PATH, ld.so.cache).  The plugin is found by
-libstagelink's loader: STAGELINK_PLUGIN, STAGELINK_PLUGIN_PATH, then its
-installed plugin directory.
+installed with (meson install writes _install_paths.py; a wheel carries
+the library in the package's _lib), then the dynamic loader's search
+(LD_LIBRARY_PATH, ld.so.cache).  The plugin is found by libstagelink's
+loader: STAGELINK_PLUGIN, STAGELINK_PLUGIN_PATH, next to the library, then
+its installed plugin directory.  The UCX it runs on: _ucx.py.
 
 SPDX-License-Identifier: MIT
 """
@@ -16,6 +17,7 @@ import ctypes.util
 import os
 import threading
 
+from . import _ucx
 from .errors import STATUS, StagelinkError
 
 c_size = ctypes.c_size_t
@@ -126,8 +128,11 @@ def _candidates():
     found = []
     try:
         from . import _install_paths
-        found.append(os.path.join(_install_paths.LIBDIR, SONAME))
-    except ImportError:  # a source tree or a pip install: no install record
+        # A wheel carries the library in the package ("" recorded).
+        libdir = _install_paths.LIBDIR or os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "_lib")
+        found.append(os.path.join(libdir, SONAME))
+    except ImportError:  # a source tree: no install record
         pass
     found.append(SONAME)
     other = ctypes.util.find_library("stagelink")
@@ -143,6 +148,7 @@ def library():
     with _lock:
         if _lib is not None:
             return _lib
+        _ucx.choose()  # before the plugin loads libucp.so.0
         tried = []
         for path in _candidates():
             try:

@@ -1,0 +1,127 @@
+"""Which UCX the UCX plugin runs on, chosen once before libstagelink opens
+the plugin (STAGELINK_UCX, in the variable table of docs/configuration.md):
+
+  auto    the system's UCX where it has an InfiniBand transport (its
+          libuct_ib module, and an InfiniBand device on the node), else the
+          UCX of the libucx-cu13 wheel where it is installed (CUDA, shared
+          memory and TCP; no verbs), else the system's;
+  system  the dynamic loader's libucp.so.0 (LD_LIBRARY_PATH, ld.so.cache);
+  wheel   libucx-cu13's, an error where it is not installed.
+
+The wheel's libraries are loaded first and globally, so the plugin's
+libucp.so.0 is theirs.  The plugin was built against an older UCX's
+headers; UCX keeps its ABI across 1.x, newer libraries serve older callers.
+
+SPDX-License-Identifier: MIT
+"""
+
+import ctypes
+import importlib.util
+import os
+import subprocess
+import threading
+
+from .errors import STATUS, StagelinkError
+
+CHOICES = ("auto", "system", "wheel")
+# In dependency order; a library loaded by path serves every later
+# request for its soname (the plugin's DT_NEEDED libucp.so.0).
+_UCX_LIBS = ("libucs.so.0", "libucs_signal.so.0", "libuct.so.0",
+             "libucp.so.0")
+_lock = threading.Lock()
+_chosen = None
+
+
+def _system_libucp():
+    """Path of the system's libucp.so.0 in the loader's cache, or None."""
+    for ldconfig in ("/sbin/ldconfig", "/usr/sbin/ldconfig"):
+        if os.access(ldconfig, os.X_OK):
+            try:
+                out = subprocess.run([ldconfig, "-p"], capture_output=True,
+                                     text=True, timeout=10).stdout
+            except (OSError, subprocess.SubprocessError):
+                return None
+            for line in out.splitlines():
+                if line.strip().startswith("libucp.so.0 ") and "=>" in line:
+                    return line.split("=>", 1)[1].strip()
+            return None
+    return None
+
+
+def _has_ib(libucp):
+    """Whether this UCX has its InfiniBand transport and the node a device."""
+    moddir = os.path.join(os.path.dirname(libucp), "ucx")
+    try:
+        module = any(f.startswith("libuct_ib") for f in os.listdir(moddir))
+        devices = os.listdir("/sys/class/infiniband")
+    except OSError:
+        return False
+    return module and bool(devices)
+
+
+def _wheel_libdir():
+    """The lib directory of the libucx-cu13 wheel, or None."""
+    spec = importlib.util.find_spec("libucx")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for root in spec.submodule_search_locations:
+        libdir = os.path.join(root, "lib")
+        if os.path.exists(os.path.join(libdir, "libucp.so.0")):
+            return libdir
+    return None
+
+
+def _decide():
+    value = os.environ.get("STAGELINK_UCX", "auto") or "auto"
+    if value not in CHOICES:
+        raise StagelinkError(
+            STATUS["ERR_INVALID_ARG"],
+            "STAGELINK_UCX=%s: want one of %s" % (value, ", ".join(CHOICES)))
+    wheel = _wheel_libdir()
+    system = _system_libucp()
+    if value == "wheel" and wheel is None:
+        raise StagelinkError(
+            STATUS["ERR_NOT_FOUND"],
+            "STAGELINK_UCX=wheel, but the libucx-cu13 wheel is not installed "
+            "(pip install 'stagelink[ucx]', or unset STAGELINK_UCX)")
+    if value == "wheel":
+        return {"ucx": "wheel", "libdir": wheel, "why": "STAGELINK_UCX=wheel"}
+    if value == "system":
+        return {"ucx": "system", "libdir": None, "why": "STAGELINK_UCX=system"}
+    if system is not None and _has_ib(system):
+        return {"ucx": "system", "libdir": None,
+                "why": "the system's UCX (%s) has an InfiniBand transport"
+                       % system}
+    if wheel is not None:
+        return {"ucx": "wheel", "libdir": wheel,
+                "why": "the system's UCX %s; libucx-cu13 is installed" %
+                       ("has no InfiniBand transport or device" if system
+                        else "is not in the loader's cache")}
+    return {"ucx": "system", "libdir": None,
+            "why": "no libucx-cu13 wheel; the system's UCX, as the loader "
+                   "finds it"}
+
+
+def choose():
+    """The UCX in use ({"ucx": "system"|"wheel", "libdir", "why"}), its
+    libraries loaded when it is the wheel's; the same answer every call."""
+    global _chosen
+    with _lock:
+        if _chosen is None:
+            chosen = _decide()
+            if chosen["ucx"] == "wheel":
+                for name in _UCX_LIBS:
+                    path = os.path.join(chosen["libdir"], name)
+                    if os.path.exists(path):
+                        ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            _chosen = chosen
+        return dict(_chosen)
+
+
+def export(env):
+    """Makes a child process (a C tool, a rank) find the same UCX."""
+    chosen = choose()
+    if chosen["ucx"] == "wheel":
+        old = env.get("LD_LIBRARY_PATH")
+        env["LD_LIBRARY_PATH"] = chosen["libdir"] + (":" + old if old else "")
+    env["STAGELINK_UCX"] = chosen["ucx"]

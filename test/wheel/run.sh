@@ -1,0 +1,68 @@
+#!/bin/sh
+# The Python tests run from the wheel `pip install .` builds: the wheel is
+# built in pip's isolated (empty) build environment from this tree and
+# installed into VENV (tools/make-venv.sh makes it), then each test runs
+# under the wheel's own stagelink_run with VENV's interpreter, from an
+# empty directory, with no stagelink variable set: the package must find
+# its library, plugins, tools and UCX by itself.  Also checks the wheel's
+# contents and that STAGELINK_UCX=wheel runs on libucx-cu13's UCX.
+# Usage: test/wheel/run.sh [VENV]
+set -eu
+src=$(cd "$(dirname "$0")/../.." && pwd)
+venv=$(cd "${1:-$src/.venv}" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$venv/bin/pip" wheel -q --disable-pip-version-check --no-deps -w "$tmp/dist" "$src"
+wheel=$(ls "$tmp"/dist/stagelink-*.whl)
+"$venv/bin/python" - "$wheel" <<'PY'
+import sys, zipfile
+names = set(zipfile.ZipFile(sys.argv[1]).namelist())
+want = ["stagelink/__init__.py", "stagelink/megatron.py",
+        "stagelink/_lib/libstagelink.so.1",
+        "stagelink/_lib/stagelink/libstagelink-ucx.so",
+        "stagelink/_bin/stagelink_run", "stagelink/_bin/stagelink_info"]
+missing = [w for w in want if w not in names]
+if missing:
+    sys.exit("the wheel lacks %s" % ", ".join(missing))
+print("wheel %s: %d files" % (sys.argv[1].rsplit("/", 1)[1], len(names)))
+PY
+"$venv/bin/pip" install -q --disable-pip-version-check --no-deps \
+    --force-reinstall "$wheel"
+mkdir "$tmp/run"
+cd "$tmp/run"
+clean="env -u STAGELINK_LIBRARY -u STAGELINK_PLUGIN -u STAGELINK_PLUGIN_PATH
+       -u PYTHONPATH -u LD_LIBRARY_PATH STAGELINK_TIMEOUT=60"
+py=$venv/bin/python
+run() { $clean "$venv/bin/stagelink_run" -T 240 "$@"; }
+failed=0
+check() {
+    name=$1
+    shift
+    if "$@" >"$tmp/$name.log" 2>&1; then
+        echo "ok   $name"
+    else
+        echo "FAIL $name"
+        tail -20 "$tmp/$name.log"
+        failed=1
+    fi
+}
+check module $clean "$py" "$src/test/python/test_module.py" \
+    "$("$py" -c 'import stagelink; print(stagelink.__version__)')"
+for t in 1 2; do
+    n=$((2 * t))
+    check binding-t$t run -n $n -- "$py" "$src/test/python/test_binding.py"
+    check safety-t$t run -n $n -- "$py" "$src/test/python/test_safety.py"
+    check torch-store-t$t run -n $n -- "$py" "$src/test/python/test_torch_store.py"
+    check torch-example-t$t run -n $n -- "$py" "$src/python/examples/two_stage_torch.py"
+    check megatron-t$t run -n 4 -- "$py" "$src/test/python/test_megatron.py" $t
+done
+# Which UCX: the wheel's when asked (and by default here: no InfiniBand).
+ucx_is() {
+    $clean STAGELINK_UCX=$1 "$venv/bin/stagelink_info" >"$tmp/info-$1" 2>&1 &&
+        grep -q "^UCX $2" "$tmp/info-$1"
+}
+check ucx-wheel ucx_is wheel '1\.22\.[0-9]* at run time (.*/libucx/lib/libucp'
+check ucx-system ucx_is system '[0-9.]* at run time (/usr/lib'
+check binding-t2-system-ucx env STAGELINK_UCX=system \
+    $clean "$venv/bin/stagelink_run" -T 240 -n 4 -- "$py" "$src/test/python/test_binding.py"
+exit $failed
