@@ -15,7 +15,7 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
     [SL_ENV_PLUGIN_PATH] = {"STAGELINK_PLUGIN_PATH", "",
         "Colon-separated directories searched for plugins before the directory next to libstagelink and the installed plugin directory."},
     [SL_ENV_MODE] = {"STAGELINK_MODE", "scatter_gather",
-        "Boundary mode: scatter_gather, full or sharded; overrides the host's config, so the same job can be A/B-tested."},
+        "Boundary mode where the host's code leaves the choice to it (mode default): scatter_gather, full or sharded, so the same job can be A/B-tested. A mode the code set and a variable naming another fail comm_init (STAGELINK_ERR_INVALID_ARG)."},
     [SL_ENV_GATHER] = {"STAGELINK_GATHER", "auto",
         "Intra-node gather backend: ucx, nccl or auto (nccl for GPU buffers when built with it, else ucx)."},
     [SL_ENV_DEBUG] = {"STAGELINK_DEBUG", "WARN",

@@ -12,21 +12,31 @@ static sl_status_t sl_settings_mode(const stagelink_config_t *config,
 {
     static const char *const names[] = {"scatter_gather", "full", "sharded",
                                         NULL};
+    stagelink_mode_t         from_env;
     int                      choice;
 
-    /* The variable wins, so that the same job can be A/B-tested. */
-    if (sl_env_raw(SL_ENV_MODE) != NULL || config->mode == 0) {
-        SL_CHECK(sl_env_parse_choice(SL_ENV_MODE, names, &choice, eb));
-        *mode = (stagelink_mode_t)(STAGELINK_MODE_SCATTER_GATHER + choice);
-        return STAGELINK_SUCCESS;
-    }
-    if (config->mode < STAGELINK_MODE_SCATTER_GATHER ||
+    if (config->mode < STAGELINK_MODE_DEFAULT ||
         config->mode > STAGELINK_MODE_SHARDED) {
         return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
                         "config mode %d is not a stagelink_mode_t",
                         (int)config->mode);
     }
-    *mode = config->mode;
+    SL_CHECK(sl_env_parse_choice(SL_ENV_MODE, names, &choice, eb));
+    from_env = (stagelink_mode_t)(STAGELINK_MODE_SCATTER_GATHER + choice);
+    /* The variable chooses only where the code left the choice to it: a
+     * mode the code asked for is a statement about its tensors (sharded
+     * where each rank reads its own shard only), which no variable may
+     * silently overturn. */
+    if (config->mode != STAGELINK_MODE_DEFAULT &&
+        sl_env_raw(SL_ENV_MODE) != NULL && from_env != config->mode) {
+        return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
+                        "STAGELINK_MODE=%s disagrees with the mode the "
+                        "host's code asked for (%s); unset STAGELINK_MODE, or "
+                        "leave the code's mode at its default so that the "
+                        "variable chooses", names[choice],
+                        names[config->mode - STAGELINK_MODE_SCATTER_GATHER]);
+    }
+    *mode = (config->mode == STAGELINK_MODE_DEFAULT) ? from_env : config->mode;
     return STAGELINK_SUCCESS;
 }
 

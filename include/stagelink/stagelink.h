@@ -71,15 +71,24 @@ STAGELINK_EXPORT const char *stagelink_status_string(stagelink_status_t status);
 
 /** How a boundary tensor crosses between stages. */
 typedef enum stagelink_mode {
-    STAGELINK_MODE_DEFAULT        = 0, /**< STAGELINK_MODE, else scatter_gather */
-    /** Each TP rank sends its 1/t shard; receivers all-gather the full tensor. */
+    /** STAGELINK_MODE, else scatter_gather.  Any other mode here and a
+     *  STAGELINK_MODE that names a different one fail comm_init with
+     *  STAGELINK_ERR_INVALID_ARG: the variable only chooses for a host that
+     *  left the choice to it. */
+    STAGELINK_MODE_DEFAULT        = 0,
+    /** Each TP rank sends its 1/t shard of a tensor all TP ranks hold
+     *  alike; receivers all-gather the full tensor. */
     STAGELINK_MODE_SCATTER_GATHER = 1,
-    /** Baseline: every TP rank sends the whole tensor; no gather. */
+    /** Every TP rank sends its whole buffer; no gather.  The baseline, and
+     *  the sequence-parallel boundary, where each TP rank's tensor
+     *  ([s/t, b, h]) is its own slice. */
     STAGELINK_MODE_FULL           = 2,
     /**
-     * Sequence-parallel boundary: each TP rank sends its shard of the tensor
-     * and the receiver fills only its own shard; no gather.  Bytes of the
-     * buffer outside the rank's shard are neither read nor written.
+     * Each TP rank sends only its 1/t shard of a tensor all TP ranks hold
+     * alike, and the receiver fills only its own shard; no gather.  Bytes
+     * of the buffer outside the rank's shard are neither read nor written:
+     * only for a consumer that reads nothing but its own shard.  Not the
+     * sequence-parallel boundary (FULL is).
      */
     STAGELINK_MODE_SHARDED        = 3
 } stagelink_mode_t;

@@ -274,7 +274,9 @@ class Communicator:
       False forces the TCP rendezvous (STAGELINK_BOOTSTRAP_PORT).
     placement: a Placement, for rank orders other than Megatron's.
     mode: "default" (STAGELINK_MODE, else scatter_gather),
-      "scatter_gather", "full" or "sharded" (see stagelink.h).
+      "scatter_gather", "full" or "sharded" (see stagelink.h); another
+      mode than "default" and a STAGELINK_MODE naming a different one
+      raise StagelinkError (ERR_INVALID_ARG) naming both.
 
     close() (or the end of a `with` block) finalizes collectively; an
     exception leaving the `with` block aborts instead, so the failing rank

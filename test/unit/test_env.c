@@ -6,6 +6,7 @@
 #include "sl_env.h"
 #include "sl_launcher.h"
 #include "sl_layout.h"
+#include "sl_settings.h"
 #include "sl_topo.h"
 
 #include <stdlib.h>
@@ -68,6 +69,35 @@ static void test_parsers(void)
     CHECK(sl_env_parse_seconds(SL_ENV_TIMEOUT, &secs, &eb) ==
               STAGELINK_ERR_CONFIG, "'soon' accepted as seconds");
     clear_launchers();
+}
+
+/* The code's mode stands; STAGELINK_MODE chooses only for the default,
+ * and a variable that disagrees with the code fails, naming both. */
+static void test_mode_choice(void)
+{
+    stagelink_config_t cfg = {.struct_size = sizeof(cfg)};
+    sl_settings_t      s;
+    sl_errbuf_t        eb;
+
+    unsetenv("STAGELINK_MODE");
+    cfg.mode = STAGELINK_MODE_SHARDED;
+    CHECK(sl_settings_parse(&cfg, &s, &eb) == 0 &&
+          s.mode == STAGELINK_MODE_SHARDED, "the code's sharded was not kept");
+    setenv("STAGELINK_MODE", "sharded", 1);
+    CHECK(sl_settings_parse(&cfg, &s, &eb) == 0 &&
+          s.mode == STAGELINK_MODE_SHARDED, "an agreeing variable failed");
+    setenv("STAGELINK_MODE", "full", 1);
+    CHECK(sl_settings_parse(&cfg, &s, &eb) == STAGELINK_ERR_INVALID_ARG &&
+          strstr(eb.msg, "STAGELINK_MODE=full") && strstr(eb.msg, "(sharded)"),
+          "a disagreeing variable: %s", eb.msg);
+    cfg.mode = STAGELINK_MODE_DEFAULT;
+    CHECK(sl_settings_parse(&cfg, &s, &eb) == 0 &&
+          s.mode == STAGELINK_MODE_FULL, "the variable did not choose the "
+          "default's mode");
+    unsetenv("STAGELINK_MODE");
+    CHECK(sl_settings_parse(&cfg, &s, &eb) == 0 &&
+          s.mode == STAGELINK_MODE_SCATTER_GATHER, "the default is not "
+          "scatter_gather");
 }
 
 static void test_launchers(void)
@@ -185,6 +215,7 @@ int main(void)
 {
     test_table();
     test_parsers();
+    test_mode_choice();
     test_launchers();
     test_layout();
     test_topo();
