@@ -19,6 +19,7 @@ SPDX-License-Identifier: MIT
 """
 
 import atexit
+import itertools
 import ctypes
 import logging
 import operator
@@ -44,7 +45,11 @@ Peer = Union[str, int]
 _SLICE_MS = 50  # a wait looks at pending signals this often
 _CHECK_WAIT = 1.0  # seconds a checked receive waits for its descriptor
 _STOP, _REAP = object(), object()
-_open_comms = weakref.WeakSet()
+# Open communicators by creation number: every rank creates them in the
+# same order (creation is collective), so closing newest first at exit is
+# one order on every rank, which the closing barriers need.
+_open_comms = weakref.WeakValueDictionary()
+_created = itertools.count()
 # The transport may still write into a failed request's buffer until
 # comm_finalize returns (stagelink.h, comm_abort).
 _HOLD_UNTIL_CLOSE = (STATUS["ERR_PEER_FAILED"], STATUS["ERR_ABORTED"])
@@ -382,7 +387,8 @@ class Communicator:
         self._helper = threading.Thread(target=self._serve, daemon=True,
                                         name="stagelink-wait-%d" % self.rank)
         self._helper.start()
-        _open_comms.add(self)
+        self._created = next(_created)
+        _open_comms[self._created] = self
 
     # -- what this rank is ------------------------------------------------
     rank = property(lambda self: self.info["rank"])
@@ -788,7 +794,7 @@ class Communicator:
                 if status != 0 else ""
             _lib.library().stagelink_loader_close(self._loader)
             self._bootstrap = None
-        _open_comms.discard(self)
+        _open_comms.pop(getattr(self, "_created", None), None)
         # The transport is done with every buffer now.
         for b in self._held + [r._buf for r in self._orphans]:
             if b is not None:
@@ -845,7 +851,7 @@ def _close_at_exit():
     finalize, as close() would; after an uncaught exception they abort
     first, so the peers are not kept waiting for this rank."""
     failed = getattr(sys, "last_value", None) is not None
-    for comm in list(_open_comms):
+    for _, comm in sorted(_open_comms.items(), reverse=True):
         try:
             if failed:
                 comm.abort()

@@ -1,54 +1,84 @@
-"""A drop-in for Megatron-Core's pipeline_parallel/p2p_communication: the
-same functions, signatures and semantics, over a stagelink Communicator.
+"""stagelink under Megatron-Core's pipeline schedules.
 
-    import stagelink, stagelink.megatron as p2p
-    comm = stagelink.Communicator(tp_size=tp, pp_size=pp)   # after
-    p2p.initialize(comm)            # torch.distributed.init_process_group
-    # then in schedules.py:  from stagelink.megatron import recv_forward, ...
+Megatron-Core since core_v0.14 moves pipeline tensors through
+`P2PCommunicator(pp_group, config)` (megatron/core/pipeline_parallel/
+p2p_communication.py), which its schedules build by name.  This module's
+`P2PCommunicator` has the same constructor, attributes, properties,
+methods and list semantics, and returns what upstream returns; stagelink
+moves the tensors.  Two ways to use it:
 
-NCCL matches Megatron's point-to-point operations by their order; stagelink
-matches by tag.  Each direction to each neighbour keeps a counter, and the
+    import stagelink.megatron
+    stagelink.megatron.install()    # schedules.P2PCommunicator is ours now
+    get_forward_backward_func()(...)
+
+    p2p = stagelink.megatron.P2PCommunicator(pg_collection.pp, config,
+                                             tp_group=pg_collection.tp)
+    get_forward_backward_func()(..., p2p_communicator=p2p,
+                                pg_collection=pg_collection)
+
+Placement comes from Megatron's own groups: the pipeline group's ring (its
+wrap-around feeds the interleaved schedule's last stage into the first)
+and the tensor-parallel group (tp_group=, else parallel_state's), so any
+rank order (tp-pp-dp mapping included) is followed.  The stagelink
+Communicator behind is made collectively at the first construction and
+shared by every later one with the same groups and mode.
+
+Boundaries (config.sequence_parallel):
+- off: every TP rank holds the same [s, b, h] tensor: mode scatter_gather,
+  each TP rank sends 1/t and the receivers all-gather it;
+- on: each TP rank holds only its own [s/t, b, h] slice, which is the whole
+  transfer: mode full.
+`sharded` is refused: no Megatron boundary keeps a full-size buffer of
+which each rank reads only its own shard.
+
+NCCL pairs Megatron's point-to-point operations by their order; stagelink
+pairs them by tag.  Each direction to each neighbour keeps a counter: the
 k-th tensor sent forward to the next stage carries microbatch tag k, as
-does the k-th receive from the previous stage: the order Megatron's
-schedules already guarantee becomes the tag.  With variable_seq_lengths
-each tensor's shape goes first, on the same tag with chunk 1.
+does the k-th receive from the previous stage.  With variable_seq_lengths
+(or mtp_standalone) each tensor's shape goes first, on the same tag with
+chunk 1.
 
-Boundary kinds (config.sequence_parallel):
-- off: every TP rank holds the same [s, b, h] tensor: create the
-  Communicator with mode "scatter_gather" (the default); each TP rank sends
-  1/t and the receivers all-gather it.
-- on: each TP rank holds only its own [s/t, b, h] tensor, which is the whole
-  transfer: create it with mode "full" (no gather, no full-size buffer).
-
-The interleaved schedule wraps around the pipeline (the last stage's chunk
-c feeds the first stage's chunk c + 1): give the Communicator a Placement
-whose ends point at each other, and pass is_first_stage / is_last_stage as
-Megatron-Core does (or let Megatron's parallel_state answer, when present).
+Megatron-Core before core_v0.14 looked functions up on p2p_communication:
+`initialize(comm)` and this module's functions of the same names
+(recv_forward(tensor_shape, config, is_first_stage) ...) serve it.
 
 SPDX-License-Identifier: MIT
 """
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
 from . import _lib
-from .communicator import Communicator, P2POp
+from .communicator import Communicator, P2POp, Placement
 
-__all__ = ["initialize", "recv_forward", "recv_backward", "send_forward",
-           "send_backward", "send_forward_recv_backward",
-           "send_backward_recv_forward", "send_forward_recv_forward",
-           "send_backward_recv_backward",
+__all__ = ["P2PCommunicator", "install", "is_single_shape", "initialize",
+           "recv_forward", "recv_backward", "send_forward", "send_backward",
+           "send_forward_recv_backward", "send_backward_recv_forward",
+           "send_forward_recv_forward", "send_backward_recv_backward",
            "send_forward_backward_recv_forward_backward"]
 
 _SHAPE_CHUNK = 1   # the tag's chunk of a shape; tensors use chunk 0
 _SHAPE_SLOTS = 8   # ndim, then up to 7 sizes
-_state = None
+_MODES = ("scatter_gather", "full")
 
 
-class _State:
-    def __init__(self, comm, device):
-        self.comm, self.device = comm, device
+def is_single_shape(x) -> bool:
+    """Whether `x` is one shape (not a list of shapes), as upstream's."""
+    if isinstance(x, torch.Size):
+        return True
+    return (isinstance(x, (list, tuple)) and len(x) > 0 and
+            all(isinstance(d, int) for d in x))
+
+
+class _Link:
+    """A stagelink Communicator with the tag counters of its boundary."""
+
+    def __init__(self, comm: Communicator, device=None):
+        if device is None:
+            device = (torch.device("cuda", torch.cuda.current_device())
+                      if torch.cuda.is_available() else torch.device("cpu"))
+        self.comm, self.device = comm, torch.device(device)
         # (operation, neighbour) -> the next tag: forward is send/next and
         # recv/prev, backward send/prev and recv/next.
         self.count = {("send", "next"): 0, ("recv", "prev"): 0,
@@ -61,26 +91,493 @@ class _State:
         return k
 
 
+# (pipeline ranks, TP ranks, mode) -> _Link: schedules build a
+# P2PCommunicator per call; the Communicator behind is made once.
+_links: Dict[Tuple, _Link] = {}
+_installed: Dict[str, Any] = {}
+
+
+def _group_ranks(group) -> List[int]:
+    import torch.distributed as dist
+    return [dist.get_global_rank(group, i) for i in range(group.size())]
+
+
+def _tp_group(tp_group):
+    if tp_group is not None:
+        return tp_group
+    try:
+        from megatron.core import parallel_state
+    except ImportError:
+        parallel_state = None
+    if parallel_state is not None and \
+            parallel_state.model_parallel_is_initialized():
+        return parallel_state.get_tensor_model_parallel_group()
+    raise RuntimeError(
+        "stagelink.megatron.P2PCommunicator needs Megatron's tensor-parallel "
+        "group: initialize megatron.core.parallel_state, or pass "
+        "tp_group= (pg_collection.tp)")
+
+
+def _mode(config, tp_size, mode):
+    sp = bool(getattr(config, "sequence_parallel", False)) and tp_size > 1
+    if mode is None:
+        return "full" if sp else "scatter_gather"
+    if mode == "sharded":
+        raise ValueError(
+            "stagelink.megatron: mode \"sharded\" leaves all but 1/t of each "
+            "received tensor unwritten, and no Megatron boundary reads only "
+            "its shard: use scatter_gather (replicated [s, b, h]) or full "
+            "(sequence parallelism's own [s/t, b, h] slice)")
+    if mode not in _MODES:
+        raise ValueError("stagelink.megatron: mode %r: want one of %s"
+                         % (mode, ", ".join(_MODES)))
+    if sp and mode != "full":
+        raise ValueError(
+            "sequence_parallel: each TP rank holds only its own [s/t, b, h] "
+            "tensor, which is the whole transfer; use mode \"full\" "
+            "(scatter_gather would split and gather it)")
+    return mode
+
+
+def _check_placement(comm, prev_rank, next_rank, tp_ranks, mode):
+    """A Communicator given by hand must be Megatron's boundary."""
+    info = comm.info
+    want = {"prev_rank": prev_rank, "next_rank": next_rank,
+            "tp_size": len(tp_ranks), "tp_index": tp_ranks.index(info["rank"])
+            if info["rank"] in tp_ranks else -1,
+            "mode": _lib.MODES[mode]}
+    wrong = ["%s %s (Megatron's groups: %s)" % (k, info[k], v)
+             for k, v in want.items() if info[k] != v]
+    if wrong:
+        raise ValueError(
+            "stagelink.megatron: the Communicator disagrees with Megatron's "
+            "process groups: %s; create it with placement="
+            "stagelink.Placement(prev_rank, next_rank, tp_ranks) from the "
+            "groups, or let stagelink.megatron create it" % "; ".join(wrong))
+
+
+def _link_for(pp_group, config, tp_group, mode, comm):
+    import torch.distributed as dist
+    pp_ranks = _group_ranks(pp_group)
+    me = dist.get_rank()
+    tp_ranks = (_group_ranks(_tp_group(tp_group))
+                if len(pp_ranks) < dist.get_world_size() or tp_group
+                is not None else [me])
+    if me not in tp_ranks:
+        raise ValueError("stagelink.megatron: rank %d is not in its TP group "
+                         "%r" % (me, tp_ranks))
+    mode = _mode(config, len(tp_ranks), mode)
+    r = pp_ranks.index(me)
+    prev_rank = pp_ranks[(r - 1) % len(pp_ranks)]
+    next_rank = pp_ranks[(r + 1) % len(pp_ranks)]
+    key = (tuple(pp_ranks), tuple(tp_ranks), mode)
+    link = _links.get(key)
+    if link is not None and (comm is None or link.comm is comm):
+        return link
+    if comm is None:
+        comm = Communicator(tp_size=len(tp_ranks), pp_size=len(pp_ranks),
+                            mode=mode, placement=Placement(
+                                prev_rank, next_rank, tp_ranks))
+    _check_placement(comm, prev_rank, next_rank, tp_ranks, mode)
+    link = _links[key] = _Link(comm)
+    return link
+
+
+def _shape_tensor(tensor):
+    if tensor.dim() >= _SHAPE_SLOTS:
+        raise ValueError("variable_seq_lengths: a %d-dimensional tensor has "
+                         "more sizes than the shape exchange carries (%d)"
+                         % (tensor.dim(), _SHAPE_SLOTS - 1))
+    sizes = [tensor.dim()] + list(tensor.shape)
+    return torch.tensor(sizes + [0] * (_SHAPE_SLOTS - len(sizes)),
+                        dtype=torch.int64)
+
+
+class _Handles(dict):
+    """The requests of an overlapped call, keyed as Megatron-Core's
+    _p2p_ops keys them ("send_next", "recv_prev", "send_prev",
+    "recv_next"; schedules pop them by key); iterating yields the requests
+    themselves, as the schedules of older Megatron-Core that loop
+    `for req in handles: req.wait()` expect."""
+
+    def __iter__(self):
+        return iter(list(self.values()))
+
+
+def _communicate(link, *, tensor_send_next, tensor_send_prev, recv_prev,
+                 recv_next, tensor_shape, config, wait_on_reqs=True):
+    """Megatron-Core's _communicate: (tensor_recv_prev, tensor_recv_next,
+    requests), the requests None once waited for."""
+    if link.broken is not None:
+        raise RuntimeError(
+            "stagelink.megatron: an earlier transfer failed (%s), so this "
+            "rank's tag counters no longer match its peers': restart from a "
+            "checkpoint" % link.broken)
+    if getattr(config, "batch_p2p_comm", False) and not wait_on_reqs:
+        raise ValueError("batch_p2p_comm and overlap_p2p_comm together: "
+                         "Megatron-Core refuses them too; set "
+                         "batch_p2p_comm=False")
+    send = {"next": tensor_send_next, "prev": tensor_send_prev}
+    recv = {"prev": recv_prev, "next": recv_next}
+    varlen = (getattr(config, "variable_seq_lengths", False) or
+              getattr(config, "mtp_standalone", False))
+    for p in ("prev", "next"):
+        if not recv[p]:
+            continue
+        if getattr(config, "pipeline_dtype", None) is None:
+            raise RuntimeError("pipeline_dtype must be provided if recv_%s is "
+                               "True" % p)
+        if tensor_shape is None and not varlen:
+            raise RuntimeError(
+                "tensor_shape must be specified if recv_%s is True. Common "
+                "tensor_shape is (seq_length, micro_batch_size, hidden_size)"
+                % p)
+    # Tags only once nothing can be refused before posting, in one fixed
+    # order, so that both sides count alike.
+    tags = {("send", p): link.tag("send", p) for p in ("next", "prev")
+            if send[p] is not None}
+    tags.update({("recv", p): link.tag("recv", p) for p in ("prev", "next")
+                 if recv[p]})
+    try:
+        return _exchange(link, send, recv, tags, tensor_shape, config, varlen,
+                         wait_on_reqs)
+    except BaseException as e:
+        link.broken = "%s: %s" % (type(e).__name__, e)
+        raise
+
+
+def _post(comm, ops):
+    return comm.batch_isend_irecv(ops) if ops else []
+
+
+def _exchange(link, send, recv, tags, tensor_shape, config, varlen,
+              wait_on_reqs):
+    comm = link.comm
+    shapes = {"prev": tensor_shape, "next": tensor_shape}
+    if varlen:
+        ops, boxes = [], {}
+        for p in ("prev", "next"):
+            if recv[p]:
+                boxes[p] = torch.empty(_SHAPE_SLOTS, dtype=torch.int64,
+                                       device=link.device)
+                ops.append(P2POp(comm.irecv, boxes[p], p,
+                                 tags[("recv", p)], _SHAPE_CHUNK))
+            if send[p] is not None:
+                ops.append(P2POp(comm.isend, _shape_tensor(send[p]).to(
+                    link.device), p, tags[("send", p)], _SHAPE_CHUNK))
+        for req in _post(comm, ops):
+            req.wait()
+        for p, box in boxes.items():
+            sizes = box.tolist()
+            shapes[p] = sizes[1:1 + sizes[0]]
+
+    received, ops, keys = {}, [], []
+    for p in ("prev", "next"):
+        if recv[p]:
+            received[p] = torch.empty(shapes[p], requires_grad=True,
+                                      device=link.device,
+                                      dtype=config.pipeline_dtype)
+            ops.append(P2POp(comm.irecv, received[p], p, tags[("recv", p)]))
+            keys.append("recv_" + p)
+    for p in ("next", "prev"):
+        if send[p] is not None:
+            ops.append(P2POp(comm.isend, send[p], p, tags[("send", p)]))
+            keys.append("send_" + p)
+    reqs = _post(comm, ops)
+    if wait_on_reqs:
+        for req in reqs:
+            req.wait()
+        reqs = None
+    else:
+        reqs = _Handles(zip(keys, reqs))
+    return received.get("prev"), received.get("next"), reqs
+
+
+class _Timed:
+    """config.timers(name, log_level=2).start()/stop(), as Megatron."""
+
+    def __init__(self, config, name):
+        self.timers, self.name = getattr(config, "timers", None), name
+
+    def __enter__(self):
+        if self.timers is not None:
+            self.timers(self.name, log_level=2).start()
+
+    def __exit__(self, *exc):
+        if self.timers is not None:
+            self.timers(self.name).stop()
+
+
+class P2PCommunicator:
+    """Megatron-Core's P2PCommunicator over stagelink.
+
+    P2PCommunicator(pp_group, config) as upstream; tp_group= (default:
+    parallel_state's tensor-parallel group), mode= ("scatter_gather" or
+    "full"; default: full under sequence_parallel, else scatter_gather)
+    and comm= (a stagelink.Communicator made by hand, checked against the
+    groups) are stagelink's own, keyword-only."""
+
+    def __init__(self, pp_group, config, *, tp_group=None,
+                 mode: Optional[str] = None,
+                 comm: Optional[Communicator] = None):
+        import torch.distributed as dist
+        self.pp_group = pp_group
+        self.config = config
+        world_size = self.pp_group.size()
+        curr_rank_in_pg = self.pp_group.rank()
+        self.next_rank: Optional[int] = dist.get_global_rank(
+            self.pp_group, (curr_rank_in_pg + 1) % world_size)
+        self.prev_rank: Optional[int] = dist.get_global_rank(
+            self.pp_group, (curr_rank_in_pg - 1) % world_size)
+        self.virtual_pipeline_model_parallel_size = getattr(
+            config, "virtual_pipeline_model_parallel_size", None)
+        self._link = _link_for(pp_group, config, tp_group, mode, comm)
+
+    @property
+    def is_pp_first_stage(self) -> bool:
+        """Return True if pp first stage."""
+        return self.pp_group.rank() == 0
+
+    @property
+    def is_pp_last_stage(self) -> bool:
+        """Return True if pp last stage."""
+        return self.pp_group.rank() == self.pp_group.size() - 1
+
+    @property
+    def total_stages(self) -> int:
+        """Return total number of pipeline stages."""
+        return self.pp_group.size()
+
+    @property
+    def current_stage(self) -> int:
+        """Return current pipeline stage index (0-indexed)."""
+        return self.pp_group.rank()
+
+    @property
+    def communicator(self) -> Communicator:
+        """The stagelink Communicator that carries this boundary."""
+        return self._link.comm
+
+    def _communicate(self, *, tensor_send_next, tensor_send_prev, recv_prev,
+                     recv_next, tensor_shape, wait_on_reqs=True):
+        return _communicate(self._link, tensor_send_next=tensor_send_next,
+                            tensor_send_prev=tensor_send_prev,
+                            recv_prev=recv_prev, recv_next=recv_next,
+                            tensor_shape=tensor_shape, config=self.config,
+                            wait_on_reqs=wait_on_reqs)
+
+    def recv_forward(self, tensor_shapes, is_first_stage: bool):
+        """Receive tensor from previous rank in pipeline (forward receive)."""
+        unwrap = is_single_shape(tensor_shapes)
+        if unwrap:
+            tensor_shapes = [tensor_shapes]
+        input_tensors = []
+        for tensor_shape in tensor_shapes:
+            input_tensor = None
+            if not is_first_stage:
+                with _Timed(self.config, "forward-recv"):
+                    input_tensor = self._communicate(
+                        tensor_send_next=None, tensor_send_prev=None,
+                        recv_prev=True, recv_next=False,
+                        tensor_shape=tensor_shape)[0]
+            input_tensors.append(input_tensor)
+        return input_tensors[0] if unwrap else input_tensors
+
+    def recv_backward(self, tensor_shapes, is_last_stage: bool):
+        """Receive tensor from next rank in pipeline (backward receive)."""
+        unwrap = is_single_shape(tensor_shapes)
+        if unwrap:
+            tensor_shapes = [tensor_shapes]
+        output_tensor_grads = []
+        for tensor_shape in tensor_shapes:
+            output_tensor_grad = None
+            if not is_last_stage:
+                with _Timed(self.config, "backward-recv"):
+                    output_tensor_grad = self._communicate(
+                        tensor_send_next=None, tensor_send_prev=None,
+                        recv_prev=False, recv_next=True,
+                        tensor_shape=tensor_shape)[1]
+            output_tensor_grads.append(output_tensor_grad)
+        return output_tensor_grads[0] if unwrap else output_tensor_grads
+
+    def send_forward(self, output_tensors, is_last_stage: bool) -> None:
+        """Send tensor to next rank in pipeline (forward send)."""
+        if not isinstance(output_tensors, list):
+            output_tensors = [output_tensors]
+        for output_tensor in output_tensors:
+            if not is_last_stage:
+                with _Timed(self.config, "forward-send"):
+                    self._communicate(tensor_send_next=output_tensor,
+                                      tensor_send_prev=None, recv_prev=False,
+                                      recv_next=False, tensor_shape=None)
+
+    def send_backward(self, input_tensor_grads, is_first_stage: bool) -> None:
+        """Send tensor to previous rank in pipeline (backward send)."""
+        if not isinstance(input_tensor_grads, list):
+            input_tensor_grads = [input_tensor_grads]
+        for input_tensor_grad in input_tensor_grads:
+            if not is_first_stage:
+                with _Timed(self.config, "backward-send"):
+                    self._communicate(tensor_send_next=None,
+                                      tensor_send_prev=input_tensor_grad,
+                                      recv_prev=False, recv_next=False,
+                                      tensor_shape=None)
+
+    def send_forward_recv_backward(self, output_tensors, tensor_shapes,
+                                   is_last_stage: bool):
+        """Batched send and recv with next rank in pipeline."""
+        unwrap = not isinstance(output_tensors, list)
+        if unwrap:
+            output_tensors = [output_tensors]
+        if not isinstance(tensor_shapes, list):
+            tensor_shapes = [tensor_shapes]
+        output_tensor_grads = []
+        for output_tensor, tensor_shape in zip(output_tensors, tensor_shapes):
+            output_tensor_grad = None
+            if not is_last_stage:
+                with _Timed(self.config, "forward-send-backward-recv"):
+                    output_tensor_grad = self._communicate(
+                        tensor_send_next=output_tensor, tensor_send_prev=None,
+                        recv_prev=False, recv_next=True,
+                        tensor_shape=tensor_shape)[1]
+            output_tensor_grads.append(output_tensor_grad)
+        return output_tensor_grads[0] if unwrap else output_tensor_grads
+
+    def send_backward_recv_forward(self, input_tensor_grads, tensor_shapes,
+                                   is_first_stage: bool):
+        """Batched send and recv with previous rank in pipeline."""
+        unwrap = not isinstance(input_tensor_grads, list)
+        if unwrap:
+            input_tensor_grads = [input_tensor_grads]
+        if not isinstance(tensor_shapes, list):
+            tensor_shapes = [tensor_shapes]
+        input_tensors = []
+        for input_tensor_grad, tensor_shape in zip(input_tensor_grads,
+                                                   tensor_shapes):
+            input_tensor = None
+            if not is_first_stage:
+                with _Timed(self.config, "backward-send-forward-recv"):
+                    input_tensor = self._communicate(
+                        tensor_send_next=None,
+                        tensor_send_prev=input_tensor_grad, recv_prev=True,
+                        recv_next=False, tensor_shape=tensor_shape)[0]
+            input_tensors.append(input_tensor)
+        return input_tensors[0] if unwrap else input_tensors
+
+    def send_forward_recv_forward(self, output_tensor, recv_prev: bool,
+                                  tensor_shape, overlap_p2p_comm: bool = False):
+        """Batched recv from previous rank and send to next rank in
+        pipeline; with overlap_p2p_comm, (tensor, handles)."""
+        with _Timed(self.config, "forward-send-forward-recv"):
+            input_tensor, _, wait_handles = self._communicate(
+                tensor_send_next=output_tensor, tensor_send_prev=None,
+                recv_prev=recv_prev, recv_next=False,
+                tensor_shape=tensor_shape, wait_on_reqs=not overlap_p2p_comm)
+        if overlap_p2p_comm:
+            return input_tensor, wait_handles
+        return input_tensor
+
+    def send_backward_recv_backward(self, input_tensor_grad, recv_next: bool,
+                                    tensor_shape,
+                                    overlap_p2p_comm: bool = False):
+        """Batched recv from next rank and send to previous rank in
+        pipeline; with overlap_p2p_comm, (tensor, handles)."""
+        with _Timed(self.config, "backward-send-backward-recv"):
+            _, output_tensor_grad, wait_handles = self._communicate(
+                tensor_send_next=None, tensor_send_prev=input_tensor_grad,
+                recv_prev=False, recv_next=recv_next,
+                tensor_shape=tensor_shape, wait_on_reqs=not overlap_p2p_comm)
+        if overlap_p2p_comm:
+            return output_tensor_grad, wait_handles
+        return output_tensor_grad
+
+    def send_forward_backward_recv_forward_backward(
+            self, output_tensor, input_tensor_grad, recv_prev: bool,
+            recv_next: bool, tensor_shape):
+        """Batched send and recv with previous and next ranks in pipeline."""
+        with _Timed(self.config,
+                    "forward-backward-send-forward-backward-recv"):
+            input_tensor, output_tensor_grad, _ = self._communicate(
+                tensor_send_next=output_tensor,
+                tensor_send_prev=input_tensor_grad, recv_prev=recv_prev,
+                recv_next=recv_next, tensor_shape=tensor_shape)
+        return input_tensor, output_tensor_grad
+
+
+def install(*, tp_group=None, mode: Optional[str] = None) -> None:
+    """Makes Megatron-Core's schedules build stagelink's P2PCommunicator:
+    every loaded megatron module that imported upstream's class by name
+    (schedules.py does) gets this one, which takes `tp_group` and `mode`
+    as P2PCommunicator's keywords.  Call it after
+    parallel_state.initialize_model_parallel and before the schedules
+    run; uninstall() puts upstream's class back."""
+    import sys
+    try:
+        from megatron.core.pipeline_parallel import p2p_communication, schedules
+    except ImportError as e:
+        raise ImportError("stagelink.megatron.install needs megatron-core "
+                          "0.14 or newer (%s)" % e) from e
+    upstream = _installed.get("upstream",
+                              getattr(p2p_communication, "P2PCommunicator",
+                                      None))
+    if upstream is None:
+        raise RuntimeError(
+            "this megatron-core has no P2PCommunicator (before core_v0.14): "
+            "use stagelink.megatron.initialize(comm) and its module "
+            "functions instead (docs/python.md)")
+    _mode(None, 1, mode)  # refuses sharded and unknown modes now
+
+    class _Installed(P2PCommunicator):
+        def __init__(self, pp_group, config, **kw):
+            kw.setdefault("tp_group", tp_group)
+            kw.setdefault("mode", mode)
+            super().__init__(pp_group, config, **kw)
+
+    _Installed.__name__ = _Installed.__qualname__ = "P2PCommunicator"
+    _installed["upstream"] = upstream
+    _installed["modules"] = []
+    for name, module in list(sys.modules.items()):
+        if name.startswith("megatron.") and module is not None and \
+                getattr(module, "P2PCommunicator", None) in (
+                    upstream, _installed.get("class")):
+            module.P2PCommunicator = _Installed
+            _installed["modules"].append(module)
+    _installed["class"] = _Installed
+    if schedules not in _installed["modules"]:
+        raise RuntimeError("megatron.core.pipeline_parallel.schedules does "
+                           "not use P2PCommunicator by that name")
+
+
+def uninstall() -> None:
+    """Puts upstream's P2PCommunicator back where install() replaced it."""
+    for module in _installed.pop("modules", []):
+        module.P2PCommunicator = _installed["upstream"]
+    _installed.pop("class", None)
+
+
+# -- Megatron-Core before core_v0.14: module functions ---------------------
+_default: Optional[_Link] = None
+
+
 def initialize(comm: Communicator, device: Optional[Any] = None) -> None:
-    """Makes `comm` carry the p2p functions of this module.  `device`: where
-    received tensors are created (default: the current CUDA device when
-    CUDA is initialized, else the CPU).  Counters start at zero, so every
-    rank calls it at the same point."""
-    global _state
+    """Older Megatron-Core: makes `comm` carry this module's functions.
+    `device`: where received tensors are created (default: the current
+    CUDA device where CUDA is usable, else the CPU).  Counters start at
+    zero, so every rank calls it at the same point."""
+    global _default
     if not isinstance(comm, Communicator):
         raise TypeError("initialize takes a stagelink.Communicator")
-    if device is None:
-        device = (torch.device("cuda", torch.cuda.current_device())
-                  if torch.cuda.is_available() and torch.cuda.is_initialized()
-                  else torch.device("cpu"))
-    _state = _State(comm, torch.device(device))
+    if comm.info["mode"] == _lib.MODES["sharded"]:
+        _mode(None, comm.tp_size, "sharded")
+    _default = _Link(comm, device)
 
 
 def _get():
-    if _state is None:
+    if _default is None:
         raise RuntimeError("stagelink.megatron.initialize(comm) was not "
-                           "called")
-    return _state
+                           "called (current Megatron-Core: "
+                           "stagelink.megatron.install())")
+    return _default
 
 
 def _parallel_state_answer(first):
@@ -109,135 +606,11 @@ def _is_last(flag):
     return _get().comm.is_last_stage if answer is None else answer
 
 
-def _shape_tensor(tensor):
-    if tensor.dim() >= _SHAPE_SLOTS:
-        raise ValueError("variable_seq_lengths: a %d-dimensional tensor has "
-                         "more sizes than the shape exchange carries (%d)"
-                         % (tensor.dim(), _SHAPE_SLOTS - 1))
-    sizes = [tensor.dim()] + list(tensor.shape)
-    return torch.tensor(sizes + [0] * (_SHAPE_SLOTS - len(sizes)),
-                        dtype=torch.int64)
-
-
-def _post(ops):
-    if not ops:
-        return []
-    return _get().comm.batch_isend_irecv(ops)
-
-
-class _Handles(dict):
-    """The requests of an overlapped call, keyed as Megatron-Core's
-    _p2p_ops keys them ("send_next", "recv_prev", "send_prev",
-    "recv_next"; schedules pop them by key); iterating yields the requests
-    themselves, as the schedules of older Megatron-Core that loop
-    `for req in handles: req.wait()` expect."""
-
-    def __iter__(self):
-        return iter(list(self.values()))
-
-
-def _communicate(*, tensor_send_next, tensor_send_prev, recv_prev, recv_next,
-                 tensor_shape, config, wait_on_reqs=True):
-    """Megatron-Core's _communicate: returns (tensor_recv_prev,
-    tensor_recv_next, requests), the requests None once waited for."""
-    st = _get()
-    comm = st.comm
-    if st.broken is not None:
-        raise RuntimeError(
-            "stagelink.megatron: an earlier transfer failed (%s), so this "
-            "rank's tag counters no longer match its peers': restart from a "
-            "checkpoint" % st.broken)
-    if (getattr(config, "sequence_parallel", False) and
-            comm.info["tp_size"] > 1 and
-            comm.info["mode"] != _lib.MODES["full"]):
-        raise ValueError(
-            "sequence_parallel: each TP rank holds only its own [s/t, b, h] "
-            "tensor, which is the whole transfer; create the Communicator "
-            "with mode=\"full\" (scatter_gather would split and gather it)")
-    send = {"next": tensor_send_next, "prev": tensor_send_prev}
-    recv = {"prev": recv_prev, "next": recv_next}
-    varlen = getattr(config, "variable_seq_lengths", False)
-    for p in ("prev", "next"):
-        if not recv[p]:
-            continue
-        if getattr(config, "pipeline_dtype", None) is None:
-            raise RuntimeError("pipeline_dtype must be provided if recv_%s is "
-                               "True" % p)
-        if tensor_shape is None and not varlen:
-            raise RuntimeError(
-                "tensor_shape must be specified if recv_%s is True. Common "
-                "tensor_shape is (seq_length, micro_batch_size, hidden_size)"
-                % p)
-    # Tags only once nothing can be refused before posting, in one fixed
-    # order, so that both sides count alike.
-    tags = {("send", p): st.tag("send", p) for p in ("next", "prev")
-            if send[p] is not None}
-    tags.update({("recv", p): st.tag("recv", p) for p in ("prev", "next")
-                 if recv[p]})
-    try:
-        return _exchange(st, send, recv, tags, tensor_shape, config, varlen,
-                         wait_on_reqs)
-    except BaseException as e:
-        st.broken = "%s: %s" % (type(e).__name__, e)
-        raise
-
-
-def _exchange(st, send, recv, tags, tensor_shape, config, varlen,
-              wait_on_reqs):
-    comm = st.comm
-    shapes = {"prev": tensor_shape, "next": tensor_shape}
-    if varlen:
-        ops, boxes = [], {}
-        for p in ("prev", "next"):
-            if recv[p]:
-                boxes[p] = torch.empty(_SHAPE_SLOTS, dtype=torch.int64,
-                                       device=st.device)
-                ops.append(P2POp(comm.irecv, boxes[p], p,
-                                 tags[("recv", p)], _SHAPE_CHUNK))
-            if send[p] is not None:
-                ops.append(P2POp(comm.isend, _shape_tensor(send[p]).to(
-                    st.device), p, tags[("send", p)], _SHAPE_CHUNK))
-        for req in _post(ops):
-            req.wait()
-        for p, box in boxes.items():
-            sizes = box.tolist()
-            shapes[p] = sizes[1:1 + sizes[0]]
-
-    received, ops, keys = {}, [], []
-    for p in ("prev", "next"):
-        if recv[p]:
-            received[p] = torch.empty(shapes[p], requires_grad=True,
-                                      device=st.device,
-                                      dtype=config.pipeline_dtype)
-            ops.append(P2POp(comm.irecv, received[p], p, tags[("recv", p)]))
-            keys.append("recv_" + p)
-    for p in ("next", "prev"):
-        if send[p] is not None:
-            ops.append(P2POp(comm.isend, send[p], p, tags[("send", p)]))
-            keys.append("send_" + p)
-    reqs = _post(ops)
-    if wait_on_reqs:
-        for req in reqs:
-            req.wait()
-        reqs = None
-    else:
-        reqs = _Handles(zip(keys, reqs))
-    return received.get("prev"), received.get("next"), reqs
-
-
-class _Timed:
-    """config.timers(name, log_level=2).start()/stop(), as Megatron."""
-
-    def __init__(self, config, name):
-        self.timers, self.name = getattr(config, "timers", None), name
-
-    def __enter__(self):
-        if self.timers is not None:
-            self.timers(self.name, log_level=2).start()
-
-    def __exit__(self, *exc):
-        if self.timers is not None:
-            self.timers(self.name).stop()
+def _legacy(config, **kw):
+    link = _get()
+    _mode(config, link.comm.tp_size,
+          [k for k, v in _lib.MODES.items() if v == link.comm.info["mode"]][0])
+    return _communicate(link, config=config, **kw)
 
 
 def recv_forward(tensor_shape: Optional[List[int]], config: Any,
@@ -247,9 +620,9 @@ def recv_forward(tensor_shape: Optional[List[int]], config: Any,
     if _is_first(is_first_stage):
         return None
     with _Timed(config, "forward-recv"):
-        return _communicate(tensor_send_next=None, tensor_send_prev=None,
-                            recv_prev=True, recv_next=False,
-                            tensor_shape=tensor_shape, config=config)[0]
+        return _legacy(config, tensor_send_next=None, tensor_send_prev=None,
+                       recv_prev=True, recv_next=False,
+                       tensor_shape=tensor_shape)[0]
 
 
 def recv_backward(tensor_shape: Optional[List[int]], config: Any,
@@ -259,9 +632,9 @@ def recv_backward(tensor_shape: Optional[List[int]], config: Any,
     if _is_last(is_last_stage):
         return None
     with _Timed(config, "backward-recv"):
-        return _communicate(tensor_send_next=None, tensor_send_prev=None,
-                            recv_prev=False, recv_next=True,
-                            tensor_shape=tensor_shape, config=config)[1]
+        return _legacy(config, tensor_send_next=None, tensor_send_prev=None,
+                       recv_prev=False, recv_next=True,
+                       tensor_shape=tensor_shape)[1]
 
 
 def send_forward(output_tensor: Optional[torch.Tensor], config: Any,
@@ -269,9 +642,9 @@ def send_forward(output_tensor: Optional[torch.Tensor], config: Any,
     """Send to the next stage (forward); nothing on the last."""
     if not _is_last(is_last_stage):
         with _Timed(config, "forward-send"):
-            _communicate(tensor_send_next=output_tensor,
-                         tensor_send_prev=None, recv_prev=False,
-                         recv_next=False, tensor_shape=None, config=config)
+            _legacy(config, tensor_send_next=output_tensor,
+                    tensor_send_prev=None, recv_prev=False, recv_next=False,
+                    tensor_shape=None)
 
 
 def send_backward(input_tensor_grad: Optional[torch.Tensor], config: Any,
@@ -279,9 +652,9 @@ def send_backward(input_tensor_grad: Optional[torch.Tensor], config: Any,
     """Send to the previous stage (backward); nothing on the first."""
     if not _is_first(is_first_stage):
         with _Timed(config, "backward-send"):
-            _communicate(tensor_send_next=None,
-                         tensor_send_prev=input_tensor_grad, recv_prev=False,
-                         recv_next=False, tensor_shape=None, config=config)
+            _legacy(config, tensor_send_next=None,
+                    tensor_send_prev=input_tensor_grad, recv_prev=False,
+                    recv_next=False, tensor_shape=None)
 
 
 def send_forward_recv_backward(output_tensor, tensor_shape, config,
@@ -290,10 +663,9 @@ def send_forward_recv_backward(output_tensor, tensor_shape, config,
     if _is_last(is_last_stage):
         return None
     with _Timed(config, "forward-send-backward-recv"):
-        return _communicate(tensor_send_next=output_tensor,
-                            tensor_send_prev=None, recv_prev=False,
-                            recv_next=True, tensor_shape=tensor_shape,
-                            config=config)[1]
+        return _legacy(config, tensor_send_next=output_tensor,
+                       tensor_send_prev=None, recv_prev=False,
+                       recv_next=True, tensor_shape=tensor_shape)[1]
 
 
 def send_backward_recv_forward(input_tensor_grad, tensor_shape, config,
@@ -302,10 +674,9 @@ def send_backward_recv_forward(input_tensor_grad, tensor_shape, config,
     if _is_first(is_first_stage):
         return None
     with _Timed(config, "backward-send-forward-recv"):
-        return _communicate(tensor_send_next=None,
-                            tensor_send_prev=input_tensor_grad,
-                            recv_prev=True, recv_next=False,
-                            tensor_shape=tensor_shape, config=config)[0]
+        return _legacy(config, tensor_send_next=None,
+                       tensor_send_prev=input_tensor_grad, recv_prev=True,
+                       recv_next=False, tensor_shape=tensor_shape)[0]
 
 
 def send_forward_recv_forward(output_tensor, recv_prev, tensor_shape, config,
@@ -314,10 +685,10 @@ def send_forward_recv_forward(output_tensor, recv_prev, tensor_shape, config,
     to the next.  With overlap_p2p_comm, returns (tensor, requests) and the
     caller waits."""
     with _Timed(config, "forward-send-forward-recv"):
-        tensor, _, reqs = _communicate(
-            tensor_send_next=output_tensor, tensor_send_prev=None,
+        tensor, _, reqs = _legacy(
+            config, tensor_send_next=output_tensor, tensor_send_prev=None,
             recv_prev=recv_prev, recv_next=False, tensor_shape=tensor_shape,
-            config=config, wait_on_reqs=not overlap_p2p_comm)
+            wait_on_reqs=not overlap_p2p_comm)
     return (tensor, reqs) if overlap_p2p_comm else tensor
 
 
@@ -326,10 +697,10 @@ def send_backward_recv_backward(input_tensor_grad, recv_next, tensor_shape,
     """Interleaved schedule: receive from the next stage while sending to
     the previous."""
     with _Timed(config, "backward-send-backward-recv"):
-        _, tensor, reqs = _communicate(
-            tensor_send_next=None, tensor_send_prev=input_tensor_grad,
+        _, tensor, reqs = _legacy(
+            config, tensor_send_next=None, tensor_send_prev=input_tensor_grad,
             recv_prev=False, recv_next=recv_next, tensor_shape=tensor_shape,
-            config=config, wait_on_reqs=not overlap_p2p_comm)
+            wait_on_reqs=not overlap_p2p_comm)
     return (tensor, reqs) if overlap_p2p_comm else tensor
 
 
@@ -338,8 +709,8 @@ def send_forward_backward_recv_forward_backward(
         config):
     """Interleaved schedule: all four at once."""
     with _Timed(config, "forward-backward-send-forward-backward-recv"):
-        prev, nxt, _ = _communicate(
-            tensor_send_next=output_tensor, tensor_send_prev=input_tensor_grad,
-            recv_prev=recv_prev, recv_next=recv_next,
-            tensor_shape=tensor_shape, config=config)
+        prev, nxt, _ = _legacy(
+            config, tensor_send_next=output_tensor,
+            tensor_send_prev=input_tensor_grad, recv_prev=recv_prev,
+            recv_next=recv_next, tensor_shape=tensor_shape)
     return prev, nxt

@@ -55,7 +55,10 @@ for t in 1 2; do
     check torch-store-t$t run -n $n -- "$py" "$src/test/python/test_torch_store.py"
     check torch-example-t$t run -n $n -- "$py" "$src/python/examples/two_stage_torch.py"
     check megatron-t$t run -n 4 -- "$py" "$src/test/python/test_megatron.py" $t
+    check megatron-core-p$((4 / t))-t$t run -n 4 -- "$py" \
+        "$src/test/python/test_megatron_core.py" $t
 done
+check megatron-core-p2-t1 run -n 2 -- "$py" "$src/test/python/test_megatron_core.py" 1
 # Which UCX: the wheel's when asked (and by default here: no InfiniBand).
 ucx_is() {
     $clean STAGELINK_UCX=$1 "$venv/bin/stagelink_info" >"$tmp/info-$1" 2>&1 &&

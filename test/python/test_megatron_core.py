@@ -1,0 +1,295 @@
+"""stagelink.megatron.P2PCommunicator under the installed Megatron-Core's
+own schedules: forward_backward_pipelining_without_interleaving and
+forward_backward_pipelining_with_interleaving, imported from
+megatron.core, never transcribed, driven on CPU tensors over gloo process
+groups from parallel_state.  The model: one tanh(Linear) layer per
+virtual stage, replicated on the TP ranks (sequence parallelism gives each
+TP rank its own slice of the sequence).  Every rank's weight gradients
+must equal a single-process run of the same model, and stagelink's
+counters must show the boundary it chose (scatter_gather: 1/t of full's
+stage bytes).
+
+Cases: 1F1B and interleaved (v = 2), overlap_p2p_comm on and off for the
+interleaved one (batch_p2p_comm off with it, as upstream requires), m
+divisible by p and not, variable_seq_lengths, sequence_parallel on and
+off at t = 2, and Megatron's tp-pp-dp rank order; both wiring routes:
+stagelink.megatron.install() and p2p_communicator= with pg_collection=.
+
+CPU shims (Megatron-Core assumes CUDA there), each the only change:
+- schedules.py `total_num_tokens = torch.zeros([], dtype=torch.int,
+  device="cuda")` (in both schedules): schedules' torch.zeros makes CPU
+  tensors where asked for "cuda".
+
+Usage (p = WORLD_SIZE / t): stagelink_run -n 4 -- python test_megatron_core.py T
+SPDX-License-Identifier: MIT
+"""
+import os
+import sys
+import types
+import warnings
+
+warnings.filterwarnings("ignore", module="megatron")  # no apex, TE here
+
+try:
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+    from megatron.core.enums import ModelType
+    from megatron.core.pipeline_parallel import schedules
+    from megatron.core.process_groups_config import ProcessGroupCollection
+    from megatron.core.transformer.transformer_config import TransformerConfig
+except ImportError as e:
+    print("SKIP: %s (tools/make-venv.sh makes .venv with megatron-core)" % e)
+    sys.exit(77)
+
+import stagelink
+import stagelink.megatron
+
+H, B, DTYPE = 16, 2, torch.float64
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+
+
+# -- the CPU shim -----------------------------------------------------------
+class _CpuZeros(types.ModuleType):
+    """schedules' `torch`: torch, but zeros(device="cuda") on the CPU."""
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    @staticmethod
+    def zeros(*args, **kw):
+        if str(kw.get("device", "")).startswith("cuda"):
+            kw["device"] = "cpu"
+        return torch.zeros(*args, **kw)
+
+
+schedules.torch = _CpuZeros("torch")
+
+
+# -- the model --------------------------------------------------------------
+def seq_len(k, case):
+    return case["t"] * (2 + (k % 3 if case["varlen"] else 1))
+
+
+def layer(g):
+    torch.manual_seed(1000 + g)
+    return torch.nn.Linear(H, H).to(DTYPE)
+
+
+def batch(k, case):
+    g = torch.Generator().manual_seed(2000 + k)
+    shape = (seq_len(k, case), B, H)
+    return (torch.randn(shape, generator=g, dtype=DTYPE),
+            torch.randn(shape, generator=g, dtype=DTYPE))
+
+
+def my_slice(x, case, tp_index):
+    if not case["sp"]:
+        return x
+    n = x.shape[0] // case["t"]
+    return x[tp_index * n:(tp_index + 1) * n].contiguous()
+
+
+def reference(case, tp_index, nlayers):
+    layers = [layer(g) for g in range(nlayers)]
+    for k in range(case["m"]):
+        x, target = (my_slice(a, case, tp_index) for a in batch(k, case))
+        for lay in layers:
+            x = torch.tanh(lay(x))
+        (torch.nn.functional.mse_loss(x, target) / case["m"]).backward()
+    return [lay.weight.grad for lay in layers]
+
+
+class Stage(torch.nn.Module):
+    """One virtual stage, as Megatron's schedules drive a model chunk."""
+
+    def __init__(self, config, g, first):
+        super().__init__()
+        self.config, self.lin, self.first = config, layer(g), first
+        self.model_type = ModelType.encoder_or_decoder
+        self.input_tensor = None
+
+    def set_input_tensor(self, input_tensor):
+        if isinstance(input_tensor, list):
+            input_tensor = input_tensor[0]
+        self.input_tensor = input_tensor
+
+    def forward(self, x):
+        return torch.tanh(self.lin(x if self.first else self.input_tensor))
+
+
+def data(case, tp_index):
+    return [tuple(my_slice(a, case, tp_index) for a in batch(k, case))
+            for k in range(case["m"])]
+
+
+def forward_step(data_iterator, model):
+    x, target = next(data_iterator)
+    out = model(x)
+
+    def loss_func(output):
+        loss = torch.nn.functional.mse_loss(output, target)
+        return loss, {"loss": loss.detach()}
+
+    return out, loss_func
+
+
+def run_case(case):
+    p, t, v = case["p"], case["t"], case["v"]
+    parallel_state.destroy_model_parallel()
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=t, pipeline_model_parallel_size=p,
+        virtual_pipeline_model_parallel_size=v if v > 1 else None,
+        order=case["order"])
+    pp_rank = parallel_state.get_pipeline_model_parallel_rank()
+    tp_index = parallel_state.get_tensor_model_parallel_rank()
+    config = TransformerConfig(
+        num_layers=p * v, hidden_size=H, num_attention_heads=t,
+        tensor_model_parallel_size=t, pipeline_model_parallel_size=p,
+        virtual_pipeline_model_parallel_size=v if v > 1 else None,
+        sequence_parallel=case["sp"], variable_seq_lengths=case["varlen"],
+        pipeline_dtype=DTYPE, params_dtype=DTYPE,
+        overlap_p2p_comm=case["overlap"], batch_p2p_comm=not case["overlap"],
+        deallocate_pipeline_outputs=True, use_cpu_initialization=True,
+        moe_token_dispatcher_type="alltoall")  # allgather refuses varlen
+    # Model chunk c of stage s is virtual stage c * p + s.
+    model = [Stage(config, c * p + pp_rank, pp_rank == 0 and c == 0)
+             for c in range(v)]
+    iters = [iter(data(case, tp_index)) for _ in range(v)]
+    kwargs = dict(forward_step_func=forward_step,
+                  data_iterator=iters if v > 1 else iters[0],
+                  model=model if v > 1 else model[0],
+                  num_microbatches=case["m"], seq_length=seq_len(0, case),
+                  micro_batch_size=B, forward_only=False)
+    pp_group = parallel_state.get_pipeline_model_parallel_group()
+    if case["route"] == "explicit":
+        pgc = ProcessGroupCollection.use_mpu_process_groups()
+        kwargs["p2p_communicator"] = stagelink.megatron.P2PCommunicator(
+            pgc.pp, config, tp_group=pgc.tp, mode=case.get("mode"))
+        kwargs["pg_collection"] = pgc
+        comm = kwargs["p2p_communicator"].communicator
+    else:
+        comm = stagelink.megatron.P2PCommunicator(pp_group,
+                                                  config).communicator
+    before = comm.counters()["stage_bytes_sent"]
+    fn = (schedules.forward_backward_pipelining_with_interleaving if v > 1
+          else schedules.forward_backward_pipelining_without_interleaving)
+    fn(**kwargs)
+    want = reference(case, tp_index, p * v)
+    for c in range(v):
+        g = c * p + pp_rank
+        got = model[c].lin.weight.grad
+        check(got is not None and torch.allclose(got, want[g], atol=1e-12),
+              "%s: virtual stage %d: gradient differs from the single-process "
+              "model's" % (case["name"], g))
+    mode = case.get("mode") or ("full" if case["sp"] else "scatter_gather")
+    check(comm.info["mode"] == stagelink._lib.MODES[mode],
+          "%s: boundary mode %d, not %s" % (case["name"], comm.info["mode"],
+                                            mode))
+    return comm.counters()["stage_bytes_sent"] - before
+
+
+def misuse(t, p):
+    """Each refused before anything is posted, with a sentence that says
+    what to do; nothing is left half-made (the next case still runs)."""
+    parallel_state.destroy_model_parallel()
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=t, pipeline_model_parallel_size=p)
+    pp = parallel_state.get_pipeline_model_parallel_group()
+    config = TransformerConfig(
+        num_layers=p, hidden_size=H, num_attention_heads=t,
+        tensor_model_parallel_size=t, pipeline_model_parallel_size=p,
+        sequence_parallel=t > 1, pipeline_dtype=DTYPE, params_dtype=DTYPE,
+        use_cpu_initialization=True)
+
+    def refused(what, fn, exc, *words):
+        try:
+            fn()
+        except exc as e:
+            check(all(w in str(e) for w in words),
+                  "%s: the error does not say %s: %s" % (what, words, e))
+        else:
+            check(False, "%s was accepted" % what)
+
+    refused("mode sharded", lambda: stagelink.megatron.P2PCommunicator(
+        pp, config, mode="sharded"), ValueError, "sharded", "full")
+    refused("install(mode=sharded)", lambda: stagelink.megatron.install(
+        mode="sharded"), ValueError, "sharded")
+    if t > 1:
+        refused("scatter_gather under sequence_parallel",
+                lambda: stagelink.megatron.P2PCommunicator(
+                    pp, config, mode="scatter_gather"), ValueError,
+                "sequence_parallel", "full")
+    # A mode the code asks for and a STAGELINK_MODE naming another.
+    os.environ["STAGELINK_MODE"] = "sharded"
+    refused("STAGELINK_MODE=sharded against the code's mode",
+            lambda: stagelink.megatron.P2PCommunicator(
+                pp, config, mode="full"), stagelink.StagelinkError,
+            "STAGELINK_MODE=sharded", "(full)")
+    del os.environ["STAGELINK_MODE"]
+    # A Communicator whose placement is not Megatron's groups.
+    if t > 1:
+        wrong = stagelink.Communicator(tp_size=1, mode="full")
+        refused("a Communicator of another TP size",
+                lambda: stagelink.megatron.P2PCommunicator(
+                    pp, config, comm=wrong), ValueError, "tp_size 1",
+                "Megatron's groups: %d" % t)
+        wrong.close()
+
+
+def main():
+    t = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    dist.init_process_group("gloo")
+    world = dist.get_world_size()
+    p = world // t
+    stagelink.megatron.install()
+    cases = []
+    for sched, v in (("1f1b", 1), ("interleaved", 2)):
+        for m in (p * 2, p * 2 + 1) if v == 1 else (p * 2,):
+            # Megatron's training refuses p = 2 interleaved without overlap.
+            for overlap in ((False,) if v == 1 else
+                            (True,) if p == 2 else (False, True)):
+                for varlen in (False, True):
+                    for sp in ((False, True) if t > 1 else (False,)):
+                        cases.append(dict(
+                            name="%s m=%d%s%s%s" % (
+                                sched, m, " overlap" if overlap else "",
+                                " varlen" if varlen else "",
+                                " sp" if sp else ""),
+                            p=p, t=t, v=v, m=m, overlap=overlap,
+                            varlen=varlen, sp=sp, route="install",
+                            order="tp-cp-ep-dp-pp"))
+    explicit = dict(cases[0], route="explicit", order="tp-pp-dp")
+    cases.append(dict(explicit, name="1f1b explicit tp-pp-dp"))
+    cases.append(dict(explicit, name="1f1b explicit tp-pp-dp full",
+                      mode="full"))
+    sent = {}
+    misuse(t, p)
+    dist.barrier()
+    for case in cases:
+        sent[case["name"]] = run_case(case)
+        print("rank %d: %s ok" % (dist.get_rank(), case["name"]), flush=True)
+        dist.barrier()
+    # The same schedule, scatter_gather against full: 1/t of the bytes.
+    sg, full = (sent["1f1b explicit tp-pp-dp" + s] for s in ("", " full"))
+    check(sg * t == full and (full > 0) == (parallel_state.
+                                            get_pipeline_model_parallel_rank()
+                                            < p - 1 or True),
+          "stage bytes sent: scatter_gather %d, full %d (want 1/%d)"
+          % (sg, full, t))
+    if failures:
+        print("rank %d: %d failures" % (dist.get_rank(), len(failures)))
+    else:
+        print("rank %d: %d cases passed" % (dist.get_rank(), len(cases)))
+    dist.destroy_process_group()
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
