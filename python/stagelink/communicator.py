@@ -126,13 +126,16 @@ class Request:
     completed in the background; its buffer stays alive until then."""
 
     __slots__ = ("_comm", "_handle", "_buf", "_what", "_done", "_err",
-                 "_timed_out", "_check", "__weakref__")
+                 "_timed_out", "_check", "_stream", "__weakref__")
 
-    def __init__(self, comm, handle, buf, what, check=None):
+    def __init__(self, comm, handle, buf, what, check=None, stream=None):
         self._comm, self._handle, self._buf = comm, handle, buf
         self._what, self._check = what, check
         self._done, self._err = False, None
         self._timed_out = None
+        # A CUDA receive: (cudaStream_t of the post, device).  The data is
+        # ready on that stream (a gather's collective runs behind it).
+        self._stream = stream
 
     def __repr__(self):
         state = ("done" if self._err is None else "failed: " +
@@ -142,10 +145,28 @@ class Request:
     def _result(self):
         if self._err is not None:
             raise error(*self._err)
+        self._order_current_stream()
         return None
 
+    def _order_current_stream(self):
+        """As torch's Work.wait(): the caller's current CUDA stream waits
+        for the data, so a consumer on another stream than the post's
+        (Megatron's combined 1F1B posts on a communication stream) sees
+        the whole tensor."""
+        if self._stream is None:
+            return
+        import torch
+        stream, device = self._stream
+        current = torch.cuda.current_stream(device)
+        if current.cuda_stream != stream:
+            ready = torch.cuda.Event()
+            ready.record(torch.cuda.ExternalStream(stream, device=device))
+            current.wait_event(ready)
+
     def wait(self, timeout: Optional[float] = None) -> None:
-        """Blocks until the transfer completes; raises its error.
+        """Blocks until the transfer completes; raises its error.  As
+        torch's Work.wait(), the current CUDA stream then waits for a
+        received CUDA tensor's data (an event on the post's stream).
 
         The wait sleeps in slices of 50 ms, so signals are handled at once
         (Ctrl-C raises KeyboardInterrupt; the request stays in flight).
@@ -177,7 +198,8 @@ class Request:
 
     def test(self) -> bool:
         """True once the transfer completed (raising its error if it
-        failed); False while it is in flight.  Never blocks for long."""
+        failed; the current CUDA stream then waits for the data, as after
+        wait()); False while it is in flight.  Never blocks for long."""
         comm = self._comm
         if not self._done:
             with comm._lock:
@@ -624,7 +646,8 @@ class Communicator:
         moment the library does, also when an exception (Ctrl-C) lands as
         the call returns: the Request is then dropped, so it is completed
         in the background with its memory kept."""
-        req = Request(self, ctypes.c_void_p(), buf, what)
+        req = Request(self, ctypes.c_void_p(), buf, what,
+                      stream=_stream_of(recv, xfer, buf))
         fn = self._vt.irecv if recv else self._vt.isend
         status = None
         try:
@@ -709,8 +732,11 @@ class Communicator:
                 status = self._vt.post_batch(self._comm, arr, len(ops),
                                              handles)
             finally:
-                posted = [Request(self, ctypes.c_void_p(h), b, what)
-                          for h, (_, b, what) in zip(handles, built) if h]
+                posted = [Request(self, ctypes.c_void_p(h), b, what,
+                                  stream=_stream_of(op._kind() ==
+                                                    _lib.OP_RECV, x, b))
+                          for op, h, (x, b, what) in zip(ops, handles, built)
+                          if h]
             if status != 0:  # then none of the batch stays posted
                 message = self._vt.last_error(self._comm).decode()
                 for req in posted:
@@ -843,6 +869,14 @@ def _env_world():
             return int(os.environ[name])
     raise ValueError("placement needs the world size: give rank and "
                      "world_size, or launch with torchrun, mpirun or Slurm")
+
+
+def _stream_of(recv, xfer, b):
+    """What a CUDA receive's Request orders the current stream after (a
+    descriptor record of STAGELINK_CHECK is host memory of our own)."""
+    if not recv or getattr(b, "mem", None) != _lib.MEM_CUDA:
+        return None
+    return (xfer.stream or 0, b.device)
 
 
 @atexit.register
