@@ -5,7 +5,9 @@
 # under the wheel's own stagelink_run with VENV's interpreter, from an
 # empty directory, with no stagelink variable set: the package must find
 # its library, plugins, tools and UCX by itself.  Also checks the wheel's
-# contents and that STAGELINK_UCX=wheel runs on libucx-cu13's UCX.
+# contents and that STAGELINK_UCX=wheel runs on libucx-cu13's UCX.  The
+# tests under megatron-core's own schedules (test_megatron_core.py, and
+# test_megatron_gpt.py with its GPT model) run here, where it is installed.
 # Usage: test/wheel/run.sh [VENV]
 set -eu
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -57,6 +59,8 @@ for t in 1 2; do
     check megatron-t$t run -n 4 -- "$py" "$src/test/python/test_megatron.py" $t
     check megatron-core-p$((4 / t))-t$t run -n 4 -- "$py" \
         "$src/test/python/test_megatron_core.py" $t
+    check megatron-gpt-p$((4 / t))-t$t run -n 4 -- "$py" \
+        "$src/test/python/test_megatron_gpt.py" $t
 done
 check megatron-core-p2-t1 run -n 2 -- "$py" "$src/test/python/test_megatron_core.py" 1
 # Which UCX: the wheel's when asked (and by default here: no InfiniBand).

@@ -1,0 +1,235 @@
+"""A small GPT model of megatron-core's own (GPTModel, the local layer
+spec) trained one step by megatron-core's 1F1B schedule
+(forward_backward_pipelining_without_interleaving, imported, never
+transcribed) over stagelink.megatron.install(), on CPU tensors and gloo
+process groups: p = WORLD_SIZE / t stages of t TP ranks (tensor-parallel
+layers and their all-reduces on gloo).  Sequence parallelism is left to
+test_megatron_core.py: megatron-core's local spec refuses it (its torch
+LayerNorm; it needs Transformer Engine or Apex).  Every rank's gradients must equal a single
+process's run of the whole model (TP 1, no pipeline) with the same
+weights: each TP-sharded parameter's shard of it.
+
+CPU shims (megatron-core assumes CUDA there), each the only change:
+- pipeline_parallel/schedules.py `total_num_tokens = torch.zeros([],
+  dtype=torch.int, device="cuda")`: schedules' torch.zeros puts it on
+  the CPU;
+- utils.py GlobalMemoryBuffer.get_tensor `device=torch.cuda.current_device()`
+  (attention's matmul buffer): the buffer is a CPU tensor;
+- tensor_parallel/random.py `get_cuda_rng_tracker().fork()` (around
+  attention dropout, 0 here): a fork that changes no RNG state.
+
+Usage: stagelink_run -n 4 -- python test_megatron_gpt.py T
+SPDX-License-Identifier: MIT
+"""
+import contextlib
+import functools
+import operator
+import os
+import subprocess
+import sys
+import tempfile
+import types
+import warnings
+
+warnings.filterwarnings("ignore")  # no apex, transformer engine, absl here
+
+try:
+    import torch
+    import torch.distributed as dist
+    import megatron.core.tensor_parallel as tensor_parallel
+    import megatron.core.tensor_parallel.random as tp_random
+    import megatron.core.utils as mcore_utils
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt.gpt_layer_specs import \
+        get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_model import GPTModel
+    from megatron.core.pipeline_parallel import schedules
+    from megatron.core.transformer.transformer_config import \
+        TransformerConfig
+except ImportError as e:
+    print("SKIP: %s (tools/make-venv.sh makes .venv with megatron-core)" % e)
+    sys.exit(77)
+
+VOCAB, SEQ, B, H, HEADS, M = 64, 8, 2, 16, 4, 3
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+
+
+# -- the CPU shims ----------------------------------------------------------
+class _CpuZeros(types.ModuleType):
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    @staticmethod
+    def zeros(*args, **kw):
+        if str(kw.get("device", "")).startswith("cuda"):
+            kw["device"] = "cpu"
+        return torch.zeros(*args, **kw)
+
+
+def _cpu_get_tensor(self, tensor_shape, dtype, name, mem_alloc_context=None):
+    n = functools.reduce(operator.mul, tensor_shape, 1)
+    buf = self.buffer.get((name, dtype))
+    if buf is None or buf.numel() < n:
+        buf = self.buffer[(name, dtype)] = torch.empty(n, dtype=dtype)
+    return buf[0:n].view(*tensor_shape)
+
+
+class _CpuRngTracker:
+    def fork(self, name="model-parallel-rng"):
+        return contextlib.nullcontext()
+
+
+schedules.torch = _CpuZeros("torch")
+mcore_utils.GlobalMemoryBuffer.get_tensor = _cpu_get_tensor
+tp_random.get_cuda_rng_tracker = lambda *a, **k: _CpuRngTracker()
+tensor_parallel.get_cuda_rng_tracker = tp_random.get_cuda_rng_tracker
+
+
+# -- the model and its data ------------------------------------------------
+def config(t, p, layers):
+    return TransformerConfig(
+        num_layers=layers, hidden_size=H, num_attention_heads=HEADS,
+        ffn_hidden_size=2 * H, tensor_model_parallel_size=t,
+        pipeline_model_parallel_size=p,
+        attention_dropout=0.0, hidden_dropout=0.0,
+        params_dtype=torch.float32, pipeline_dtype=torch.float32,
+        use_cpu_initialization=True, deallocate_pipeline_outputs=True,
+        moe_token_dispatcher_type="alltoall")
+
+
+def model(cfg, pre, post):
+    return GPTModel(config=cfg, transformer_layer_spec=get_gpt_layer_local_spec(),
+                    vocab_size=VOCAB, max_sequence_length=SEQ,
+                    pre_process=pre, post_process=post,
+                    share_embeddings_and_output_weights=False)
+
+
+def microbatch(k):
+    g = torch.Generator().manual_seed(3000 + k)
+    tokens = torch.randint(0, VOCAB, (B, SEQ), generator=g)
+    labels = torch.randint(0, VOCAB, (B, SEQ), generator=g)
+    position_ids = torch.arange(SEQ).unsqueeze(0).expand(B, SEQ)
+    mask = torch.ones(B, 1, SEQ, SEQ, dtype=torch.bool).tril().logical_not()
+    return tokens, position_ids, mask, labels
+
+
+def global_name(name, layer_offset):
+    """decoder.layers.<local>.x -> decoder.layers.<global>.x"""
+    parts = name.split(".")
+    if parts[:2] == ["decoder", "layers"]:
+        parts[2] = str(int(parts[2]) + layer_offset)
+    return ".".join(parts)
+
+
+def reference(path_weights, path_grads, layers):
+    """One process, TP 1, no pipeline: the whole model's weights (saved for
+    the ranks) and its gradients over the same microbatches."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", RANK="0", WORLD_SIZE="1",
+                      MASTER_PORT=os.environ["REFERENCE_PORT"])
+    dist.init_process_group("gloo")
+    parallel_state.initialize_model_parallel(1, 1)
+    torch.manual_seed(7)
+    m = model(config(1, 1, layers), True, True)
+    torch.save({n: p.detach().clone() for n, p in m.named_parameters()},
+               path_weights)
+    for k in range(M):
+        tokens, pos, mask, labels = microbatch(k)
+        (m(tokens, pos, mask, labels=labels).mean() / M).backward()
+    torch.save({n: p.grad for n, p in m.named_parameters()}, path_grads)
+    dist.destroy_process_group()
+
+
+def shard(full, param, tp_index, t):
+    if getattr(param, "tensor_model_parallel", False) and t > 1:
+        return full.chunk(t, dim=param.partition_dim)[tp_index]
+    return full
+
+
+def forward_step(data_iterator, m):
+    tokens, pos, mask, labels = next(data_iterator)
+    out = m(tokens, pos, mask, labels=labels)
+
+    def loss_func(output):
+        loss = output.mean()
+        return loss, {"lm loss": loss.detach()}
+
+    return out, loss_func
+
+
+def run(t, weights, grads):
+    world = dist.get_world_size()
+    p = world // t
+    parallel_state.destroy_model_parallel()
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=t,
+                                             pipeline_model_parallel_size=p)
+    stage = parallel_state.get_pipeline_model_parallel_rank()
+    tp_index = parallel_state.get_tensor_model_parallel_rank()
+    cfg = config(t, p, 2 * p)
+    m = model(cfg, stage == 0, stage == p - 1)
+    offset = stage * (cfg.num_layers // p)
+    with torch.no_grad():
+        for name, param in m.named_parameters():
+            param.copy_(shard(weights[global_name(name, offset)], param,
+                              tp_index, t))
+    schedules.forward_backward_pipelining_without_interleaving(
+        forward_step_func=forward_step,
+        data_iterator=iter([microbatch(k) for k in range(M)]), model=m,
+        num_microbatches=M, seq_length=SEQ, micro_batch_size=B,
+        forward_only=False)
+    case = "t=%d p=%d" % (t, p)
+    for name, param in m.named_parameters():
+        want = shard(grads[global_name(name, offset)], param, tp_index, t)
+        check(param.grad is not None and
+              torch.allclose(param.grad, want, rtol=1e-4, atol=1e-6),
+              "%s: rank %d: %s: gradient differs from the single process's "
+              "(max %.3g)" % (case, dist.get_rank(), name,
+                              float("nan") if param.grad is None else
+                              (param.grad - want).abs().max()))
+    return case
+
+
+def main():
+    if sys.argv[1:2] == ["--reference"]:
+        reference(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return 0
+    t = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    dist.init_process_group("gloo")
+    stagelink.megatron.install()
+    tmp = tempfile.mkdtemp(prefix="stagelink-gpt-") if dist.get_rank() == 0 \
+        else None
+    box = [tmp]
+    dist.broadcast_object_list(box)
+    tmp = box[0]
+    paths = [os.path.join(tmp, "weights.pt"), os.path.join(tmp, "grads.pt")]
+    if dist.get_rank() == 0:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_",
+                                    "STAGELINK_", "TORCHELASTIC"))}
+        env["REFERENCE_PORT"] = str(int(os.environ["MASTER_PORT"]) + 1)
+        layers = 2 * (dist.get_world_size() // t)
+        subprocess.run([sys.executable, __file__, "--reference"] + paths +
+                       [str(layers)], env=env, check=True)
+    dist.barrier()
+    weights, grads = (torch.load(path) for path in paths)
+    cases = [run(t, weights, grads)]
+    dist.barrier()
+    print("rank %d: %s" % (dist.get_rank(), "%d failures" % len(failures)
+                           if failures else "passed: " + ", ".join(cases)))
+    if dist.get_rank() == 0:
+        for path in paths:
+            os.unlink(path)
+        os.rmdir(tmp)
+    dist.destroy_process_group()
+    return 1 if failures else 0
+
+
+import stagelink.megatron  # noqa: E402  (after the shims and the SKIP)
+
+if __name__ == "__main__":
+    sys.exit(main())
