@@ -11,6 +11,10 @@
 # Usage: test/wheel/run.sh [VENV]
 set -eu
 src=$(cd "$(dirname "$0")/../.." && pwd)
+[ -x "${1:-$src/.venv}/bin/pip" ] || {
+    echo "test/wheel/run.sh: no Python environment in ${1:-$src/.venv}; tools/make-venv.sh makes it" >&2
+    exit 1
+}
 venv=$(cd "${1:-$src/.venv}" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
