@@ -53,7 +53,11 @@ find_python() {
     return 1
 }
 
-python=$(find_python || { build_cpython >&2 && find_python; })
+# Not in an AND-OR list: there set -e would not stop a failed checksum.
+if ! python=$(find_python); then
+    build_cpython >&2
+    python=$(find_python)
+fi
 echo "make-venv: $venv from $python ($("$python" -c 'import sys; print(sys.version.split()[0])'))"
 if [ ! -x "$venv/bin/python" ] || ! new_enough "$venv/bin/python"; then
     rm -rf "$venv"

@@ -6,7 +6,9 @@
  * the worker moving while the host is away from stagelink.  One mutex owns
  * the communicator: the host holds it for the length of each call (and
  * progresses inline inside wait and test, so small messages pay no
- * hand-off), the thread between its sleeps.  SPDX-License-Identifier: MIT
+ * hand-off), the thread between its sleeps; neither holds it while it
+ * blocks, and the thread stays off while a host call is inside.
+ * SPDX-License-Identifier: MIT
  */
 #include "ucx_comm.h"
 
@@ -96,6 +98,12 @@ static int sl_progress_take(sl_comm_t *comm, sl_sleep_t *s)
 {
     if (atomic_load(&comm->host_inside) != 0 ||
         pthread_mutex_trylock(&comm->lock) != 0) {
+        return 0;
+    }
+    /* A host call that entered meanwhile may hold no lock only because it
+     * blocks in poll: the communicator is still its own. */
+    if (atomic_load(&comm->host_inside) != 0) {
+        pthread_mutex_unlock(&comm->lock);
         return 0;
     }
     s->host_err = comm->err;

@@ -214,7 +214,9 @@ static void sl_req_stream_ready(sl_req_t *req, sl_status_t status)
         sl_req_fail(req, status, "the host's stream failed before the "
                     "transfer: %s", comm->err.msg);
     } else if ((status = sl_req_post_subs(req)) != STAGELINK_SUCCESS) {
-        sl_req_fail(req, status, "%s", comm->err.msg);
+        /* What was posted before the failure is canceled, not left to wait
+         * for peers that may never send. */
+        sl_req_abort(comm, req, status, "%s", comm->err.msg);
     }
     sl_req_settle(req);
 }
@@ -418,6 +420,9 @@ void sl_req_cancel(sl_comm_t *comm, sl_req_t *req)
 {
     int i;
 
+    if (req->state == SL_REQ_POSTING) {
+        req->state = SL_REQ_ACTIVE; /* its poster gave up: it ends as posted */
+    }
     if (req->state == SL_REQ_DEFERRED) {
         sl_req_fail(req, STAGELINK_ERR_CANCELED, "transfer of microbatch %u "
                     "chunk %u was canceled before it started",

@@ -1,15 +1,18 @@
 """Which UCX the UCX plugin runs on, chosen once before libstagelink opens
 the plugin (STAGELINK_UCX, in the variable table of docs/configuration.md):
 
-  auto    the system's UCX where it has an InfiniBand transport (its
-          libuct_ib module, and an InfiniBand device on the node), else the
-          UCX of the libucx-cu13 wheel where it is installed (CUDA, shared
-          memory and TCP; no verbs), else the system's;
+  auto    for a wheel: the system's UCX where it has an InfiniBand
+          transport (its libuct_ib module, and an InfiniBand device on the
+          node), else the UCX of the libucx-cu13 wheel where it is
+          installed (CUDA, shared memory and TCP; no verbs), else the
+          system's; for meson install and build trees, the UCX the plugin
+          was built against;
   system  the dynamic loader's libucp.so.0 (LD_LIBRARY_PATH, ld.so.cache);
   wheel   libucx-cu13's, an error where it is not installed.
 
 The wheel's libraries are loaded first and globally, so the plugin's
-libucp.so.0 is theirs.  The plugin was built against an older UCX's
+libucp.so.0 is theirs; where a libucp.so.0 is loaded already, that one
+stays (two copies would not share the plugin's).  The plugin was built against an older UCX's
 headers; UCX keeps its ABI across 1.x, newer libraries serve older callers.
 
 SPDX-License-Identifier: MIT
@@ -71,12 +74,39 @@ def _wheel_libdir():
     return None
 
 
+def _in_wheel():
+    """Whether this package is a wheel's (its library inside it)."""
+    try:
+        from . import _install_paths
+    except ImportError:
+        return False
+    return _install_paths.LIBDIR == ""
+
+
+def _ucp_loaded():
+    """Whether a libucp.so.0 is in the process already (Open MPI's UCX, an
+    earlier import): a second copy would not be the plugin's."""
+    try:
+        ctypes.CDLL("libucp.so.0", mode=os.RTLD_NOLOAD | ctypes.RTLD_GLOBAL)
+    except OSError:
+        return False
+    return True
+
+
 def _decide():
     value = os.environ.get("STAGELINK_UCX", "auto") or "auto"
     if value not in CHOICES:
         raise StagelinkError(
             STATUS["ERR_INVALID_ARG"],
             "STAGELINK_UCX=%s: want one of %s" % (value, ", ".join(CHOICES)))
+    if value == "auto" and not _in_wheel():
+        # meson install and build trees run on the UCX they were built
+        # with (the system's, or -Ducx_prefix's, by run path).
+        return {"ucx": "system", "libdir": None,
+                "why": "not a wheel: the UCX the plugin was built against"}
+    if value != "system" and _ucp_loaded():
+        return {"ucx": "system", "libdir": None,
+                "why": "a libucp.so.0 is loaded in this process already"}
     wheel = _wheel_libdir()
     system = _system_libucp()
     if value == "wheel" and wheel is None:

@@ -211,11 +211,15 @@ class Request:
         return True
 
     def is_completed(self) -> bool:
-        """torch's Work.is_completed: True once done, without raising."""
+        """torch's Work.is_completed: True once done, without raising (nor
+        ordering any stream)."""
+        stream, self._stream = self._stream, None
         try:
             return self.test()
         except StagelinkError:
             return True
+        finally:
+            self._stream = stream
 
     def cancel(self) -> bool:
         """Asks the transport to cancel; wait() then raises CanceledError,

@@ -45,6 +45,7 @@ Megatron-Core before core_v0.14 looked functions up on p2p_communication:
 SPDX-License-Identifier: MIT
 """
 
+import os
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -119,9 +120,12 @@ def _tp_group(tp_group):
 
 
 def _mode(config, tp_size, mode):
+    """The mode to create the Communicator with: "default" (STAGELINK_MODE
+    may choose, for A/B tests) where the boundary is replicated and the
+    code asked for none, else the one it must be."""
     sp = bool(getattr(config, "sequence_parallel", False)) and tp_size > 1
     if mode is None:
-        return "full" if sp else "scatter_gather"
+        return "full" if sp else "default"
     if mode == "sharded":
         raise ValueError(
             "stagelink.megatron: mode \"sharded\" leaves all but 1/t of each "
@@ -166,19 +170,37 @@ def _link_for(pp_group, config, tp_group, mode, comm):
     if me not in tp_ranks:
         raise ValueError("stagelink.megatron: rank %d is not in its TP group "
                          "%r" % (me, tp_ranks))
-    mode = _mode(config, len(tp_ranks), mode)
+    asked = _mode(config, len(tp_ranks), mode)
     r = pp_ranks.index(me)
     prev_rank = pp_ranks[(r - 1) % len(pp_ranks)]
     next_rank = pp_ranks[(r + 1) % len(pp_ranks)]
-    key = (tuple(pp_ranks), tuple(tp_ranks), mode)
+    # A default mode is STAGELINK_MODE's choice: keyed by it too.
+    key = (tuple(pp_ranks), tuple(tp_ranks), asked,
+           os.environ.get("STAGELINK_MODE") if asked == "default" else None)
     link = _links.get(key)
     if link is not None and (comm is None or link.comm is comm):
         return link
-    if comm is None:
+    made = comm is None
+    if made:
+        if dist.get_world_size() % (len(pp_ranks) * len(tp_ranks)) != 0:
+            raise ValueError(
+                "stagelink.megatron: a pipeline of %d stages of %d TP ranks "
+                "does not tile the job's %d ranks; a P2PCommunicator of a "
+                "sub-pipeline needs comm= made for it" % (
+                    len(pp_ranks), len(tp_ranks), dist.get_world_size()))
         comm = Communicator(tp_size=len(tp_ranks), pp_size=len(pp_ranks),
-                            mode=mode, placement=Placement(
+                            mode=asked, placement=Placement(
                                 prev_rank, next_rank, tp_ranks))
-    _check_placement(comm, prev_rank, next_rank, tp_ranks, mode)
+    got = [k for k, v in _lib.MODES.items() if v == comm.info["mode"]][0]
+    try:
+        if asked == "default" and got == "sharded":
+            _mode(config, len(tp_ranks), "sharded")  # STAGELINK_MODE=sharded
+        _check_placement(comm, prev_rank, next_rank, tp_ranks,
+                         got if asked == "default" else asked)
+    except ValueError:
+        if made:
+            comm.close()  # refused alike on every rank: nothing was posted
+        raise
     link = _links[key] = _Link(comm)
     return link
 
@@ -287,7 +309,9 @@ def _exchange(link, send, recv, tags, tensor_shape, config, varlen,
     if wait_on_reqs:
         for req in reqs:
             req.wait()
-        reqs = None
+        # As upstream: None once waited for, the empty container if none.
+        reqs = None if reqs else ([] if getattr(config, "batch_p2p_comm",
+                                                False) else _Handles())
     else:
         reqs = _Handles(zip(keys, reqs))
     return received.get("prev"), received.get("next"), reqs
@@ -506,12 +530,10 @@ class P2PCommunicator:
 
 def install(*, tp_group=None, mode: Optional[str] = None) -> None:
     """Makes Megatron-Core's schedules build stagelink's P2PCommunicator:
-    every loaded megatron module that imported upstream's class by name
-    (schedules.py does) gets this one, which takes `tp_group` and `mode`
-    as P2PCommunicator's keywords.  Call it after
+    schedules.py, which imported upstream's class by name, gets this one,
+    which takes `tp_group` and `mode` as P2PCommunicator's keywords.  Call it after
     parallel_state.initialize_model_parallel and before the schedules
     run; uninstall() puts upstream's class back."""
-    import sys
     try:
         from megatron.core.pipeline_parallel import p2p_communication, schedules
     except ImportError as e:
@@ -534,18 +556,17 @@ def install(*, tp_group=None, mode: Optional[str] = None) -> None:
             super().__init__(pp_group, config, **kw)
 
     _Installed.__name__ = _Installed.__qualname__ = "P2PCommunicator"
-    _installed["upstream"] = upstream
-    _installed["modules"] = []
-    for name, module in list(sys.modules.items()):
-        if name.startswith("megatron.") and module is not None and \
-                getattr(module, "P2PCommunicator", None) in (
-                    upstream, _installed.get("class")):
-            module.P2PCommunicator = _Installed
-            _installed["modules"].append(module)
-    _installed["class"] = _Installed
-    if schedules not in _installed["modules"]:
+    if getattr(schedules, "P2PCommunicator", None) not in (
+            upstream, _installed.get("class")):
         raise RuntimeError("megatron.core.pipeline_parallel.schedules does "
                            "not use P2PCommunicator by that name")
+    # Only the schedules: others (multimodule_communicator) build one per
+    # sub-pipeline of a few ranks, which a stagelink Communicator of the
+    # whole job does not describe.
+    _installed["upstream"] = upstream
+    schedules.P2PCommunicator = _Installed
+    _installed["modules"] = [schedules]
+    _installed["class"] = _Installed
 
 
 def uninstall() -> None:

@@ -17,6 +17,9 @@
  *   between  a host collective on a second NCCL communicator between the
  *            post and the wait, with TP rank 0's shard there before the
  *            post and TP rank 1's only after the host collective;
+ *   refused  stage 1's NCCL fails the collective its receive issues at the
+ *            post: the post fails at once with that sentence, nothing is
+ *            left in flight, and the same tag then works;
  *   random   drawn from SEED (stagelink_stress -G runs it): rounds of 2-6
  *            receives in flight of drawn sizes, posted in one order on
  *            both TP ranks (the header's rule) with a kernel or a held
@@ -24,7 +27,7 @@
  *            sends or completes in an order of its own (wait, or test
  *            polling), and may go idle outside stagelink after a round.
  *
- *   gather_order FAKE_NCCL.so held|skew|between|random [SEED]
+ *   gather_order FAKE_NCCL.so held|skew|between|refused|random [SEED]
  * SPDX-License-Identifier: MIT
  */
 #include "../plugins/fake_stream.h"
@@ -644,6 +647,38 @@ static void scenario_random(job_t *j, uint64_t seed)
     }
 }
 
+static void scenario_refused(job_t *j)
+{
+    size_t               n = 8 << 10;
+    char                *a = dev_alloc(j, n);
+    stagelink_request_t *ra = NULL;
+    stagelink_xfer_t     x;
+    stagelink_status_t   st;
+    double               t0;
+
+    if (j->stage == 1) {
+        x = xfer_of(j, a, n, 40);
+        setenv("FAKE_NCCL_COLLECTIVE", "fail", 1);
+        t0 = now_s();
+        st = j->h.plugin->irecv(j->h.comm, &x, &ra);
+        unsetenv("FAKE_NCCL_COLLECTIVE");
+        CHECK(st != STAGELINK_SUCCESS && ra == NULL,
+              "rank %d: the post whose collective failed returned %s",
+              j->h.info.rank, stagelink_status_string(st));
+        CHECK(now_s() - t0 < 5.0, "rank %d: the refused post took %.1f s",
+              j->h.info.rank, now_s() - t0);
+        CHECK(strstr(j->h.plugin->last_error(j->h.comm), "NCCL") != NULL,
+              "rank %d: the sentence does not name NCCL: %s", j->h.info.rank,
+              j->h.plugin->last_error(j->h.comm));
+        say(j, j->tp_index == 0 ? "refused.0" : "refused.1");
+    } else {
+        await(j, "refused.0");
+        await(j, "refused.1");
+    }
+    ra = post(j, a, n, 40); /* the same tag: nothing of the first is left */
+    finish(j, ra, a, n, 40);
+}
+
 typedef ncclResult_t (*id_fn_t)(ncclUniqueId *);
 typedef ncclResult_t (*init_fn_t)(ncclComm_t *, int, ncclUniqueId, int);
 typedef ncclResult_t (*gather_fn_t)(const void *, void *, size_t,
@@ -752,9 +787,10 @@ int main(int argc, char **argv)
 
     if (!seeded && (argc != 3 || (strcmp(argv[2], "held") &&
                                   strcmp(argv[2], "skew") &&
-                                  strcmp(argv[2], "between")))) {
+                                  strcmp(argv[2], "between") &&
+                                  strcmp(argv[2], "refused")))) {
         fprintf(stderr, "usage: gather_order FAKE_NCCL.so "
-                "held|skew|between|random SEED\n");
+                "held|skew|between|refused|random SEED\n");
         return 2;
     }
     memset(&j, 0, sizeof(j));
@@ -795,6 +831,8 @@ int main(int argc, char **argv)
         scenario_held(&j);
     } else if (strcmp(argv[2], "skew") == 0) {
         scenario_skew(&j);
+    } else if (strcmp(argv[2], "refused") == 0) {
+        scenario_refused(&j);
     } else if (seeded) {
         scenario_random(&j, strtoull(argv[3], NULL, 10));
     } else {

@@ -16,6 +16,8 @@
  * this one fails loudly instead, naming both ranks' numbers, when ranks
  * issue a communicator's collectives, or one device's collectives across
  * communicators, in different orders, or with different sizes.
+ * FAKE_NCCL_COLLECTIVE=fail makes a collective fail as it is issued
+ * (ncclSystemError), numbering nothing.
  * SPDX-License-Identifier: MIT
  */
 #include "fake_stream.h"
@@ -254,9 +256,14 @@ static ncclResult_t fake_issue(struct ncclComm *c, const void *send,
     fake_op_t                   *op;
     void                        *fn;
 
+    const char                  *fail = getenv("FAKE_NCCL_COLLECTIVE");
+
     if (c == NULL || c == &fake_setup_comm || bytes > FAKE_BYTES ||
         root >= c->nranks) {
         return ncclInvalidUsage;
+    }
+    if (fail != NULL && strcmp(fail, "fail") == 0) {
+        return ncclSystemError;
     }
     op = calloc(1, sizeof(*op));
     if (op == NULL) {

@@ -232,6 +232,19 @@ def misuse(t, p):
             lambda: stagelink.megatron.P2PCommunicator(
                 pp, config, mode="full"), stagelink.StagelinkError,
             "STAGELINK_MODE=sharded", "(full)")
+    # Where the boundary is replicated and the code asks for no mode, the
+    # variable chooses (an A/B test), but never sharded.
+    replicated = TransformerConfig(
+        num_layers=p, hidden_size=H, num_attention_heads=t,
+        tensor_model_parallel_size=t, pipeline_model_parallel_size=p,
+        pipeline_dtype=DTYPE, params_dtype=DTYPE, use_cpu_initialization=True)
+    refused("STAGELINK_MODE=sharded for a replicated boundary",
+            lambda: stagelink.megatron.P2PCommunicator(pp, replicated),
+            ValueError, "sharded")
+    os.environ["STAGELINK_MODE"] = "full"
+    ab = stagelink.megatron.P2PCommunicator(pp, replicated).communicator
+    check(ab.info["mode"] == stagelink._lib.MODES["full"],
+          "STAGELINK_MODE=full did not choose full for a replicated boundary")
     del os.environ["STAGELINK_MODE"]
     # A Communicator whose placement is not Megatron's groups.
     if t > 1:
