@@ -165,6 +165,7 @@ struct stagelink_request {
     int                       nsubs;
     int                       needs_gather;
     int                       shard_passed; /**< own shard handed to the gather */
+    int                       nesting;      /**< events in progress (ucx_request.c) */
     sl_status_t               status;       /**< first error */
     int                       peer_failed;  /**< status only echoes a peer's */
     int                       device;       /**< buffer in device memory */

@@ -51,13 +51,24 @@ const char *sl_req_what(const sl_req_t *req)
     return what[req->backward != 0][req->kind == STAGELINK_OP_RECV];
 }
 
-/* ACTIVE -> ENDED, once nothing is in flight and the own shard was passed
- * on (or the request failed: no shard may come).  Called at the end of
- * every event, never in the middle of one: a shard's hand-off posts its
- * gather sends after its receive ended. */
-static void sl_req_settle(sl_req_t *req)
+/*
+ * Events of a request (a start, a sub's end, a cancel) nest: a sub posted
+ * inside one can end inside its own post (UCX completes a send, or a
+ * receive of a message already there, such as a peer's failure notice, at
+ * once).  Only the outermost event settles, so a request never ends while
+ * the rest of a start or a shard's hand-off is still to be posted.
+ */
+static void sl_req_begin(sl_req_t *req)
 {
-    if (req->state == SL_REQ_ACTIVE && req->pending == 0 &&
+    ++req->nesting;
+}
+
+/* ACTIVE -> ENDED, once nothing is in flight and the own shard was passed
+ * on (or the request failed: no shard may come). */
+static void sl_req_end(sl_req_t *req)
+{
+    if (--req->nesting == 0 && req->state == SL_REQ_ACTIVE &&
+        req->pending == 0 &&
         (!req->needs_gather || req->shard_passed ||
          req->status != STAGELINK_SUCCESS)) {
         req->state = SL_REQ_ENDED;
@@ -109,6 +120,7 @@ static void sl_req_sub_done(sl_sub_t *sub, sl_status_t status, size_t length,
 
     sl_status_t own;
 
+    sl_req_begin(req);
     if (req->peer_failed && sub->kind == SL_SUB_STAGE_RECV &&
         (status != STAGELINK_SUCCESS || sub->notice != STAGELINK_SUCCESS ||
          length != sub->expected)) {
@@ -158,7 +170,7 @@ static void sl_req_sub_done(sl_sub_t *sub, sl_status_t status, size_t length,
             sl_req_shard_arrived(req, own);
         }
     }
-    sl_req_settle(req);
+    sl_req_end(req);
 }
 
 /* The own shard of a gathered receive is in place, or failed with `own`:
@@ -207,6 +219,7 @@ static void sl_req_stream_ready(sl_req_t *req, sl_status_t status)
 {
     sl_comm_t *comm = req->comm;
 
+    sl_req_begin(req);
     req->state = SL_REQ_ACTIVE;
     if (req->status != STAGELINK_SUCCESS) {
         /* canceled while it waited */
@@ -218,7 +231,7 @@ static void sl_req_stream_ready(sl_req_t *req, sl_status_t status)
          * for peers that may never send. */
         sl_req_abort(comm, req, status, "%s", comm->err.msg);
     }
-    sl_req_settle(req);
+    sl_req_end(req);
 }
 
 sl_status_t sl_req_start(sl_req_t *req)
@@ -231,9 +244,10 @@ sl_status_t sl_req_start(sl_req_t *req)
                                                    : SL_REQ_ACTIVE;
         return status;
     }
+    sl_req_begin(req);
     req->state = SL_REQ_ACTIVE;
     status     = sl_req_post_subs(req);
-    sl_req_settle(req);
+    sl_req_end(req);
     return status;
 }
 
@@ -241,13 +255,14 @@ sl_status_t sl_req_start_gather(sl_req_t *req)
 {
     sl_status_t status;
 
+    sl_req_begin(req);
     req->state = SL_REQ_ACTIVE;
     status     = req->gather->post(req->gather_state, req);
     if (status == STAGELINK_SUCCESS) {
         req->stage_landed = req->shard.length;
         sl_req_shard_arrived(req, STAGELINK_SUCCESS);
     }
-    sl_req_settle(req);
+    sl_req_end(req);
     return status;
 }
 
@@ -317,6 +332,7 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->nsubs         = 0;
     req->needs_gather  = 0;
     req->shard_passed  = 0;
+    req->nesting       = 0;
     req->status        = STAGELINK_SUCCESS;
     req->peer_failed   = 0;
     req->device        = 0;
@@ -420,6 +436,7 @@ void sl_req_cancel(sl_comm_t *comm, sl_req_t *req)
 {
     int i;
 
+    sl_req_begin(req);
     if (req->state == SL_REQ_POSTING) {
         req->state = SL_REQ_ACTIVE; /* its poster gave up: it ends as posted */
     }
@@ -431,7 +448,7 @@ void sl_req_cancel(sl_comm_t *comm, sl_req_t *req)
     for (i = 0; i < req->nsubs; ++i) {
         sl_sub_cancel(comm, &req->subs[i]);
     }
-    sl_req_settle(req);
+    sl_req_end(req);
 }
 
 void sl_req_abort(sl_comm_t *comm, sl_req_t *req, sl_status_t status,
