@@ -390,103 +390,79 @@ class P2PCommunicator:
                             tensor_shape=tensor_shape, config=self.config,
                             wait_on_reqs=wait_on_reqs)
 
+    def _each(self, timer, skip, pairs, send, recv):
+        """Upstream's loop over lists: one exchange per (tensor, shape),
+        sending to `send` and receiving from `recv` ("next", "prev" or
+        None); the received tensors (None where skipped)."""
+        received = []
+        for tensor, shape in pairs:
+            got = None
+            if not skip:
+                with _Timed(self.config, timer):
+                    prev, nxt, _ = self._communicate(
+                        tensor_send_next=tensor if send == "next" else None,
+                        tensor_send_prev=tensor if send == "prev" else None,
+                        recv_prev=recv == "prev", recv_next=recv == "next",
+                        tensor_shape=shape)
+                got = prev if recv == "prev" else nxt
+            received.append(got)
+        return received
+
     def recv_forward(self, tensor_shapes, is_first_stage: bool):
         """Receive tensor from previous rank in pipeline (forward receive)."""
         unwrap = is_single_shape(tensor_shapes)
-        if unwrap:
-            tensor_shapes = [tensor_shapes]
-        input_tensors = []
-        for tensor_shape in tensor_shapes:
-            input_tensor = None
-            if not is_first_stage:
-                with _Timed(self.config, "forward-recv"):
-                    input_tensor = self._communicate(
-                        tensor_send_next=None, tensor_send_prev=None,
-                        recv_prev=True, recv_next=False,
-                        tensor_shape=tensor_shape)[0]
-            input_tensors.append(input_tensor)
-        return input_tensors[0] if unwrap else input_tensors
+        got = self._each("forward-recv", is_first_stage,
+                         [(None, s) for s in ([tensor_shapes] if unwrap
+                                              else tensor_shapes)],
+                         None, "prev")
+        return got[0] if unwrap else got
 
     def recv_backward(self, tensor_shapes, is_last_stage: bool):
         """Receive tensor from next rank in pipeline (backward receive)."""
         unwrap = is_single_shape(tensor_shapes)
-        if unwrap:
-            tensor_shapes = [tensor_shapes]
-        output_tensor_grads = []
-        for tensor_shape in tensor_shapes:
-            output_tensor_grad = None
-            if not is_last_stage:
-                with _Timed(self.config, "backward-recv"):
-                    output_tensor_grad = self._communicate(
-                        tensor_send_next=None, tensor_send_prev=None,
-                        recv_prev=False, recv_next=True,
-                        tensor_shape=tensor_shape)[1]
-            output_tensor_grads.append(output_tensor_grad)
-        return output_tensor_grads[0] if unwrap else output_tensor_grads
+        got = self._each("backward-recv", is_last_stage,
+                         [(None, s) for s in ([tensor_shapes] if unwrap
+                                              else tensor_shapes)],
+                         None, "next")
+        return got[0] if unwrap else got
 
     def send_forward(self, output_tensors, is_last_stage: bool) -> None:
         """Send tensor to next rank in pipeline (forward send)."""
         if not isinstance(output_tensors, list):
             output_tensors = [output_tensors]
-        for output_tensor in output_tensors:
-            if not is_last_stage:
-                with _Timed(self.config, "forward-send"):
-                    self._communicate(tensor_send_next=output_tensor,
-                                      tensor_send_prev=None, recv_prev=False,
-                                      recv_next=False, tensor_shape=None)
+        self._each("forward-send", is_last_stage,
+                   [(t, None) for t in output_tensors], "next", None)
 
     def send_backward(self, input_tensor_grads, is_first_stage: bool) -> None:
         """Send tensor to previous rank in pipeline (backward send)."""
         if not isinstance(input_tensor_grads, list):
             input_tensor_grads = [input_tensor_grads]
-        for input_tensor_grad in input_tensor_grads:
-            if not is_first_stage:
-                with _Timed(self.config, "backward-send"):
-                    self._communicate(tensor_send_next=None,
-                                      tensor_send_prev=input_tensor_grad,
-                                      recv_prev=False, recv_next=False,
-                                      tensor_shape=None)
+        self._each("backward-send", is_first_stage,
+                   [(t, None) for t in input_tensor_grads], "prev", None)
 
     def send_forward_recv_backward(self, output_tensors, tensor_shapes,
                                    is_last_stage: bool):
         """Batched send and recv with next rank in pipeline."""
         unwrap = not isinstance(output_tensors, list)
-        if unwrap:
-            output_tensors = [output_tensors]
         if not isinstance(tensor_shapes, list):
             tensor_shapes = [tensor_shapes]
-        output_tensor_grads = []
-        for output_tensor, tensor_shape in zip(output_tensors, tensor_shapes):
-            output_tensor_grad = None
-            if not is_last_stage:
-                with _Timed(self.config, "forward-send-backward-recv"):
-                    output_tensor_grad = self._communicate(
-                        tensor_send_next=output_tensor, tensor_send_prev=None,
-                        recv_prev=False, recv_next=True,
-                        tensor_shape=tensor_shape)[1]
-            output_tensor_grads.append(output_tensor_grad)
-        return output_tensor_grads[0] if unwrap else output_tensor_grads
+        got = self._each("forward-send-backward-recv", is_last_stage,
+                         list(zip([output_tensors] if unwrap
+                                  else output_tensors, tensor_shapes)),
+                         "next", "next")
+        return got[0] if unwrap else got
 
     def send_backward_recv_forward(self, input_tensor_grads, tensor_shapes,
                                    is_first_stage: bool):
         """Batched send and recv with previous rank in pipeline."""
         unwrap = not isinstance(input_tensor_grads, list)
-        if unwrap:
-            input_tensor_grads = [input_tensor_grads]
         if not isinstance(tensor_shapes, list):
             tensor_shapes = [tensor_shapes]
-        input_tensors = []
-        for input_tensor_grad, tensor_shape in zip(input_tensor_grads,
-                                                   tensor_shapes):
-            input_tensor = None
-            if not is_first_stage:
-                with _Timed(self.config, "backward-send-forward-recv"):
-                    input_tensor = self._communicate(
-                        tensor_send_next=None,
-                        tensor_send_prev=input_tensor_grad, recv_prev=True,
-                        recv_next=False, tensor_shape=tensor_shape)[0]
-            input_tensors.append(input_tensor)
-        return input_tensors[0] if unwrap else input_tensors
+        got = self._each("backward-send-forward-recv", is_first_stage,
+                         list(zip([input_tensor_grads] if unwrap
+                                  else input_tensor_grads, tensor_shapes)),
+                         "prev", "prev")
+        return got[0] if unwrap else got
 
     def send_forward_recv_forward(self, output_tensor, recv_prev: bool,
                                   tensor_shape, overlap_p2p_comm: bool = False):

@@ -25,49 +25,8 @@ except ImportError as e:
 import stagelink
 import stagelink.megatron as p2p
 
-H, B, DTYPE = 16, 2, torch.float64
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-
-
-def seq_len(k, case):
-    return case.t * (2 + (k % 3 if case.varlen else 1))
-
-
-def layer(g):
-    torch.manual_seed(1000 + g)
-    return torch.nn.Linear(H, H).to(DTYPE)
-
-
-def batch(k, case):
-    g = torch.Generator().manual_seed(2000 + k)
-    shape = (seq_len(k, case), B, H)
-    return (torch.randn(shape, generator=g, dtype=DTYPE),
-            torch.randn(shape, generator=g, dtype=DTYPE))
-
-
-def my_slice(x, case, tp_index):
-    """Sequence parallelism: this TP rank's part of the sequence."""
-    if not case.sp:
-        return x
-    n = x.shape[0] // case.t
-    return x[tp_index * n:(tp_index + 1) * n].contiguous()
-
-
-def reference(case, tp_index):
-    """The whole model in one process: every layer's weight gradient."""
-    layers = [layer(g) for g in range(case.p * case.v)]
-    for k in range(case.m):
-        x, target = (my_slice(a, case, tp_index) for a in batch(k, case))
-        for lay in layers:
-            x = torch.tanh(lay(x))
-        (torch.nn.functional.mse_loss(x, target) / case.m).backward()
-    return [lay.weight.grad for lay in layers]
+from tanh_pipeline import (B, DTYPE, H, batch, check, failures, layer,
+                           my_slice, reference, seq_len)
 
 
 # -- Megatron-Core's helpers, as schedules.py has them ---------------------

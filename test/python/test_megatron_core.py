@@ -15,18 +15,17 @@ divisible by p and not, variable_seq_lengths, sequence_parallel on and
 off at t = 2, and Megatron's tp-pp-dp rank order; both wiring routes:
 stagelink.megatron.install() and p2p_communicator= with pg_collection=.
 
-CPU shims (Megatron-Core assumes CUDA there), each the only change:
-- schedules.py `total_num_tokens = torch.zeros([], dtype=torch.int,
-  device="cuda")` (in both schedules): schedules' torch.zeros makes CPU
-  tensors where asked for "cuda".
+CPU shim (megatron_cpu.token_counter, the only change): schedules.py's
+`total_num_tokens = torch.zeros([], dtype=torch.int, device="cuda")` (in
+both schedules) goes to the CPU.
 
 Usage (p = WORLD_SIZE / t): stagelink_run -n 4 -- python test_megatron_core.py T
 SPDX-License-Identifier: MIT
 """
 import os
 import sys
-import types
 import warnings
+from types import SimpleNamespace
 
 warnings.filterwarnings("ignore", module="megatron")  # no apex, TE here
 
@@ -45,65 +44,11 @@ except ImportError as e:
 import stagelink
 import stagelink.megatron
 
-H, B, DTYPE = 16, 2, torch.float64
-failures = []
+import megatron_cpu
+from tanh_pipeline import (B, DTYPE, H, batch, check, failures, layer,
+                           my_slice, reference, seq_len)
 
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-
-
-# -- the CPU shim -----------------------------------------------------------
-class _CpuZeros(types.ModuleType):
-    """schedules' `torch`: torch, but zeros(device="cuda") on the CPU."""
-
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-    @staticmethod
-    def zeros(*args, **kw):
-        if str(kw.get("device", "")).startswith("cuda"):
-            kw["device"] = "cpu"
-        return torch.zeros(*args, **kw)
-
-
-schedules.torch = _CpuZeros("torch")
-
-
-# -- the model --------------------------------------------------------------
-def seq_len(k, case):
-    return case["t"] * (2 + (k % 3 if case["varlen"] else 1))
-
-
-def layer(g):
-    torch.manual_seed(1000 + g)
-    return torch.nn.Linear(H, H).to(DTYPE)
-
-
-def batch(k, case):
-    g = torch.Generator().manual_seed(2000 + k)
-    shape = (seq_len(k, case), B, H)
-    return (torch.randn(shape, generator=g, dtype=DTYPE),
-            torch.randn(shape, generator=g, dtype=DTYPE))
-
-
-def my_slice(x, case, tp_index):
-    if not case["sp"]:
-        return x
-    n = x.shape[0] // case["t"]
-    return x[tp_index * n:(tp_index + 1) * n].contiguous()
-
-
-def reference(case, tp_index, nlayers):
-    layers = [layer(g) for g in range(nlayers)]
-    for k in range(case["m"]):
-        x, target = (my_slice(a, case, tp_index) for a in batch(k, case))
-        for lay in layers:
-            x = torch.tanh(lay(x))
-        (torch.nn.functional.mse_loss(x, target) / case["m"]).backward()
-    return [lay.weight.grad for lay in layers]
+megatron_cpu.token_counter()
 
 
 class Stage(torch.nn.Module):
@@ -126,7 +71,7 @@ class Stage(torch.nn.Module):
 
 def data(case, tp_index):
     return [tuple(my_slice(a, case, tp_index) for a in batch(k, case))
-            for k in range(case["m"])]
+            for k in range(case.m)]
 
 
 def forward_step(data_iterator, model):
@@ -141,21 +86,21 @@ def forward_step(data_iterator, model):
 
 
 def run_case(case):
-    p, t, v = case["p"], case["t"], case["v"]
+    p, t, v = case.p, case.t, case.v
     parallel_state.destroy_model_parallel()
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=t, pipeline_model_parallel_size=p,
         virtual_pipeline_model_parallel_size=v if v > 1 else None,
-        order=case["order"])
+        order=case.order)
     pp_rank = parallel_state.get_pipeline_model_parallel_rank()
     tp_index = parallel_state.get_tensor_model_parallel_rank()
     config = TransformerConfig(
         num_layers=p * v, hidden_size=H, num_attention_heads=t,
         tensor_model_parallel_size=t, pipeline_model_parallel_size=p,
         virtual_pipeline_model_parallel_size=v if v > 1 else None,
-        sequence_parallel=case["sp"], variable_seq_lengths=case["varlen"],
+        sequence_parallel=case.sp, variable_seq_lengths=case.varlen,
         pipeline_dtype=DTYPE, params_dtype=DTYPE,
-        overlap_p2p_comm=case["overlap"], batch_p2p_comm=not case["overlap"],
+        overlap_p2p_comm=case.overlap, batch_p2p_comm=not case.overlap,
         deallocate_pipeline_outputs=True, use_cpu_initialization=True,
         moe_token_dispatcher_type="alltoall")  # allgather refuses varlen
     # Model chunk c of stage s is virtual stage c * p + s.
@@ -165,13 +110,13 @@ def run_case(case):
     kwargs = dict(forward_step_func=forward_step,
                   data_iterator=iters if v > 1 else iters[0],
                   model=model if v > 1 else model[0],
-                  num_microbatches=case["m"], seq_length=seq_len(0, case),
+                  num_microbatches=case.m, seq_length=seq_len(0, case),
                   micro_batch_size=B, forward_only=False)
     pp_group = parallel_state.get_pipeline_model_parallel_group()
-    if case["route"] == "explicit":
+    if case.route == "explicit":
         pgc = ProcessGroupCollection.use_mpu_process_groups()
         kwargs["p2p_communicator"] = stagelink.megatron.P2PCommunicator(
-            pgc.pp, config, tp_group=pgc.tp, mode=case.get("mode"))
+            pgc.pp, config, tp_group=pgc.tp, mode=getattr(case, "mode", None))
         kwargs["pg_collection"] = pgc
         comm = kwargs["p2p_communicator"].communicator
     else:
@@ -181,16 +126,16 @@ def run_case(case):
     fn = (schedules.forward_backward_pipelining_with_interleaving if v > 1
           else schedules.forward_backward_pipelining_without_interleaving)
     fn(**kwargs)
-    want = reference(case, tp_index, p * v)
+    want = reference(case, tp_index)
     for c in range(v):
         g = c * p + pp_rank
         got = model[c].lin.weight.grad
         check(got is not None and torch.allclose(got, want[g], atol=1e-12),
               "%s: virtual stage %d: gradient differs from the single-process "
-              "model's" % (case["name"], g))
-    mode = case.get("mode") or ("full" if case["sp"] else "scatter_gather")
+              "model's" % (case.name, g))
+    mode = getattr(case, "mode", None) or ("full" if case.sp else "scatter_gather")
     check(comm.info["mode"] == stagelink._lib.MODES[mode],
-          "%s: boundary mode %d, not %s" % (case["name"], comm.info["mode"],
+          "%s: boundary mode %d, not %s" % (case.name, comm.info["mode"],
                                             mode))
     return comm.counters()["stage_bytes_sent"] - before
 
@@ -270,7 +215,7 @@ def main():
                             (True,) if p == 2 else (False, True)):
                 for varlen in (False, True):
                     for sp in ((False, True) if t > 1 else (False,)):
-                        cases.append(dict(
+                        cases.append(SimpleNamespace(
                             name="%s m=%d%s%s%s" % (
                                 sched, m, " overlap" if overlap else "",
                                 " varlen" if varlen else "",
@@ -278,22 +223,23 @@ def main():
                             p=p, t=t, v=v, m=m, overlap=overlap,
                             varlen=varlen, sp=sp, route="install",
                             order="tp-cp-ep-dp-pp"))
-    explicit = dict(cases[0], route="explicit", order="tp-pp-dp")
-    cases.append(dict(explicit, name="1f1b explicit tp-pp-dp"))
-    cases.append(dict(explicit, name="1f1b explicit tp-pp-dp full",
-                      mode="full"))
+    explicit = dict(vars(cases[0]), route="explicit", order="tp-pp-dp")
+    cases.append(SimpleNamespace(**dict(explicit,
+                                        name="1f1b explicit tp-pp-dp")))
+    cases.append(SimpleNamespace(**dict(explicit,
+                                        name="1f1b explicit tp-pp-dp full",
+                                        mode="full")))
     sent = {}
     misuse(t, p)
     dist.barrier()
     for case in cases:
-        sent[case["name"]] = run_case(case)
-        print("rank %d: %s ok" % (dist.get_rank(), case["name"]), flush=True)
+        sent[case.name] = run_case(case)
+        print("rank %d: %s ok" % (dist.get_rank(), case.name), flush=True)
         dist.barrier()
     # The same schedule, scatter_gather against full: 1/t of the bytes.
     sg, full = (sent["1f1b explicit tp-pp-dp" + s] for s in ("", " full"))
-    check(sg * t == full and (full > 0) == (parallel_state.
-                                            get_pipeline_model_parallel_rank()
-                                            < p - 1 or True),
+    # Every stage sends (forward or backward): none may send nothing.
+    check(sg * t == full and full > 0,
           "stage bytes sent: scatter_gather %d, full %d (want 1/%d)"
           % (sg, full, t))
     if failures:

@@ -5,30 +5,21 @@ transcribed) over stagelink.megatron.install(), on CPU tensors and gloo
 process groups: p = WORLD_SIZE / t stages of t TP ranks (tensor-parallel
 layers and their all-reduces on gloo).  Sequence parallelism is left to
 test_megatron_core.py: megatron-core's local spec refuses it (its torch
-LayerNorm; it needs Transformer Engine or Apex).  Every rank's gradients must equal a single
-process's run of the whole model (TP 1, no pipeline) with the same
+LayerNorm; it needs Transformer Engine or Apex).  Every rank's gradients
+must equal a single process's run of the whole model (TP 1, no pipeline) with the same
 weights: each TP-sharded parameter's shard of it.
 
-CPU shims (megatron-core assumes CUDA there), each the only change:
-- pipeline_parallel/schedules.py `total_num_tokens = torch.zeros([],
-  dtype=torch.int, device="cuda")`: schedules' torch.zeros puts it on
-  the CPU;
-- utils.py GlobalMemoryBuffer.get_tensor `device=torch.cuda.current_device()`
-  (attention's matmul buffer): the buffer is a CPU tensor;
-- tensor_parallel/random.py `get_cuda_rng_tracker().fork()` (around
-  attention dropout, 0 here): a fork that changes no RNG state.
+CPU shims (megatron_cpu.py, each replacing one upstream line): the
+schedules' CUDA token counter, the global memory buffer's CUDA device,
+and the CUDA RNG tracker's fork around dropout (0 here).
 
 Usage: stagelink_run -n 4 -- python test_megatron_gpt.py T
 SPDX-License-Identifier: MIT
 """
-import contextlib
-import functools
-import operator
 import os
 import subprocess
 import sys
 import tempfile
-import types
 import warnings
 
 warnings.filterwarnings("ignore")  # no apex, transformer engine, absl here
@@ -36,9 +27,6 @@ warnings.filterwarnings("ignore")  # no apex, transformer engine, absl here
 try:
     import torch
     import torch.distributed as dist
-    import megatron.core.tensor_parallel as tensor_parallel
-    import megatron.core.tensor_parallel.random as tp_random
-    import megatron.core.utils as mcore_utils
     from megatron.core import parallel_state
     from megatron.core.models.gpt.gpt_layer_specs import \
         get_gpt_layer_local_spec
@@ -50,45 +38,14 @@ except ImportError as e:
     print("SKIP: %s (tools/make-venv.sh makes .venv with megatron-core)" % e)
     sys.exit(77)
 
+import megatron_cpu
+import stagelink.megatron
+from tanh_pipeline import check, failures
+
 VOCAB, SEQ, B, H, HEADS, M = 64, 8, 2, 16, 4, 3
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-
-
-# -- the CPU shims ----------------------------------------------------------
-class _CpuZeros(types.ModuleType):
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-    @staticmethod
-    def zeros(*args, **kw):
-        if str(kw.get("device", "")).startswith("cuda"):
-            kw["device"] = "cpu"
-        return torch.zeros(*args, **kw)
-
-
-def _cpu_get_tensor(self, tensor_shape, dtype, name, mem_alloc_context=None):
-    n = functools.reduce(operator.mul, tensor_shape, 1)
-    buf = self.buffer.get((name, dtype))
-    if buf is None or buf.numel() < n:
-        buf = self.buffer[(name, dtype)] = torch.empty(n, dtype=dtype)
-    return buf[0:n].view(*tensor_shape)
-
-
-class _CpuRngTracker:
-    def fork(self, name="model-parallel-rng"):
-        return contextlib.nullcontext()
-
-
-schedules.torch = _CpuZeros("torch")
-mcore_utils.GlobalMemoryBuffer.get_tensor = _cpu_get_tensor
-tp_random.get_cuda_rng_tracker = lambda *a, **k: _CpuRngTracker()
-tensor_parallel.get_cuda_rng_tracker = tp_random.get_cuda_rng_tracker
+megatron_cpu.token_counter()
+megatron_cpu.memory_buffer()
+megatron_cpu.rng_tracker()
 
 
 # -- the model and its data ------------------------------------------------
@@ -229,7 +186,6 @@ def main():
     return 1 if failures else 0
 
 
-import stagelink.megatron  # noqa: E402  (after the shims and the SKIP)
 
 if __name__ == "__main__":
     sys.exit(main())
