@@ -397,12 +397,15 @@ sl_status_t sl_bootstrap_init(sl_bootstrap_t *bs,
     memset(bs, 0, sizeof(*bs));
     bs->fn         = config->allgather;
     bs->fn_ctx     = config->allgather_ctx;
+    bs->store_set  = config->store_set;
+    bs->store_get  = config->store_get;
+    bs->store_ctx  = config->store_ctx;
     bs->rank       = launcher->rank;
     bs->world_size = launcher->world_size;
     bs->timeout    = timeout;
     bs->job_key    = launcher->job_key;
     bs->root_fd    = -1;
-    if (bs->fn != NULL || bs->world_size == 1) {
+    if (bs->fn != NULL || bs->store_set != NULL || bs->world_size == 1) {
         return STAGELINK_SUCCESS;
     }
 
@@ -441,86 +444,403 @@ err_close:
     return status;
 }
 
-static sl_status_t sl_boot_root_allgather(sl_bootstrap_t *bs, void *recvbuf,
-                                          size_t size, double deadline,
-                                          sl_errbuf_t *eb)
+void sl_bootstrap_blobs_free(sl_boot_blob_t *blobs, int n)
+{
+    int i;
+
+    for (i = 0; blobs != NULL && i < n; ++i) {
+        free(blobs[i].data);
+        blobs[i] = (sl_boot_blob_t){NULL, 0};
+    }
+}
+
+static sl_status_t sl_boot_blob_set(sl_boot_blob_t *b, const void *data,
+                                    size_t len, sl_errbuf_t *eb)
+{
+    b->data = malloc(len ? len : 1);
+    if (b->data == NULL) {
+        return sl_error(eb, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate a bootstrap blob of %zu bytes", len);
+    }
+    memcpy(b->data, data, len);
+    b->len = len;
+    return STAGELINK_SUCCESS;
+}
+
+/* Through the host's store: one key per rank and exchange, and one read
+ * for each named rank. */
+static sl_status_t sl_boot_store_exchange(sl_bootstrap_t *bs, const char *name,
+                                          const void *mine, size_t len,
+                                          const int *peers, int npeers,
+                                          sl_boot_blob_t *out, sl_errbuf_t *eb)
+{
+    char        key[64], *buf;
+    size_t      size;
+    sl_status_t status = STAGELINK_SUCCESS;
+    int         i, rc;
+
+    snprintf(key, sizeof(key), "%u.%s/%d", bs->round, name, bs->rank);
+    rc = bs->store_set(bs->store_ctx, key, mine, len);
+    if (rc != 0) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "the host's store_set returned %d for key %s (%zu "
+                        "bytes)", rc, key, len);
+    }
+    /* Pages of the scratch buffer are touched only as far as a blob goes. */
+    buf = malloc(SL_BOOTSTRAP_MAX_BLOCK);
+    if (buf == NULL) {
+        return sl_error(eb, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate a %u-byte bootstrap buffer",
+                        SL_BOOTSTRAP_MAX_BLOCK);
+    }
+    for (i = 0; i < npeers && status == STAGELINK_SUCCESS; ++i) {
+        snprintf(key, sizeof(key), "%u.%s/%d", bs->round, name, peers[i]);
+        size = 0;
+        rc   = bs->store_get(bs->store_ctx, key, buf, SL_BOOTSTRAP_MAX_BLOCK,
+                             &size);
+        if (rc != 0) {
+            status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                              "the host's store_get returned %d for key %s "
+                              "(rank %d's part of exchange %s); did that rank "
+                              "start, with the same store?", rc, key, peers[i],
+                              name);
+        } else if (size > SL_BOOTSTRAP_MAX_BLOCK) {
+            status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                              "key %s holds %zu bytes, above the bootstrap "
+                              "limit of %u: another program's key in this "
+                              "store namespace?", key, size,
+                              SL_BOOTSTRAP_MAX_BLOCK);
+        } else {
+            status = sl_boot_blob_set(&out[i], buf, size, eb);
+        }
+    }
+    free(buf);
+    return status;
+}
+
+/* Through the host's allgather: the lengths, then every blob padded to the
+ * longest; only the named ranks' are kept. */
+static sl_status_t sl_boot_fn_exchange(sl_bootstrap_t *bs, const void *mine,
+                                       size_t len, const int *peers,
+                                       int npeers, sl_boot_blob_t *out,
+                                       sl_errbuf_t *eb)
+{
+    uint64_t   *lens, own = len;
+    size_t      max = 1;
+    char       *pad = NULL, *all = NULL;
+    sl_status_t status;
+    int         r, rc;
+
+    lens = calloc((size_t)bs->world_size, sizeof(*lens));
+    if (lens == NULL) {
+        return sl_error(eb, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate %d bootstrap lengths", bs->world_size);
+    }
+    rc = bs->fn(bs->fn_ctx, &own, lens, sizeof(own));
+    if (rc != 0) {
+        status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                          "the host's allgather callback returned %d for %zu "
+                          "bytes per rank", rc, sizeof(own));
+        goto out;
+    }
+    for (r = 0; r < bs->world_size; ++r) {
+        if (lens[r] > SL_BOOTSTRAP_MAX_BLOCK) {
+            status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                              "rank %d announces a %llu-byte bootstrap blob, "
+                              "above the limit of %u: does the host's "
+                              "allgather gather rank by rank?", r,
+                              (unsigned long long)lens[r],
+                              SL_BOOTSTRAP_MAX_BLOCK);
+            goto out;
+        }
+        max = (lens[r] > max) ? (size_t)lens[r] : max;
+    }
+    pad = calloc(1, max);
+    all = malloc((size_t)bs->world_size * max);
+    if (pad == NULL || all == NULL) {
+        status = sl_error(eb, STAGELINK_ERR_NO_MEMORY,
+                          "cannot allocate %d bootstrap blobs of %zu bytes",
+                          bs->world_size, max);
+        goto out;
+    }
+    memcpy(pad, mine, len);
+    rc = bs->fn(bs->fn_ctx, pad, all, max);
+    if (rc != 0) {
+        status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                          "the host's allgather callback returned %d for %zu "
+                          "bytes per rank", rc, max);
+        goto out;
+    }
+    status = STAGELINK_SUCCESS;
+    for (r = 0; r < npeers && status == STAGELINK_SUCCESS; ++r) {
+        status = sl_boot_blob_set(&out[r], all + (size_t)peers[r] * max,
+                                  (size_t)lens[peers[r]], eb);
+    }
+out:
+    free(all);
+    free(pad);
+    free(lens);
+    return status;
+}
+
+/* What rank 0 holds of one TCP exchange: each rank's blob and wants. */
+typedef struct sl_boot_part {
+    sl_boot_blob_t blob;
+    uint32_t      *peers;
+    uint32_t       npeers;
+} sl_boot_part_t;
+
+static sl_status_t sl_boot_root_read(sl_bootstrap_t *bs, int r,
+                                     const char *name, sl_boot_part_t *part,
+                                     double deadline, sl_errbuf_t *eb)
 {
     sl_boot_hdr_t hdr;
-    size_t        total = (size_t)bs->world_size * size;
-    int           r;
+    sl_boot_req_t req;
+    uint32_t      i;
+    int           fd = bs->peer_fds[r];
 
-    for (r = 1; r < bs->world_size; ++r) {
-        SL_CHECK(sl_sock_io(bs, bs->peer_fds[r], &hdr, sizeof(hdr), 0,
-                            deadline, eb));
-        SL_CHECK(sl_boot_check_hdr(&hdr, bs, eb));
-        if (hdr.rank != (uint32_t)r || hdr.size != size) {
-            return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                            "rank %d sent block of %llu bytes as rank %u, "
-                            "expected %zu bytes: ranks disagree on the "
-                            "exchange", r, (unsigned long long)hdr.size,
-                            hdr.rank, size);
-        }
-        SL_CHECK(sl_sock_io(bs, bs->peer_fds[r], (char *)recvbuf + r * size,
-                            size, 0, deadline, eb));
+    SL_CHECK(sl_sock_io(bs, fd, &hdr, sizeof(hdr), 0, deadline, eb));
+    SL_CHECK(sl_boot_check_hdr(&hdr, bs, eb));
+    SL_CHECK(sl_sock_io(bs, fd, &req, sizeof(req), 0, deadline, eb));
+    req.name[SL_BOOT_NAME_LEN - 1] = '\0';
+    if (hdr.rank != (uint32_t)r || strcmp(req.name, name) != 0) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "rank %d sent exchange \"%s\" as rank %u while rank 0 "
+                        "is in \"%s\": ranks disagree on the exchanges (a "
+                        "different stagelink version or setup?)", r, req.name,
+                        hdr.rank, name);
     }
-    for (r = 1; r < bs->world_size; ++r) {
-        SL_CHECK(sl_sock_io(bs, bs->peer_fds[r], recvbuf, total, 1,
-                            deadline, eb));
+    if (req.npeers > (uint32_t)bs->world_size ||
+        req.len > SL_BOOTSTRAP_MAX_BLOCK ||
+        hdr.size != sizeof(req) + 4ull * req.npeers + req.len) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "rank %d's exchange \"%s\" names %u ranks with a "
+                        "%u-byte blob in %llu bytes (world %d, blob limit "
+                        "%u): a corrupt or foreign message", r, name,
+                        req.npeers, req.len, (unsigned long long)hdr.size,
+                        bs->world_size, SL_BOOTSTRAP_MAX_BLOCK);
+    }
+    part->npeers    = req.npeers;
+    part->peers     = malloc(4ull * req.npeers + 1);
+    part->blob.data = malloc(req.len + 1ull);
+    if (part->peers == NULL || part->blob.data == NULL) {
+        return sl_error(eb, STAGELINK_ERR_NO_MEMORY,
+                        "cannot hold rank %d's part of exchange \"%s\"", r,
+                        name);
+    }
+    part->blob.len = req.len;
+    SL_CHECK(sl_sock_io(bs, fd, part->peers, 4ull * req.npeers, 0, deadline,
+                        eb));
+    SL_CHECK(sl_sock_io(bs, fd, part->blob.data, req.len, 0, deadline, eb));
+    for (i = 0; i < req.npeers; ++i) {
+        if (part->peers[i] >= (uint32_t)bs->world_size) {
+            return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                            "rank %d asks for rank %u in exchange \"%s\", "
+                            "outside the world of %d", r, part->peers[i],
+                            name, bs->world_size);
+        }
     }
     return STAGELINK_SUCCESS;
 }
 
-sl_status_t sl_bootstrap_allgather(sl_bootstrap_t *bs, const void *sendbuf,
-                                   void *recvbuf, size_t size,
-                                   sl_errbuf_t *eb)
+/* Rank 0 reads every rank's part, then answers each with what it named. */
+static sl_status_t sl_boot_root_exchange(sl_bootstrap_t *bs, const char *name,
+                                         const void *mine, size_t len,
+                                         const int *peers, int npeers,
+                                         sl_boot_blob_t *out, double deadline,
+                                         sl_errbuf_t *eb)
 {
-    double        deadline = sl_deadline(bs->timeout);
-    sl_boot_hdr_t hdr;
-    int           rc;
+    sl_boot_part_t *parts;
+    sl_status_t     status = STAGELINK_SUCCESS;
+    uint64_t        n;
+    uint32_t        i;
+    int             r;
 
-    if (size > SL_BOOTSTRAP_MAX_BLOCK) {
-        return sl_error(eb, STAGELINK_ERR_INTERNAL,
-                        "bootstrap block of %zu bytes exceeds %u", size,
-                        SL_BOOTSTRAP_MAX_BLOCK);
+    parts = calloc((size_t)bs->world_size, sizeof(*parts));
+    if (parts == NULL) {
+        return sl_error(eb, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate %d exchange parts", bs->world_size);
     }
-    if (bs->fn != NULL) {
-        rc = bs->fn(bs->fn_ctx, sendbuf, recvbuf, size);
-        if (rc != 0) {
-            return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                            "the host's allgather callback returned %d for "
-                            "%zu bytes per rank", rc, size);
+    parts[0].blob.data = (char *)mine;
+    parts[0].blob.len  = len;
+    for (r = 1; r < bs->world_size && status == STAGELINK_SUCCESS; ++r) {
+        status = sl_boot_root_read(bs, r, name, &parts[r], deadline, eb);
+    }
+    for (r = 1; r < bs->world_size && status == STAGELINK_SUCCESS; ++r) {
+        for (i = 0; i < parts[r].npeers && status == STAGELINK_SUCCESS; ++i) {
+            const sl_boot_blob_t *b = &parts[parts[r].peers[i]].blob;
+
+            n      = b->len;
+            status = sl_sock_io(bs, bs->peer_fds[r], &n, sizeof(n), 1,
+                                deadline, eb);
+            if (status == STAGELINK_SUCCESS) {
+                status = sl_sock_io(bs, bs->peer_fds[r], b->data, b->len, 1,
+                                    deadline, eb);
+            }
         }
-        return STAGELINK_SUCCESS;
     }
-    memmove((char *)recvbuf + (size_t)bs->rank * size, sendbuf, size);
-    if (bs->world_size == 1) {
-        return STAGELINK_SUCCESS;
+    for (r = 0; r < npeers && status == STAGELINK_SUCCESS; ++r) {
+        status = sl_boot_blob_set(&out[r], parts[peers[r]].blob.data,
+                                  parts[peers[r]].blob.len, eb);
     }
-    if (bs->rank == 0) {
-        return sl_boot_root_allgather(bs, recvbuf, size, deadline, eb);
+    for (r = 1; r < bs->world_size; ++r) {
+        free(parts[r].blob.data);
+        free(parts[r].peers);
     }
-    hdr = sl_boot_hdr(bs, size);
-    SL_CHECK(sl_sock_io(bs, bs->root_fd, &hdr, sizeof(hdr), 1, deadline, eb));
-    SL_CHECK(sl_sock_io(bs, bs->root_fd, (void *)sendbuf, size, 1, deadline,
-                        eb));
-    return sl_sock_io(bs, bs->root_fd, recvbuf,
-                      (size_t)bs->world_size * size, 0, deadline, eb);
+    free(parts);
+    return status;
 }
 
-sl_status_t sl_bootstrap_barrier(sl_bootstrap_t *bs, sl_errbuf_t *eb)
+static sl_status_t sl_boot_tcp_exchange(sl_bootstrap_t *bs, const char *name,
+                                        const void *mine, size_t len,
+                                        const int *peers, int npeers,
+                                        sl_boot_blob_t *out, sl_errbuf_t *eb)
 {
-    char     one = 1;
-    char    *all;
+    double        deadline = sl_deadline(bs->timeout);
+    sl_boot_req_t req;
+    sl_boot_hdr_t hdr;
+    uint32_t     *wants;
+    uint64_t      n;
+    sl_status_t   status;
+    int           i;
+
+    if (bs->rank == 0) {
+        return sl_boot_root_exchange(bs, name, mine, len, peers, npeers, out,
+                                     deadline, eb);
+    }
+    memset(&req, 0, sizeof(req));
+    snprintf(req.name, sizeof(req.name), "%s", name);
+    req.npeers = (uint32_t)npeers;
+    req.len    = (uint32_t)len;
+    wants      = malloc(4ull * (size_t)npeers + 1);
+    if (wants == NULL) {
+        return sl_error(eb, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate %d rank numbers", npeers);
+    }
+    for (i = 0; i < npeers; ++i) {
+        wants[i] = (uint32_t)peers[i];
+    }
+    hdr    = sl_boot_hdr(bs, sizeof(req) + 4ull * (size_t)npeers + len);
+    status = sl_sock_io(bs, bs->root_fd, &hdr, sizeof(hdr), 1, deadline, eb);
+    if (status == STAGELINK_SUCCESS) {
+        status = sl_sock_io(bs, bs->root_fd, &req, sizeof(req), 1, deadline, eb);
+    }
+    if (status == STAGELINK_SUCCESS) {
+        status = sl_sock_io(bs, bs->root_fd, wants, 4ull * (size_t)npeers, 1,
+                            deadline, eb);
+    }
+    free(wants);
+    if (status == STAGELINK_SUCCESS) {
+        status = sl_sock_io(bs, bs->root_fd, (void *)mine, len, 1, deadline, eb);
+    }
+    for (i = 0; i < npeers && status == STAGELINK_SUCCESS; ++i) {
+        status = sl_sock_io(bs, bs->root_fd, &n, sizeof(n), 0, deadline, eb);
+        if (status == STAGELINK_SUCCESS && n > SL_BOOTSTRAP_MAX_BLOCK) {
+            status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                              "rank 0 sends a %llu-byte blob of rank %d, "
+                              "above the limit of %u", (unsigned long long)n,
+                              peers[i], SL_BOOTSTRAP_MAX_BLOCK);
+        }
+        if (status == STAGELINK_SUCCESS) {
+            out[i].data = malloc(n + 1);
+            out[i].len  = n;
+            status = (out[i].data == NULL)
+                ? sl_error(eb, STAGELINK_ERR_NO_MEMORY, "cannot allocate a "
+                           "bootstrap blob of %llu bytes", (unsigned long long)n)
+                : sl_sock_io(bs, bs->root_fd, out[i].data, n, 0, deadline, eb);
+        }
+    }
+    return status;
+}
+
+sl_status_t sl_bootstrap_exchange(sl_bootstrap_t *bs, const char *name,
+                                  const void *mine, size_t len,
+                                  const int *peers, int npeers,
+                                  sl_boot_blob_t *out, sl_errbuf_t *eb)
+{
+    sl_status_t status;
+    int         i;
+
+    memset(out, 0, (size_t)npeers * sizeof(*out));
+    if (len > SL_BOOTSTRAP_MAX_BLOCK || strlen(name) >= SL_BOOT_NAME_LEN) {
+        return sl_error(eb, STAGELINK_ERR_INTERNAL,
+                        "bootstrap exchange \"%s\" of %zu bytes exceeds %u "
+                        "bytes or a %d-character name", name, len,
+                        SL_BOOTSTRAP_MAX_BLOCK, SL_BOOT_NAME_LEN - 1);
+    }
+    for (i = 0; i < npeers; ++i) {
+        if (peers[i] < 0 || peers[i] >= bs->world_size) {
+            return sl_error(eb, STAGELINK_ERR_INTERNAL,
+                            "exchange \"%s\" names rank %d, outside the "
+                            "world of %d", name, peers[i], bs->world_size);
+        }
+    }
+    if (bs->store_set != NULL) {
+        status = sl_boot_store_exchange(bs, name, mine, len, peers, npeers,
+                                        out, eb);
+    } else if (bs->fn != NULL) {
+        status = sl_boot_fn_exchange(bs, mine, len, peers, npeers, out, eb);
+    } else if (bs->world_size == 1) {
+        for (i = 0, status = STAGELINK_SUCCESS;
+             i < npeers && status == STAGELINK_SUCCESS; ++i) {
+            status = sl_boot_blob_set(&out[i], mine, len, eb);
+        }
+    } else {
+        status = sl_boot_tcp_exchange(bs, name, mine, len, peers, npeers, out,
+                                      eb);
+    }
+    ++bs->round;
+    if (status != STAGELINK_SUCCESS) {
+        sl_bootstrap_blobs_free(out, npeers);
+    }
+    return status;
+}
+
+sl_status_t sl_bootstrap_exchange_fixed(sl_bootstrap_t *bs, const char *name,
+                                        const void *mine, size_t size,
+                                        const int *peers, int npeers,
+                                        void *out, sl_errbuf_t *eb)
+{
+    sl_boot_blob_t *blobs;
+    sl_status_t     status;
+    int             i;
+
+    blobs = calloc((size_t)npeers + 1, sizeof(*blobs));
+    if (blobs == NULL) {
+        return sl_error(eb, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate %d bootstrap blobs", npeers);
+    }
+    status = sl_bootstrap_exchange(bs, name, mine, size, peers, npeers, blobs,
+                                   eb);
+    for (i = 0; i < npeers && status == STAGELINK_SUCCESS; ++i) {
+        if (blobs[i].len != size) {
+            status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                              "rank %d published %zu bytes in exchange \"%s\", "
+                              "this rank %zu: ranks run different stagelink "
+                              "versions?", peers[i], blobs[i].len, name, size);
+        } else {
+            memcpy((char *)out + (size_t)i * size, blobs[i].data, size);
+        }
+    }
+    sl_bootstrap_blobs_free(blobs, npeers);
+    free(blobs);
+    return status;
+}
+
+sl_status_t sl_bootstrap_barrier(sl_bootstrap_t *bs, const int *peers,
+                                 int npeers, sl_errbuf_t *eb)
+{
+    char        one = 1, *got;
     sl_status_t status;
 
-    all = malloc((size_t)bs->world_size);
-    if (all == NULL) {
+    got = malloc((size_t)npeers + 1);
+    if (got == NULL) {
         return sl_error(eb, STAGELINK_ERR_NO_MEMORY,
-                        "cannot allocate a %d-byte barrier buffer",
-                        bs->world_size);
+                        "cannot allocate a %d-byte barrier buffer", npeers);
     }
-    status = sl_bootstrap_allgather(bs, &one, all, 1, eb);
-    free(all);
+    status = sl_bootstrap_exchange_fixed(bs, "barrier", &one, 1, peers, npeers,
+                                         got, eb);
+    free(got);
     return status;
 }
 

@@ -138,6 +138,12 @@ sl_status_t sl_launcher_detect(const stagelink_config_t *config,
         }
     }
     if (config->flags & STAGELINK_CONFIG_RANK_SET) {
+        /* The launcher's local rank holds only for its own world (a
+         * communicator of a subset of the job numbers its ranks apart). */
+        if (found == NULL || out->rank != config->rank ||
+            out->world_size != config->world_size) {
+            out->local_rank = out->local_size = -1;
+        }
         out->source     = "config";
         out->rank       = config->rank;
         out->world_size = config->world_size;
@@ -153,7 +159,7 @@ sl_status_t sl_launcher_detect(const stagelink_config_t *config,
                         "rank %d is not in world size %d (from %s)",
                         out->rank, out->world_size, out->source);
     }
-    if (config->allgather == NULL) {
+    if (config->allgather == NULL && config->store_set == NULL) {
         SL_CHECK(sl_launcher_rendezvous(out, eb));
     }
     SL_INFO(SL_SUBSYS_INIT, "rank %d of %d from %s, local rank %d of %d",

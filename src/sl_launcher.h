@@ -24,7 +24,7 @@ typedef struct sl_launcher {
 
 /**
  * Fills `out` from the config (when it sets the rank) or the environment.
- * The rendezvous address is needed only without an allgather callback.
+ * The rendezvous address is needed only without an allgather or a store.
  */
 sl_status_t sl_launcher_detect(const stagelink_config_t *config,
                                sl_launcher_t *out, sl_errbuf_t *eb);

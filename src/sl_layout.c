@@ -117,6 +117,36 @@ sl_status_t sl_layout_from_topology(int rank, int world_size, int tp_size,
     return STAGELINK_SUCCESS;
 }
 
+static int sl_layout_add(int *peers, int n, int rank, int self)
+{
+    int i, j;
+
+    if (rank < 0 || rank == self) {
+        return n;
+    }
+    for (i = 0; i < n && peers[i] < rank; ++i) {
+    }
+    if (i < n && peers[i] == rank) {
+        return n;
+    }
+    for (j = n; j > i; --j) {
+        peers[j] = peers[j - 1];
+    }
+    peers[i] = rank;
+    return n + 1;
+}
+
+int sl_layout_peers(const sl_layout_t *layout, int *peers)
+{
+    int n = 0, k;
+
+    for (k = 0; k < layout->tp_size; ++k) {
+        n = sl_layout_add(peers, n, layout->tp_ranks[k], layout->rank);
+    }
+    n = sl_layout_add(peers, n, layout->prev_rank, layout->rank);
+    return sl_layout_add(peers, n, layout->next_rank, layout->rank);
+}
+
 void sl_layout_cleanup(sl_layout_t *layout)
 {
     free(layout->tp_ranks);

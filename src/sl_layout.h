@@ -28,6 +28,13 @@ sl_status_t sl_layout_from_topology(int rank, int world_size, int tp_size,
                                     const stagelink_topology_t *topo,
                                     sl_layout_t *layout, sl_errbuf_t *eb);
 
+/**
+ * The ranks this one exchanges with, each once and ascending: its TP group
+ * but itself, and its neighbour stages.  `peers` holds tp_size + 1; returns
+ * how many it filled.
+ */
+int sl_layout_peers(const sl_layout_t *layout, int *peers);
+
 void sl_layout_cleanup(sl_layout_t *layout);
 
 /** The placement part of stagelink_comm_info_t (the plugin adds the rest). */

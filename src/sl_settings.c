@@ -4,6 +4,7 @@
 #include "sl_log.h"
 
 #include <sched.h>
+#include <stddef.h>
 #include <string.h>
 #include <strings.h>
 
@@ -40,6 +41,38 @@ static sl_status_t sl_settings_mode(const stagelink_config_t *config,
     return STAGELINK_SUCCESS;
 }
 
+/* The original v1 config ended with `flags`; later fields are appended. */
+#define SL_CONFIG_V1_MIN_SIZE offsetof(stagelink_config_t, store_set)
+
+sl_status_t sl_config_copy(const stagelink_config_t *config,
+                           stagelink_config_t *out, sl_errbuf_t *eb)
+{
+    if (config->struct_size < SL_CONFIG_V1_MIN_SIZE) {
+        return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
+                        "config struct_size is %u, expected at least %zu: "
+                        "zero the struct and set struct_size = "
+                        "sizeof(stagelink_config_t)", config->struct_size,
+                        SL_CONFIG_V1_MIN_SIZE);
+    }
+    memset(out, 0, sizeof(*out));
+    memcpy(out, config, (config->struct_size < sizeof(*out))
+                            ? config->struct_size : sizeof(*out));
+    out->struct_size = sizeof(*out);
+    if ((out->store_set == NULL) != (out->store_get == NULL)) {
+        return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
+                        "config has store_%s but no store_%s: a store "
+                        "bootstrap needs both", out->store_set ? "set" : "get",
+                        out->store_set ? "get" : "set");
+    }
+    if (out->store_set != NULL && out->allgather != NULL) {
+        return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
+                        "config has both an allgather callback and a store: "
+                        "give one bootstrap (the store scales, reading only "
+                        "the ranks each rank talks to)");
+    }
+    return STAGELINK_SUCCESS;
+}
+
 sl_status_t sl_settings_parse(const stagelink_config_t *config,
                               sl_settings_t *s, sl_errbuf_t *eb)
 {
@@ -47,13 +80,6 @@ sl_status_t sl_settings_parse(const stagelink_config_t *config,
     sl_log_level_t level;
     unsigned       subsys;
 
-    if (config->struct_size < sizeof(stagelink_config_t)) {
-        return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
-                        "config struct_size is %u, expected at least %zu: "
-                        "zero the struct and set struct_size = "
-                        "sizeof(stagelink_config_t)", config->struct_size,
-                        sizeof(stagelink_config_t));
-    }
     SL_CHECK(sl_log_parse_env(&level, &subsys, eb));
     SL_CHECK(sl_settings_mode(config, &s->mode, eb));
     SL_CHECK(sl_env_parse_seconds(SL_ENV_TIMEOUT, &s->timeout, eb));

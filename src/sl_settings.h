@@ -20,7 +20,16 @@ typedef struct sl_settings {
     double           grace;        /**< seconds finalize lets sends finish */
 } sl_settings_t;
 
-/** Checks the config struct and every variable; errors name the value. */
+/**
+ * The host's config as this build's struct: a host built against an older
+ * header passes a shorter one (down to the original v1, which ended with
+ * `flags`), whose missing fields read as zero.  Checks the bootstrap
+ * callbacks: a whole store or none, not with an allgather.
+ */
+sl_status_t sl_config_copy(const stagelink_config_t *config,
+                           stagelink_config_t *out, sl_errbuf_t *eb);
+
+/** Checks every variable against the (copied) config; errors name the value. */
 sl_status_t sl_settings_parse(const stagelink_config_t *config,
                               sl_settings_t *s, sl_errbuf_t *eb);
 

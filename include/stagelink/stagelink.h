@@ -146,6 +146,26 @@ typedef struct stagelink_memh    stagelink_memh_t;
 typedef int (*stagelink_allgather_fn_t)(void *ctx, const void *sendbuf,
                                         void *recvbuf, size_t size);
 
+/**
+ * A key-value store a host may provide instead (torch.distributed's Store,
+ * PMIx, etcd): each rank then reads only the ranks it talks to, its TP
+ * group and its two pipeline neighbours, so init costs O(t) reads per rank
+ * whatever the world size.  Keys are short NUL-terminated strings, unique
+ * within one communicator; give each communicator its own namespace
+ * (a prefix) when several share a store.
+ *  - `set` publishes `size` bytes under `key`;
+ *  - `get` waits until `key` exists (the host's store decides how long),
+ *    copies at most `capacity` bytes of it into `buf` and sets `*size` to
+ *    its full length.
+ * Both return 0 on success.  Called during init and by comm_finalize's
+ * closing barrier: they must stay callable until then.
+ */
+typedef int (*stagelink_store_set_fn_t)(void *ctx, const char *key,
+                                        const void *buf, size_t size);
+typedef int (*stagelink_store_get_fn_t)(void *ctx, const char *key,
+                                        void *buf, size_t capacity,
+                                        size_t *size);
+
 /** Rank placement given explicitly instead of Megatron's rank order. */
 typedef struct stagelink_topology {
     int        prev_rank;     /**< rank of the matching TP rank in stage i-1, or -1 */
@@ -159,7 +179,7 @@ typedef struct stagelink_topology {
  * zero means "take it from the launcher environment or the default".
  */
 typedef struct stagelink_config {
-    uint32_t struct_size;     /**< sizeof(stagelink_config_t) */
+    uint32_t struct_size;     /**< sizeof(stagelink_config_t) the host was built with */
     int      rank;            /**< -1 or 0: see `flags` */
     int      world_size;      /**< 0: from RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, SLURM_* */
     int      tp_size;         /**< t; 0: 1 */
@@ -171,6 +191,14 @@ typedef struct stagelink_config {
     stagelink_allgather_fn_t allgather;
     void    *allgather_ctx;
     uint32_t flags;           /**< STAGELINK_CONFIG_* */
+    /**
+     * Appended later (a host built before passes a smaller struct_size):
+     * if both are non-NULL, every bootstrap exchange goes through this
+     * store instead of TCP; not together with `allgather`.
+     */
+    stagelink_store_set_fn_t store_set;
+    stagelink_store_get_fn_t store_get;
+    void    *store_ctx;
 } stagelink_config_t;
 
 /** `rank` and `world_size` in the config are meaningful (rank may be 0). */

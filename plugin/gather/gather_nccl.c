@@ -50,18 +50,21 @@ typedef struct sl_nccl_card {
  * usage"), so the group must know before it asks.  The same answer on
  * every rank of the group, from the same cards.
  */
+static const char *sl_nccl_node(const sl_comm_t *comm, int k)
+{
+    return (k == comm->layout.tp_index) ? comm->node_id
+                                        : comm->tp_peers[k].node_id;
+}
+
+/* `cards` by TP index; *a and *b are TP indices. */
 static int sl_nccl_shared_gpu(const sl_comm_t *comm, const sl_nccl_card_t *cards,
                               int *a, int *b)
 {
-    int i, j;
-
-    for (i = 0; i < comm->layout.tp_size; ++i) {
-        for (j = 0; j < i; ++j) {
-            *a = comm->layout.tp_ranks[j];
-            *b = comm->layout.tp_ranks[i];
+    for (*b = 0; *b < comm->layout.tp_size; ++*b) {
+        for (*a = 0; *a < *b; ++*a) {
             if (cards[*a].gpu[0] != '\0' &&
                 strcmp(cards[*a].gpu, cards[*b].gpu) == 0 &&
-                strcmp(comm->node_ids[*a], comm->node_ids[*b]) == 0) {
+                strcmp(sl_nccl_node(comm, *a), sl_nccl_node(comm, *b)) == 0) {
                 return 1;
             }
         }
@@ -89,7 +92,7 @@ static sl_status_t sl_gather_nccl_streams(sl_gather_nccl_t *g)
 
 static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
 {
-    int               world = comm->layout.world_size, k, root, a, b;
+    int               tp = comm->layout.tp_size, k, root, a, b;
     const sl_nccl_api_t *api = NULL;
     sl_gather_nccl_t *g     = NULL;
     sl_nccl_card_t    mine, *cards;
@@ -126,19 +129,22 @@ static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
      * are in it already and would wait out their deadline.  What went
      * wrong here travels in the card, so every rank ends alike.
      */
-    cards = calloc((size_t)world, sizeof(*cards));
+    cards = calloc((size_t)tp, sizeof(*cards));
     if (cards == NULL) {
         /* Cannot happen in practice (a few hundred bytes a rank); the
          * others then fail in the exchange, at their deadline. */
         return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
-                        "cannot allocate %d NCCL setup cards", world);
+                        "cannot allocate %d NCCL setup cards", tp);
     }
-    SL_CHECK_GOTO(sl_bootstrap_allgather(comm->bootstrap, &mine, cards,
-                                         sizeof(mine), &comm->err), out);
+    /* By TP index: the TP group is all that shares a communicator. */
+    SL_CHECK_GOTO(sl_bootstrap_exchange_fixed(comm->bootstrap, "nccl", &mine,
+                                              sizeof(mine),
+                                              comm->layout.tp_ranks, tp, cards,
+                                              &comm->err), out);
     /* TP index 0 makes the group's id: without it nobody in the group can
      * use NCCL, and every rank of the group knows it from the same card. */
     root = comm->layout.tp_ranks[0];
-    if (cards[root].failed) {
+    if (cards[0].failed) {
         /* The rank that failed has NCCL's reason; the others point there. */
         const char *reason = (root == comm->layout.rank)
                                  ? why.msg
@@ -168,14 +174,13 @@ static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
         goto out;
     }
     for (k = 0; k < comm->layout.tp_size; ++k) {
-        if (cards[comm->layout.tp_ranks[k]].use != mine.use) {
+        if (cards[k].use != mine.use) {
             status = sl_error(&comm->err, STAGELINK_ERR_CONFIG,
                               "TP peers disagree on the NCCL gather: rank %d "
                               "%s it, this rank %s (%s); give every rank the "
                               "same GPU setup or STAGELINK_GATHER",
                               comm->layout.tp_ranks[k],
-                              cards[comm->layout.tp_ranks[k]].use ? "uses"
-                                                                  : "cannot use",
+                              cards[k].use ? "uses" : "cannot use",
                               mine.use ? "does" : "does not",
                               mine.use ? "NCCL found" : why.msg);
             goto out;
@@ -194,12 +199,14 @@ static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
                               "this TP group share GPU %s, and NCCL allows one "
                               "rank per GPU in a communicator; give each TP "
                               "rank its own GPU, or use STAGELINK_GATHER=ucx",
-                              a, b, cards[a].gpu);
+                              comm->layout.tp_ranks[a],
+                              comm->layout.tp_ranks[b], cards[a].gpu);
             goto out;
         }
         SL_INFO(SL_SUBSYS_GATHER, "NCCL gather not used: ranks %d and %d of "
                 "this TP group share GPU %s (NCCL allows one rank per GPU); "
-                "device buffers gather over UCX", a, b, cards[a].gpu);
+                "device buffers gather over UCX", comm->layout.tp_ranks[a],
+                comm->layout.tp_ranks[b], cards[a].gpu);
         status = STAGELINK_SUCCESS;
         goto out;
     }
@@ -213,7 +220,7 @@ static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
     g->api  = api;
     SL_CHECK_GOTO(sl_nccl_check(api, api->CommInitRank(
                                          &g->nccl, comm->layout.tp_size,
-                                         cards[comm->layout.tp_ranks[0]].id,
+                                         cards[0].id,
                                          comm->layout.tp_index),
                                 NULL, "ncclCommInitRank of the TP group",
                                 &comm->err), out);

@@ -59,6 +59,8 @@ struct stagelink_comm {
     const sl_nccl_api_t *api;
     ncclComm_t           tp, prev, next;  /**< NULL where none */
     struct stagelink_request *reqs;
+    int                 *peer_ranks; /**< sl_layout_peers */
+    int                  npeers;
     stagelink_counters_t counters;
     atomic_int           aborted;  /**< comm_abort, from any thread */
 };
@@ -79,11 +81,22 @@ typedef struct sl_ncard {
     ncclUniqueId next_id; /**< for the boundary to the next stage */
 } sl_ncard_t;
 
+/* The card of `rank`: this rank's own, or the one its exchange brought. */
+static const sl_ncard_t *sl_ncard_of(const sl_ncomm_t *c, const sl_ncard_t *mine,
+                                     const sl_ncard_t *theirs, int rank)
+{
+    int i;
+
+    for (i = 0; i < c->npeers && c->peer_ranks[i] != rank; ++i) {
+    }
+    return (rank == c->layout.rank) ? mine : &theirs[i];
+}
+
 static sl_status_t sl_ncomm_connect(sl_ncomm_t *c)
 {
     const sl_nccl_api_t *api   = c->api;
-    int                  world = c->layout.world_size;
-    sl_ncard_t           mine, *all;
+    sl_ncard_t           mine, *theirs;
+    const sl_ncard_t    *card;
     sl_status_t          status;
 
     memset(&mine, 0, sizeof(mine));
@@ -96,34 +109,39 @@ static sl_status_t sl_ncomm_connect(sl_ncomm_t *c)
         SL_CHECK(sl_nccl_check(api, api->GetUniqueId(&mine.next_id), NULL,
                                "ncclGetUniqueId", &c->err));
     }
-    all = calloc((size_t)world, sizeof(*all));
-    if (all == NULL) {
+    c->peer_ranks = calloc((size_t)c->layout.tp_size + 1, sizeof(int));
+    theirs        = calloc((size_t)c->layout.tp_size + 1, sizeof(*theirs));
+    if (c->peer_ranks == NULL || theirs == NULL) {
+        free(theirs);
         return sl_error(&c->err, STAGELINK_ERR_NO_MEMORY,
-                        "cannot allocate %d setup cards", world);
+                        "cannot allocate %d setup cards", c->layout.tp_size + 1);
     }
-    SL_CHECK_GOTO(sl_bootstrap_allgather(&c->bootstrap, &mine, all,
-                                         sizeof(mine), &c->err), out);
+    c->npeers = sl_layout_peers(&c->layout, c->peer_ranks);
+    SL_CHECK_GOTO(sl_bootstrap_exchange_fixed(&c->bootstrap, "ncards", &mine,
+                                              sizeof(mine), c->peer_ranks,
+                                              c->npeers, theirs, &c->err), out);
     /* One group: communicators of a chain of stages cannot wait in a cycle. */
     SL_CHECK_GOTO(sl_nccl_check(api, api->GroupStart(), NULL, "ncclGroupStart",
                                 &c->err), out);
     status = STAGELINK_SUCCESS;
     if (c->layout.tp_size > 1) {
+        card   = sl_ncard_of(c, &mine, theirs, c->layout.tp_ranks[0]);
         status = sl_nccl_check(api, api->CommInitRank(
                                         &c->tp, c->layout.tp_size,
-                                        all[c->layout.tp_ranks[0]].tp_id,
-                                        c->layout.tp_index),
+                                        card->tp_id, c->layout.tp_index),
                                NULL, "ncclCommInitRank (TP group)", &c->err);
     }
     if (status == STAGELINK_SUCCESS && c->layout.prev_rank >= 0) {
-        c->prev_inter = strcmp(all[c->layout.prev_rank].node_id, c->node_id) != 0;
-        status = sl_nccl_check(api, api->CommInitRank(
-                                        &c->prev, 2,
-                                        all[c->layout.prev_rank].next_id, 1),
+        card          = sl_ncard_of(c, &mine, theirs, c->layout.prev_rank);
+        c->prev_inter = strcmp(card->node_id, c->node_id) != 0;
+        status = sl_nccl_check(api, api->CommInitRank(&c->prev, 2,
+                                                      card->next_id, 1),
                                NULL, "ncclCommInitRank (previous stage)",
                                &c->err);
     }
     if (status == STAGELINK_SUCCESS && c->layout.next_rank >= 0) {
-        c->next_inter = strcmp(all[c->layout.next_rank].node_id, c->node_id) != 0;
+        card          = sl_ncard_of(c, &mine, theirs, c->layout.next_rank);
+        c->next_inter = strcmp(card->node_id, c->node_id) != 0;
         status = sl_nccl_check(api, api->CommInitRank(&c->next, 2,
                                                       mine.next_id, 0),
                                NULL, "ncclCommInitRank (next stage)", &c->err);
@@ -133,7 +151,7 @@ static sl_status_t sl_ncomm_connect(sl_ncomm_t *c)
         status = STAGELINK_ERR_TRANSPORT;
     }
 out:
-    free(all);
+    free(theirs);
     return status;
 }
 
@@ -157,14 +175,17 @@ static void sl_ncomm_destroy(sl_ncomm_t *c)
         }
     }
     free(c->reqs);
+    free(c->peer_ranks);
     sl_bootstrap_cleanup(&c->bootstrap);
     sl_layout_cleanup(&c->layout);
     free(c);
 }
 
-static stagelink_status_t sl_nccl_comm_init(const stagelink_config_t *config,
+static stagelink_status_t sl_nccl_comm_init(const stagelink_config_t *host_config,
                                             stagelink_comm_t **out)
 {
+    const stagelink_config_t *config = host_config;
+    stagelink_config_t        copy;
     sl_launcher_t launcher;
     sl_ncomm_t   *c;
     sl_status_t   status;
@@ -184,6 +205,8 @@ static stagelink_status_t sl_nccl_comm_init(const stagelink_config_t *config,
     }
     c->bootstrap.root_fd = -1;
     c->gpu               = &sl_gpu_default_ops;
+    SL_CHECK_GOTO(sl_config_copy(host_config, &copy, &c->err), err);
+    config = &copy;
     SL_CHECK_GOTO(sl_settings_parse(config, &c->set, &c->err), err);
     /* Refused before any exchange, so no peer waits for this rank. */
     if (!c->gpu->probe(why, sizeof(why))) {
@@ -234,7 +257,8 @@ static stagelink_status_t sl_nccl_comm_finalize(stagelink_comm_t *c)
     SL_LIVE(c, "comm_finalize");
     sl_registry_remove(&sl_live, c);
     if (!atomic_load(&c->aborted) &&
-        sl_bootstrap_barrier(&c->bootstrap, &drop) != STAGELINK_SUCCESS) {
+        sl_bootstrap_barrier(&c->bootstrap, c->peer_ranks, c->npeers,
+                             &drop) != STAGELINK_SUCCESS) {
         SL_WARN(SL_SUBSYS_INIT, "finalize barrier failed (%s)", drop.msg);
     }
     sl_ncomm_destroy(c);

@@ -28,21 +28,23 @@ struct sl_topo;
 #define SL_COMM_MAGIC 0x534c434du /* "SLCM" */
 #define SL_REQ_MAGIC  0x534c5251u /* "SLRQ" */
 
+/** What every rank tells its peers of its process, to watch same-node ones. */
+typedef struct sl_peer_process {
+    int64_t  pid;
+    uint64_t pid_ns; /**< inode of /proc/self/ns/pid: pids compare only within one */
+} sl_peer_process_t;
+
 typedef struct sl_ucx_peer {
     struct stagelink_comm *comm;
     int      rank;       /**< world rank, -1 when none */
     int      inter_node; /**< on another node: its bytes cross the link */
+    char     node_id[SL_NODE_ID_LEN]; /**< as it told at init */
+    sl_peer_process_t proc;           /**< as it told at init */
     ucp_ep_h ep;         /**< NULL once closed (after a failure: by force) */
     int      failed;     /**< its process or link died (ucx_fault.c) */
     char     why[160];   /**< how its failure was seen */
     void    *close_req;  /**< forced close still in flight */
 } sl_ucx_peer_t;
-
-/** What every rank tells of its process, to watch same-node peers. */
-typedef struct sl_peer_process {
-    int64_t  pid;
-    uint64_t pid_ns; /**< inode of /proc/self/ns/pid: pids compare only within one */
-} sl_peer_process_t;
 
 typedef enum sl_sub_kind {
     SL_SUB_STAGE_SEND,
@@ -242,8 +244,8 @@ struct stagelink_comm {
     stagelink_mode_t            mode;
     int                         local_rank, local_size;
     char                        node_id[SL_NODE_ID_LEN];
-    char                      (*node_ids)[SL_NODE_ID_LEN]; /**< of every rank */
-    sl_peer_process_t          *procs;    /**< of every rank; init only */
+    int                        *peer_ranks; /**< sl_layout_peers: whom init exchanges with */
+    int                         npeers;
     double                      timeout;  /**< seconds, 0 = none */
     double                      spin;     /**< seconds of polling before sleep */
     int                         closing;  /**< in finalize: peers leave too */
@@ -426,7 +428,9 @@ void        sl_peer_abort(sl_comm_t *comm);
 /* ucx_fault.c: a peer's death or an abort applied to every request */
 /** Watches the same-node peers' processes (after the endpoints exist);
  *  from then on pfds holds the UCX event fd and the pidfds. */
-sl_status_t sl_fault_watch(sl_comm_t *comm, const sl_peer_process_t *procs);
+sl_status_t sl_fault_watch(sl_comm_t *comm);
+/** This process as sl_fault_watch compares it (init's facts carry it). */
+void        sl_peer_process_self(sl_peer_process_t *me);
 void        sl_fault_cleanup(sl_comm_t *comm);
 
 /* ucx_request.c: a request's whole life (sl_req_state_t) */

@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -248,11 +249,20 @@ static void sl_fault_progress(sl_comm_t *comm);
  * polled once a millisecond). */
 static const sl_progress_hook_t sl_fault_hook = {.round = sl_fault_progress};
 
-sl_status_t sl_fault_watch(sl_comm_t *comm, const sl_peer_process_t *procs)
+void sl_peer_process_self(sl_peer_process_t *me)
 {
-    const sl_peer_process_t *me = &procs[comm->layout.rank];
-    int                      max = 1 + sl_fault_npeers(comm), i, n = 0;
+    struct stat ns;
 
+    me->pid    = (int64_t)getpid();
+    me->pid_ns = (stat("/proc/self/ns/pid", &ns) == 0) ? (uint64_t)ns.st_ino : 0;
+}
+
+sl_status_t sl_fault_watch(sl_comm_t *comm)
+{
+    sl_peer_process_t me;
+    int               max = 1 + sl_fault_npeers(comm), i, n = 0;
+
+    sl_peer_process_self(&me);
     comm->pfds     = calloc((size_t)max, sizeof(*comm->pfds));
     comm->pfd_peer = calloc((size_t)max, sizeof(*comm->pfd_peer));
     if (comm->pfds == NULL || comm->pfd_peer == NULL) {
@@ -270,8 +280,8 @@ sl_status_t sl_fault_watch(sl_comm_t *comm, const sl_peer_process_t *procs)
         if (peer->ep == NULL || peer->inter_node) {
             continue;
         }
-        p = &procs[peer->rank];
-        if (p->pid_ns != me->pid_ns) {
+        p = &peer->proc;
+        if (p->pid_ns != me.pid_ns) {
             /* Another container of this node: its pid means nothing here. */
             SL_INFO(SL_SUBSYS_NET, "rank %d is on this node in another pid "
                     "namespace: its death is seen at the deadline only",

@@ -98,7 +98,7 @@ static sl_status_t sl_comm_layout(sl_comm_t *comm,
                                 config->pp_size, &comm->layout, &comm->err);
 }
 
-/* What every rank must know of every other before the UCX context exists. */
+/* What a rank tells the ranks it talks to before the UCX context exists. */
 typedef struct sl_rank_facts {
     char              node_id[SL_NODE_ID_LEN];
     uint64_t          chunk; /**< with the mode, the wire format of large messages (0: auto) */
@@ -106,73 +106,138 @@ typedef struct sl_rank_facts {
     sl_peer_process_t proc;  /**< to watch same-node peers (ucx_fault.c) */
 } sl_rank_facts_t;
 
-/* Who shares our node decides local ranks and network devices, so it is
- * known before the UCX context exists. */
-static sl_status_t sl_comm_locality(sl_comm_t *comm)
+static void sl_chunk_text(uint64_t chunk, char *buf, size_t len)
 {
-    int              world = comm->layout.world_size, r;
-    sl_rank_facts_t  mine, *all;
-    sl_locality_t    loc;
-    sl_status_t      status;
-    struct stat      ns;
+    if (chunk == 0) {
+        snprintf(buf, len, "auto");
+    } else {
+        snprintf(buf, len, "%llu", (unsigned long long)chunk);
+    }
+}
 
-    comm->node_ids = calloc((size_t)world, SL_NODE_ID_LEN);
-    comm->procs    = calloc((size_t)world, sizeof(*comm->procs));
-    all            = calloc((size_t)world, sizeof(*all));
-    if (comm->node_ids == NULL || comm->procs == NULL || all == NULL) {
-        free(all);
-        return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
-                        "cannot allocate the facts of %d ranks", world);
+/* A peer's facts go to each of its slots: its TP slot, or one or both
+ * stage slots (with p = 2 wrapping around, prev and next are one rank). */
+static sl_status_t sl_comm_peer_facts(sl_comm_t *comm, int rank,
+                                      const sl_rank_facts_t *f)
+{
+    sl_ucx_peer_t *slot[2] = {&comm->prev, &comm->next};
+    char           theirs[24], ours[24];
+    int            k;
+
+    if (f->mode != (uint32_t)comm->mode) {
+        return sl_error(&comm->err, STAGELINK_ERR_CONFIG,
+                        "rank %d runs mode %s, this rank %s: set "
+                        "STAGELINK_MODE (or the config) alike on every rank",
+                        rank, sl_mode_name((stagelink_mode_t)f->mode),
+                        sl_mode_name(comm->mode));
     }
-    memset(&mine, 0, sizeof(mine));
-    memcpy(mine.node_id, comm->node_id, SL_NODE_ID_LEN);
-    mine.chunk    = comm->chunk;
-    mine.mode     = (uint32_t)comm->mode;
-    mine.proc.pid = (int64_t)getpid();
-    if (stat("/proc/self/ns/pid", &ns) == 0) {
-        mine.proc.pid_ns = (uint64_t)ns.st_ino;
+    if (f->chunk != comm->chunk) {
+        sl_chunk_text(f->chunk, theirs, sizeof(theirs));
+        sl_chunk_text(comm->chunk, ours, sizeof(ours));
+        return sl_error(&comm->err, STAGELINK_ERR_CONFIG,
+                        "STAGELINK_CHUNK is %s on rank %d but %s here: large "
+                        "transfers are cut in these chunks, so set it alike on "
+                        "every rank", theirs, rank, ours);
     }
-    SL_CHECK_GOTO(sl_bootstrap_allgather(comm->bootstrap, &mine, all,
-                                         sizeof(mine), &comm->err), out);
+    for (k = 0; k < 2; ++k) {
+        if (slot[k]->rank == rank) {
+            memcpy(slot[k]->node_id, f->node_id, SL_NODE_ID_LEN);
+            slot[k]->proc = f->proc;
+        }
+    }
+    for (k = 0; k < comm->layout.tp_size; ++k) {
+        if (comm->tp_peers[k].rank == rank) {
+            memcpy(comm->tp_peers[k].node_id, f->node_id, SL_NODE_ID_LEN);
+            comm->tp_peers[k].proc = f->proc;
+        }
+    }
+    return STAGELINK_SUCCESS;
+}
+
+/* Which ranks share this node decides local ranks and network devices, so
+ * it is known before the UCX context exists.  The launcher says; without
+ * it, that takes the one exchange with every rank. */
+static sl_status_t sl_comm_locality(sl_comm_t *comm,
+                                    const sl_launcher_t *launcher)
+{
+    int           world = comm->layout.world_size, r;
+    char        (*ids)[SL_NODE_ID_LEN] = NULL;
+    int          *all = NULL;
+    sl_locality_t loc;
+    sl_status_t   status;
+
+    if (launcher->local_rank >= 0 && launcher->local_size > 0) {
+        comm->local_rank = launcher->local_rank;
+        comm->local_size = launcher->local_size;
+        return STAGELINK_SUCCESS;
+    }
+    ids = calloc((size_t)world, SL_NODE_ID_LEN);
+    all = calloc((size_t)world, sizeof(*all));
+    if (ids == NULL || all == NULL) {
+        status = sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
+                          "cannot allocate the node identities of %d ranks",
+                          world);
+        goto out;
+    }
     for (r = 0; r < world; ++r) {
-        memcpy(comm->node_ids[r], all[r].node_id, SL_NODE_ID_LEN);
-        comm->procs[r] = all[r].proc;
-        if (all[r].mode != mine.mode) {
-            status = sl_error(&comm->err, STAGELINK_ERR_CONFIG,
-                              "rank %d runs mode %s, this rank %s: set "
-                              "STAGELINK_MODE (or the config) alike on every "
-                              "rank", r, sl_mode_name((stagelink_mode_t)all[r].mode),
-                              sl_mode_name(comm->mode));
-            goto out;
-        }
-        if (all[r].chunk != mine.chunk) {
-            char theirs[24] = "auto", ours[24] = "auto";
-
-            if (all[r].chunk != 0) {
-                snprintf(theirs, sizeof(theirs), "%llu", (unsigned long long)all[r].chunk);
-            }
-            if (mine.chunk != 0) {
-                snprintf(ours, sizeof(ours), "%llu", (unsigned long long)mine.chunk);
-            }
-            status = sl_error(&comm->err, STAGELINK_ERR_CONFIG,
-                              "STAGELINK_CHUNK is %s on rank %d but %s here: "
-                              "large transfers are cut in these chunks, so "
-                              "set it alike on every rank", theirs, r, ours);
-            goto out;
-        }
+        all[r] = r;
     }
-    sl_topo_locality((const char (*)[SL_NODE_ID_LEN])comm->node_ids, world,
+    SL_INFO(SL_SUBSYS_INIT, "the launcher gives no local rank: node "
+            "identities go to every rank (one O(world) exchange)");
+    SL_CHECK_GOTO(sl_bootstrap_exchange_fixed(comm->bootstrap, "nodes",
+                                              comm->node_id, SL_NODE_ID_LEN,
+                                              all, world, ids, &comm->err),
+                  out);
+    sl_topo_locality((const char (*)[SL_NODE_ID_LEN])ids, world,
                      comm->layout.rank, &loc);
     comm->local_rank = loc.local_rank;
     comm->local_size = loc.local_size;
+    status           = STAGELINK_SUCCESS;
+out:
+    free(all);
+    free(ids);
+    return status;
+}
+
+/* The facts of the ranks this one talks to, and where it sits on its node. */
+static sl_status_t sl_comm_facts(sl_comm_t *comm, const sl_launcher_t *launcher)
+{
+    sl_rank_facts_t mine, *theirs;
+    sl_status_t     status;
+    int             i;
+
+    comm->peer_ranks = calloc((size_t)comm->layout.tp_size + 1,
+                              sizeof(*comm->peer_ranks));
+    theirs = calloc((size_t)comm->layout.tp_size + 1, sizeof(*theirs));
+    if (comm->peer_ranks == NULL || theirs == NULL) {
+        free(theirs);
+        return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate the facts of %d peers",
+                        comm->layout.tp_size + 1);
+    }
+    comm->npeers = sl_layout_peers(&comm->layout, comm->peer_ranks);
+    memset(&mine, 0, sizeof(mine));
+    memcpy(mine.node_id, comm->node_id, SL_NODE_ID_LEN);
+    mine.chunk = comm->chunk;
+    mine.mode  = (uint32_t)comm->mode;
+    sl_peer_process_self(&mine.proc);
+    SL_CHECK_GOTO(sl_bootstrap_exchange_fixed(comm->bootstrap, "facts", &mine,
+                                              sizeof(mine), comm->peer_ranks,
+                                              comm->npeers, theirs,
+                                              &comm->err), out);
+    for (i = 0; i < comm->npeers; ++i) {
+        SL_CHECK_GOTO(sl_comm_peer_facts(comm, comm->peer_ranks[i],
+                                         &theirs[i]), out);
+    }
+    SL_CHECK_GOTO(sl_comm_locality(comm, launcher), out);
     if (comm->spin < 0) {
         comm->spin = sl_settings_auto_spin(comm->local_size);
         SL_INFO(SL_SUBSYS_INIT, "polling %.0f us before sleeping (%d ranks "
                 "on this node)", comm->spin * 1e6, comm->local_size);
     }
-    status           = STAGELINK_SUCCESS;
+    status = STAGELINK_SUCCESS;
 out:
-    free(all);
+    free(theirs);
     return status;
 }
 
@@ -194,17 +259,18 @@ static void sl_comm_destroy(sl_comm_t *comm)
         free(comm->bootstrap);
     }
     sl_req_pool_cleanup(&comm->pool);
-    free(comm->node_ids);
-    free(comm->procs);
+    free(comm->peer_ranks);
     free(comm->tp_peers);
     sl_layout_cleanup(&comm->layout);
     comm->magic = 0;
     free(comm);
 }
 
-static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *config,
+static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *host_config,
                                            stagelink_comm_t **comm_out)
 {
+    const stagelink_config_t *config = host_config;
+    stagelink_config_t        copy;
     sl_launcher_t launcher;
     sl_comm_t    *comm;
     sl_status_t   status;
@@ -238,6 +304,8 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *config,
     }
     comm->bootstrap->root_fd = -1;
 
+    SL_CHECK_GOTO(sl_config_copy(host_config, &copy, &comm->err), err_destroy);
+    config = &copy;
     SL_CHECK_GOTO(sl_comm_settings(comm, config), err_destroy);
     SL_CHECK_GOTO(sl_launcher_detect(config, &launcher, &comm->err),
                   err_destroy);
@@ -254,6 +322,8 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *config,
     for (k = 0; k < comm->layout.tp_size; ++k) {
         comm->tp_peers[k].rank = comm->layout.tp_ranks[k];
     }
+    comm->prev.rank = comm->layout.prev_rank;
+    comm->next.rank = comm->layout.next_rank;
     sl_device_probe(comm);
     SL_CHECK_GOTO(sl_gather_select(comm), err_destroy);
     SL_CHECK_GOTO(sl_req_pool_init(&comm->pool, comm->pool.capacity,
@@ -261,15 +331,13 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *config,
                   err_destroy);
     SL_CHECK_GOTO(sl_bootstrap_init(comm->bootstrap, config, &launcher,
                                     comm->timeout, &comm->err), err_destroy);
-    SL_CHECK_GOTO(sl_comm_locality(comm), err_destroy);
+    SL_CHECK_GOTO(sl_comm_facts(comm, &launcher), err_destroy);
     SL_CHECK_GOTO(sl_ucx_worker_create(comm), err_destroy);
     SL_CHECK_GOTO(sl_device_init(comm), err_destroy);
     sl_chunked_init(comm);
     SL_CHECK_GOTO(sl_ucx_connect(comm, comm->bootstrap), err_destroy);
     sl_chunked_size_agree(comm);
-    SL_CHECK_GOTO(sl_fault_watch(comm, comm->procs), err_destroy);
-    free(comm->procs);
-    comm->procs = NULL;
+    SL_CHECK_GOTO(sl_fault_watch(comm), err_destroy);
     comm->bootstrap->progress     = sl_ucx_progress_cb;
     comm->bootstrap->progress_arg = comm;
     SL_CHECK_GOTO(sl_gather_init(comm), err_destroy);
@@ -323,7 +391,8 @@ static stagelink_status_t sl_ucx_comm_finalize(stagelink_comm_t *comm)
         if (status == STAGELINK_SUCCESS) {
             sl_ucx_flush(comm, grace_end);
         }
-        if (sl_bootstrap_barrier(comm->bootstrap, &drop) !=
+        if (sl_bootstrap_barrier(comm->bootstrap, comm->peer_ranks,
+                                 comm->npeers, &drop) !=
             STAGELINK_SUCCESS) {
             SL_WARN(SL_SUBSYS_INIT, "finalize barrier failed (%s); closing "
                     "anyway", drop.msg);

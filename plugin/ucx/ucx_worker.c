@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A rank's part of the address exchange: this card, then the addresses. */
 typedef struct sl_rank_card {
     uint32_t full_len; /**< worker address with every transport */
     uint32_t net_len;  /**< network-only worker address */
@@ -145,17 +146,16 @@ static void sl_ucx_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 }
 
 static sl_status_t sl_ucx_ep_create(sl_comm_t *comm, sl_ucx_peer_t *peer,
-                                    int rank, const sl_rank_card_t *cards,
-                                    const char *blobs, size_t blob_len)
+                                    const sl_boot_blob_t *part)
 {
-    const sl_rank_card_t *card  = &cards[rank];
-    const char           *node  = comm->node_ids[rank];
-    const char           *blob  = blobs + (size_t)rank * blob_len;
+    const char           *node = peer->node_id;
+    const sl_rank_card_t *card = (const sl_rank_card_t *)(const void *)part->data;
+    const char           *addr = part->data + sizeof(*card);
+    int                   rank = peer->rank;
     ucp_ep_params_t       params;
     ucs_status_t          ucs;
 
     peer->comm       = comm;
-    peer->rank       = rank;
     peer->inter_node = strcmp(node, comm->node_id) != 0;
     if (peer->inter_node && card->net_len == 0) {
         return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
@@ -168,7 +168,7 @@ static sl_status_t sl_ucx_ep_create(sl_comm_t *comm, sl_ucx_peer_t *peer,
                              UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                              UCP_EP_PARAM_FIELD_ERR_HANDLER;
     params.address         = (const ucp_address_t *)(peer->inter_node
-                                 ? blob + card->full_len : blob);
+                                 ? addr + card->full_len : addr);
     /* UCX 1.13's shared-memory transports cannot report peer failure, so
      * PEER mode would push same-node traffic onto TCP loopback (design.md).
      * Same-node peers are watched through their pidfd instead (ucx_fault.c). */
@@ -190,16 +190,71 @@ static sl_status_t sl_ucx_ep_create(sl_comm_t *comm, sl_ucx_peer_t *peer,
     return STAGELINK_SUCCESS;
 }
 
+/* A peer's part: a card, then addresses of the lengths it gives. */
+static sl_status_t sl_ucx_part_check(sl_comm_t *comm, int rank,
+                                     const sl_boot_blob_t *part, int direct)
+{
+    sl_rank_card_t card;
+
+    if (part->len < sizeof(card)) {
+        return sl_error(&comm->err, STAGELINK_ERR_BOOTSTRAP,
+                        "rank %d's worker address part has %zu bytes, less "
+                        "than its %zu-byte header", rank, part->len,
+                        sizeof(card));
+    }
+    memcpy(&card, part->data, sizeof(card));
+    if (part->len != sizeof(card) + (size_t)card.full_len + card.net_len ||
+        card.full_len == 0) {
+        return sl_error(&comm->err, STAGELINK_ERR_BOOTSTRAP,
+                        "rank %d's worker address part has %zu bytes for "
+                        "addresses of %u and %u bytes: ranks run different "
+                        "stagelink versions?", rank, part->len, card.full_len,
+                        card.net_len);
+    }
+    /* The automatic chunk size follows this; each rank must pick the same,
+     * and its peers are all it can ask. */
+    if (comm->chunk == 0 && (int)card.direct != direct) {
+        return sl_error(&comm->err, STAGELINK_ERR_CONFIG,
+                        "rank %d's UCX %s device memory itself and this "
+                        "rank's %s, so STAGELINK_CHUNK=auto cannot pick one "
+                        "chunk size for both: give every rank the same GPU "
+                        "and UCX, or set STAGELINK_CHUNK alike on every rank",
+                        rank, card.direct ? "moves" : "does not move",
+                        direct ? "does" : "does not");
+    }
+    return STAGELINK_SUCCESS;
+}
+
+/* The endpoint slots of `rank` (both stage slots when p = 2 wraps). */
+static sl_status_t sl_ucx_connect_rank(sl_comm_t *comm, int rank,
+                                       const sl_boot_blob_t *part)
+{
+    int k;
+
+    if (comm->prev.rank == rank) {
+        SL_CHECK(sl_ucx_ep_create(comm, &comm->prev, part));
+    }
+    if (comm->next.rank == rank) {
+        SL_CHECK(sl_ucx_ep_create(comm, &comm->next, part));
+    }
+    for (k = 0; k < comm->layout.tp_size; ++k) {
+        if (k != comm->layout.tp_index && comm->tp_peers[k].rank == rank) {
+            SL_CHECK(sl_ucx_ep_create(comm, &comm->tp_peers[k], part));
+        }
+    }
+    return STAGELINK_SUCCESS;
+}
+
 sl_status_t sl_ucx_connect(sl_comm_t *comm, sl_bootstrap_t *bs)
 {
-    int             world = comm->layout.world_size;
     ucp_address_t  *full = NULL, *net = NULL;
-    size_t          full_len, net_len = 0, blob_len = 0;
-    sl_rank_card_t  card, *cards = NULL;
-    char           *blob = NULL, *blobs = NULL;
+    size_t          full_len, net_len = 0;
+    sl_rank_card_t  card;
+    sl_boot_blob_t *parts = NULL;
+    char           *mine = NULL;
     sl_status_t     status;
     ucs_status_t    ucs;
-    int             r, k;
+    int             i;
 
     ucs = sl_ucx_address(comm, 0, &full, &full_len);
     if (ucs != UCS_OK) {
@@ -218,65 +273,44 @@ sl_status_t sl_ucx_connect(sl_comm_t *comm, sl_bootstrap_t *bs)
     card.full_len = (uint32_t)full_len;
     card.net_len  = (uint32_t)net_len;
     card.direct   = (uint32_t)(comm->gpu_usable && comm->ucx_cuda);
-
-    cards = calloc((size_t)world, sizeof(*cards));
-    if (cards == NULL) {
-        status = sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
-                          "cannot allocate %d rank cards", world);
-        goto out;
-    }
-    SL_CHECK_GOTO(sl_bootstrap_allgather(bs, &card, cards, sizeof(card),
-                                         &comm->err), out);
-    comm->all_direct = 1;
-    for (r = 0; r < world; ++r) {
-        size_t len = (size_t)cards[r].full_len + cards[r].net_len;
-        blob_len   = (len > blob_len) ? len : blob_len;
-        comm->all_direct = comm->all_direct && cards[r].direct;
-    }
-    if (blob_len > SL_BOOTSTRAP_MAX_BLOCK) {
+    if (sizeof(card) + full_len + net_len > SL_BOOTSTRAP_MAX_BLOCK) {
         status = sl_error(&comm->err, STAGELINK_ERR_BOOTSTRAP,
-                          "a UCX worker address of %zu bytes exceeds the "
-                          "bootstrap limit of %u", blob_len,
+                          "UCX worker addresses of %zu and %zu bytes exceed "
+                          "the bootstrap limit of %u", full_len, net_len,
                           SL_BOOTSTRAP_MAX_BLOCK);
         goto out;
     }
-    blob  = calloc(1, blob_len);
-    blobs = calloc((size_t)world, blob_len);
-    if (blob == NULL || blobs == NULL) {
+    mine  = malloc(sizeof(card) + full_len + net_len);
+    parts = calloc((size_t)comm->npeers + 1, sizeof(*parts));
+    if (mine == NULL || parts == NULL) {
         status = sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
-                          "cannot allocate %d worker addresses of %zu bytes",
-                          world, blob_len);
+                          "cannot allocate the worker addresses of %d peers",
+                          comm->npeers);
         goto out;
     }
-    memcpy(blob, full, full_len);
+    memcpy(mine, &card, sizeof(card));
+    memcpy(mine + sizeof(card), full, full_len);
     if (net_len > 0) {
-        memcpy(blob + full_len, net, net_len);
+        memcpy(mine + sizeof(card) + full_len, net, net_len);
     }
-    SL_CHECK_GOTO(sl_bootstrap_allgather(bs, blob, blobs, blob_len,
-                                         &comm->err), out);
-
-    if (comm->layout.prev_rank >= 0) {
-        SL_CHECK_GOTO(sl_ucx_ep_create(comm, &comm->prev,
-                                       comm->layout.prev_rank, cards, blobs,
-                                       blob_len), out);
+    SL_CHECK_GOTO(sl_bootstrap_exchange(bs, "addr", mine,
+                                        sizeof(card) + full_len + net_len,
+                                        comm->peer_ranks, comm->npeers, parts,
+                                        &comm->err), out);
+    for (i = 0; i < comm->npeers; ++i) {
+        SL_CHECK_GOTO(sl_ucx_part_check(comm, comm->peer_ranks[i], &parts[i],
+                                        (int)card.direct), out);
     }
-    if (comm->layout.next_rank >= 0) {
-        SL_CHECK_GOTO(sl_ucx_ep_create(comm, &comm->next,
-                                       comm->layout.next_rank, cards, blobs,
-                                       blob_len), out);
-    }
-    for (k = 0; k < comm->layout.tp_size; ++k) {
-        if (k != comm->layout.tp_index) {
-            SL_CHECK_GOTO(sl_ucx_ep_create(comm, &comm->tp_peers[k],
-                                           comm->layout.tp_ranks[k], cards,
-                                           blobs, blob_len), out);
-        }
+    comm->all_direct = (int)card.direct;
+    for (i = 0; i < comm->npeers; ++i) {
+        SL_CHECK_GOTO(sl_ucx_connect_rank(comm, comm->peer_ranks[i],
+                                          &parts[i]), out);
     }
     status = STAGELINK_SUCCESS;
 out:
-    free(blobs);
-    free(blob);
-    free(cards);
+    sl_bootstrap_blobs_free(parts, comm->npeers);
+    free(parts);
+    free(mine);
     if (net != NULL) {
         ucp_worker_release_address(comm->worker, net);
     }

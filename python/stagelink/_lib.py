@@ -44,13 +44,21 @@ ALLGATHER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                              ctypes.c_void_p, c_size)
 
 
+STORE_SET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p,
+                             ctypes.c_void_p, c_size)
+STORE_GET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p,
+                             ctypes.c_void_p, c_size, ctypes.POINTER(c_size))
+
+
 class Config(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("rank", ctypes.c_int),
                 ("world_size", ctypes.c_int), ("tp_size", ctypes.c_int),
                 ("pp_size", ctypes.c_int), ("mode", ctypes.c_int),
                 ("topology", ctypes.POINTER(Topology)),
                 ("allgather", ALLGATHER), ("allgather_ctx", ctypes.c_void_p),
-                ("flags", ctypes.c_uint32)]
+                ("flags", ctypes.c_uint32),
+                ("store_set", STORE_SET), ("store_get", STORE_GET),
+                ("store_ctx", ctypes.c_void_p)]
 
 
 class Info(ctypes.Structure):

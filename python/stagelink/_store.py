@@ -1,12 +1,13 @@
-"""Bootstrap through a torch.distributed Store: the config's allgather
-callback, so a communicator inside a torch.distributed job opens no port of
-its own (MASTER_PORT belongs to the job's store).
+"""Bootstrap through a torch.distributed Store: the config's store
+callbacks, so a communicator inside a torch.distributed job opens no port of
+its own (MASTER_PORT belongs to the job's store), and each rank reads only
+the ranks it talks to (its TP group and its two pipeline neighbours).
 
-Each allgather round writes this rank's bytes under
-"stagelink/<communicator>/<round>/<rank>" and reads every rank's; the last
-rank to finish a round deletes its keys.  Communicators are numbered in
-creation order, which is the same on every rank (as torch numbers its
-process groups).
+The library writes this rank's part of each exchange under
+"stagelink/<communicator>/<key>" and reads its peers'; once the communicator
+is finalized, the keys its peers have surely read are deleted.
+Communicators are numbered in creation order, which is the same on every
+rank (as torch numbers its process groups).
 
 SPDX-License-Identifier: MIT
 """
@@ -34,35 +35,50 @@ def default_store():
             dist.get_world_size())
 
 
-class StoreAllgather:
-    """The allgather callback over `store`; `error` keeps the exception of a
-    failed round for the caller's message."""
+class StoreBootstrap:
+    """The store callbacks over `store`; `error` keeps the exception of a
+    failed call for the caller's message, `reads` counts the keys read."""
 
-    def __init__(self, store, rank, world_size):
-        self.store, self.rank, self.world = store, rank, world_size
+    def __init__(self, store):
+        self.store = store
         self.prefix = "stagelink/%d/" % next(_comm_numbers)
-        self.rounds = itertools.count()
+        self.written = []
+        self.reads = 0
         self.error = None
-        self.callback = _lib.ALLGATHER(self._allgather)
+        self.set_callback = _lib.STORE_SET(self._set)
+        self.get_callback = _lib.STORE_GET(self._get)
 
-    def _allgather(self, _ctx, sendbuf, recvbuf, size):
+    def _set(self, _ctx, key, buf, size):
         try:
-            key = "%s%d/" % (self.prefix, next(self.rounds))
-            self.store.set(key + str(self.rank), ctypes.string_at(sendbuf, size))
-            for r in range(self.world):
-                data = self.store.get(key + str(r))
-                if len(data) != size:
-                    raise ValueError("rank %d wrote %d bytes under %s, not %d"
-                                     % (r, len(data), key, size))
-                ctypes.memmove(recvbuf + r * size, data, size)
-            if self.store.add(key + "done", 1) == self.world:
-                for name in [str(r) for r in range(self.world)] + ["done"]:
-                    try:
-                        self.store.delete_key(key + name)
-                    except (RuntimeError, AttributeError):
-                        break  # a store without delete keeps them; harmless
+            name = self.prefix + key.decode()
+            self.store.set(name, ctypes.string_at(buf, size))
+            self.written.append(name)
             return 0
         except BaseException as e:  # noqa: B902 -- must not unwind into C
-            self.error = e
-            _log.info("stagelink: store allgather failed: %r", e)
-            return 1
+            return self._failed("set", key, e)
+
+    def _get(self, _ctx, key, buf, capacity, size):
+        try:
+            data = self.store.get(self.prefix + key.decode())
+            self.reads += 1
+            ctypes.memmove(buf, data, min(len(data), capacity))
+            size[0] = len(data)
+            return 0
+        except BaseException as e:  # noqa: B902 -- must not unwind into C
+            return self._failed("get", key, e)
+
+    def _failed(self, what, key, e):
+        self.error = e
+        _log.info("stagelink: store %s of %r failed: %r", what, key, e)
+        return 1
+
+    def forget(self):
+        """After comm_finalize: deletes what this rank wrote but the closing
+        barrier's key, which a slower peer may still be reading (its other
+        keys it read before it reached the barrier)."""
+        for name in self.written[:-1]:
+            try:
+                self.store.delete_key(name)
+            except (RuntimeError, AttributeError):
+                break  # a store without delete keeps them; harmless
+        self.written = self.written[-1:]

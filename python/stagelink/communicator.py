@@ -353,8 +353,9 @@ class Communicator:
             cfg.topology = ctypes.pointer(topo)
         if store is not None and store is not False:
             # Numbered only once every argument passed, alike on every rank.
-            bootstrap = _store.StoreAllgather(store, rank, world_size)
-            cfg.allgather = bootstrap.callback
+            bootstrap = _store.StoreBootstrap(store)
+            cfg.store_set = bootstrap.set_callback
+            cfg.store_get = bootstrap.get_callback
 
         lib = _lib.library()
         err = ctypes.create_string_buffer(4096)
@@ -374,9 +375,9 @@ class Communicator:
             lib.stagelink_loader_close(self._loader)
             message = err.value.decode()
             if bootstrap is not None and bootstrap.error is not None:
-                message += " (the store allgather raised %r)" % bootstrap.error
+                message += " (the store raised %r)" % bootstrap.error
             raise error(status, message)
-        # The finalize barrier calls the allgather too: it lives as long.
+        # The finalize barrier calls the store too: it lives as long.
         self._bootstrap = bootstrap
         self._lock = threading.RLock()   # one thread in the library at a time
         # abort must not race finalize; reentrant for a signal handler that
@@ -823,6 +824,8 @@ class Communicator:
             self._abandoned = self._vt.last_error(self._comm).decode() \
                 if status != 0 else ""
             _lib.library().stagelink_loader_close(self._loader)
+            if self._bootstrap is not None:
+                self._bootstrap.forget()
             self._bootstrap = None
         _open_comms.pop(getattr(self, "_created", None), None)
         # The transport is done with every buffer now.

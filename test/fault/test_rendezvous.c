@@ -57,7 +57,8 @@ int __wrap_listen(int fd, int backlog)
     return rc;
 }
 
-/* One rank: rendezvous, then an allgather of the ranks' numbers. */
+/* One rank: rendezvous, an exchange of the ranks' numbers with every
+ * rank, then one with only its two neighbours (as init names its peers). */
 static void run_rank(int slot, rank_spec_t spec)
 {
     sl_launcher_t      l = {.source = "test", .rank = spec.rank,
@@ -67,7 +68,9 @@ static void run_rank(int slot, rank_spec_t spec)
     stagelink_config_t cfg;
     sl_bootstrap_t     bs;
     sl_errbuf_t        eb = {{0}};
-    int                all[MAX_PROCS], r, st;
+    int                all[MAX_PROCS], everyone[MAX_PROCS], r, st;
+    int                near[2] = {(spec.rank + spec.world - 1) % spec.world,
+                                  (spec.rank + 1) % spec.world};
 
     alarm(30); /* a hang shows as a signal, never as a stuck test */
     memset(&cfg, 0, sizeof(cfg));
@@ -75,11 +78,26 @@ static void run_rank(int slot, rank_spec_t spec)
     strcpy(l.bind, "127.0.0.1");
     st = sl_bootstrap_init(&bs, &cfg, &l, TIMEOUT_S, &eb);
     if (st == STAGELINK_SUCCESS) {
-        st = sl_bootstrap_allgather(&bs, &spec.rank, all, sizeof(int), &eb);
+        for (r = 0; r < spec.world && r < MAX_PROCS; ++r) {
+            everyone[r] = r;
+        }
+        st = sl_bootstrap_exchange_fixed(&bs, "ranks", &spec.rank, sizeof(int),
+                                         everyone, spec.world, all, &eb);
         for (r = 0; st == STAGELINK_SUCCESS && r < spec.world; ++r) {
             if (all[r] != r) {
                 st = STAGELINK_ERR_INTERNAL;
                 snprintf(eb.msg, sizeof(eb.msg), "slot %d holds %d", r, all[r]);
+            }
+        }
+        if (st == STAGELINK_SUCCESS) {
+            st = sl_bootstrap_exchange_fixed(&bs, "near", &spec.rank,
+                                             sizeof(int), near, 2, all, &eb);
+        }
+        for (r = 0; st == STAGELINK_SUCCESS && r < 2; ++r) {
+            if (all[r] != near[r]) {
+                st = STAGELINK_ERR_INTERNAL;
+                snprintf(eb.msg, sizeof(eb.msg), "neighbour %d holds %d, "
+                         "not %d", r, all[r], near[r]);
             }
         }
         sl_bootstrap_cleanup(&bs);

@@ -96,7 +96,8 @@ int main(int argc, char **argv)
         for (it = -3; it < iters; ++it) { /* 3 warm-up rounds */
             if (it == 0) {
                 sl_progress_enter(comm); /* its waits progress the worker */
-                sl_bootstrap_barrier(comm->bootstrap, &eb);
+                sl_bootstrap_barrier(comm->bootstrap, comm->peer_ranks,
+                                     comm->npeers, &eb);
                 sl_progress_leave(comm);
                 t0 = sl_time_now();
             }
@@ -109,7 +110,9 @@ int main(int argc, char **argv)
         bad |= (sl_pattern_check(buf, 0, n, 42) != SIZE_MAX);
         sum = sum / iters * 1e6;
         sl_progress_enter(comm);
-        sl_bootstrap_allgather(comm->bootstrap, &sum, all, sizeof(sum), &eb);
+        sl_bootstrap_exchange_fixed(comm->bootstrap, "times", &sum,
+                                    sizeof(sum), comm->layout.tp_ranks, t,
+                                    all, &eb);
         sl_progress_leave(comm);
         for (k = 1; k < (size_t)t; ++k) {
             all[0] = (all[k] > all[0]) ? all[k] : all[0];

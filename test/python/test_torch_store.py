@@ -2,7 +2,8 @@
 the job's MASTER_ADDR/MASTER_PORT), a Communicator bootstraps through the
 default group's store (no second listener on MASTER_PORT, which torch's
 store holds), and through a store passed in; an explicit Placement with
-the stages in reverse rank order; batch_isend_irecv with torch's P2POp
+the stages in reverse rank order, reading only its peers' keys;
+batch_isend_irecv with torch's P2POp
 forms (comm.isend, torch.distributed.isend with comm=, a neighbour's
 world rank as the peer).  t = WORLD_SIZE / 2.
 SPDX-License-Identifier: MIT
@@ -80,6 +81,12 @@ with stagelink.Communicator(tp_size=t, store=store, rank=rank,
           comm.info["tp_index"] == rank % t,
           "placement: rank %d (%r) is not stage %d, TP index %d"
           % (rank, comm.info, stage, rank % t))
+    # Only the ranks it talks to: t - 1 TP peers and one stage neighbour,
+    # in three exchanges (facts, addresses, the NCCL gather's cards; the
+    # launcher gives the local rank), whatever the world size.
+    reads = comm._bootstrap.reads
+    check(0 < reads <= 3 * t, "init read %d keys, more than 3 exchanges "
+          "with %d peers" % (reads, t))
     exchange(comm, 20)
     gc.collect()  # the store callback must outlive a collection: finalize
     # runs its closing barrier through it

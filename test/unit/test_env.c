@@ -1,6 +1,6 @@
 /*
- * Environment parsing, launcher detection (torchrun, mpirun, srun) and the
- * Megatron rank layout.  SPDX-License-Identifier: MIT
+ * Environment parsing, the host's config, launcher detection (torchrun,
+ * mpirun, srun) and the Megatron rank layout with the peers it names.  SPDX-License-Identifier: MIT
  */
 #include "check.h"
 #include "sl_env.h"
@@ -9,6 +9,7 @@
 #include "sl_settings.h"
 #include "sl_topo.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -165,6 +166,94 @@ static void test_launchers(void)
     cfg.world_size = 2;
     CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 && l.rank == 0 &&
           strcmp(l.source, "config") == 0, "config rank: %s", eb.msg);
+
+    /* The launcher's local rank holds for the config's ranks only when
+     * they are the launcher's. */
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("LOCAL_RANK", "1", 1);
+    setenv("LOCAL_WORLD_SIZE", "2", 1);
+    cfg.rank = 1;
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 && l.local_rank == 1 &&
+          l.local_size == 2, "config = launcher: local %d/%d", l.local_rank,
+          l.local_size);
+    cfg.rank       = 0;
+    cfg.world_size = 1; /* a communicator of part of the job */
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 && l.local_rank == -1 &&
+          l.local_size == -1, "sub-communicator kept the launcher's local "
+          "rank %d/%d", l.local_rank, l.local_size);
+    clear_launchers();
+}
+
+static int dummy_set(void *ctx, const char *key, const void *buf, size_t n)
+{
+    (void)ctx, (void)key, (void)buf, (void)n;
+    return 0;
+}
+
+static int dummy_get(void *ctx, const char *key, void *buf, size_t cap,
+                     size_t *n)
+{
+    (void)ctx, (void)key, (void)buf, (void)cap, (void)n;
+    return 0;
+}
+
+static int dummy_allgather(void *ctx, const void *s, void *r, size_t n)
+{
+    (void)ctx, (void)s, (void)r, (void)n;
+    return 0;
+}
+
+/* A host built before the store fields passes the original v1 size; the
+ * fields it lacks read as zero, whatever lies past its struct. */
+static void test_config_copy(void)
+{
+    stagelink_config_t cfg, out;
+    sl_errbuf_t        eb;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.tp_size     = 2;
+    cfg.store_set   = dummy_set; /* past the old struct: must be ignored */
+    cfg.struct_size = (uint32_t)offsetof(stagelink_config_t, store_set);
+    CHECK(sl_config_copy(&cfg, &out, &eb) == 0 && out.tp_size == 2 &&
+          out.store_set == NULL && out.struct_size == sizeof(out),
+          "original v1 config: %s", eb.msg);
+    cfg.struct_size = (uint32_t)offsetof(stagelink_config_t, flags);
+    CHECK(sl_config_copy(&cfg, &out, &eb) == STAGELINK_ERR_INVALID_ARG &&
+          strstr(eb.msg, "struct_size"), "a config shorter than v1: %s",
+          eb.msg);
+    cfg.struct_size = sizeof(cfg);
+    CHECK(sl_config_copy(&cfg, &out, &eb) == STAGELINK_ERR_INVALID_ARG &&
+          strstr(eb.msg, "store_get"), "half a store: %s", eb.msg);
+    cfg.store_get = dummy_get;
+    CHECK(sl_config_copy(&cfg, &out, &eb) == 0 && out.store_get == dummy_get,
+          "a store: %s", eb.msg);
+    cfg.allgather = dummy_allgather;
+    CHECK(sl_config_copy(&cfg, &out, &eb) == STAGELINK_ERR_INVALID_ARG &&
+          strstr(eb.msg, "both"), "store and allgather: %s", eb.msg);
+}
+
+/* Each peer once, ascending, never the rank itself; p = 2 with the
+ * stages wrapping around names one neighbour. */
+static void test_peers(void)
+{
+    sl_layout_t          l;
+    sl_errbuf_t          eb;
+    int                  peers[8], n;
+    int                  group[2] = {0, 1};
+    stagelink_topology_t wrap     = {2, 2, 1, group};
+
+    CHECK(sl_layout_from_order(13, 16, 2, 4, &l, &eb) == 0, "layout");
+    n = sl_layout_peers(&l, peers);
+    CHECK(n == 2 && peers[0] == 9 && peers[1] == 12, "rank 13's peers: %d "
+          "(%d, %d)", n, peers[0], peers[1]);
+    sl_layout_cleanup(&l);
+    CHECK(sl_layout_from_topology(1, 4, 2, 2, &wrap, &l, &eb) == 0, "wrap: %s",
+          eb.msg);
+    n = sl_layout_peers(&l, peers);
+    CHECK(n == 2 && peers[0] == 0 && peers[1] == 2, "wrap-around peers: %d",
+          n);
+    sl_layout_cleanup(&l);
 }
 
 static void test_layout(void)
@@ -217,7 +306,9 @@ int main(void)
     test_parsers();
     test_mode_choice();
     test_launchers();
+    test_config_copy();
     test_layout();
+    test_peers();
     test_topo();
     return check_summary();
 }

@@ -1,8 +1,8 @@
 /*
  * The NCCL gather's setup exchange without a GPU: two ranks of one TP group
  * (t = 2, p = 1) are two threads, each with a communicator put together by
- * hand ("a GPU is usable"), meeting through a host allgather callback that
- * gives up after a few seconds, over a fake libnccl.so.2
+ * hand ("a GPU is usable"), meeting through a host store whose reads give
+ * up after a few seconds, over a fake libnccl.so.2
  * (test/plugins/fake_nccl.c) whose ncclGetUniqueId can be made to fail.
  * When it fails on TP index 0 (rank 0), every rank must still take part in
  * the exchange and end the same way, in time, naming rank 0:
@@ -29,12 +29,15 @@
 #define WORLD 2
 #define EXCHANGE_WAIT_S 3 /* a rank left alone in the exchange gives up */
 
-/* One allgather among the threads (each scenario has its own). */
+/* A store among the threads (each scenario has its own). */
+#define STORE_KEYS 8
 typedef struct exchange {
     pthread_mutex_t lock;
     pthread_cond_t  cv;
-    int             arrived, complete;
-    char            blocks[WORLD][4096];
+    int             nkeys;
+    char            keys[STORE_KEYS][64];
+    char            vals[STORE_KEYS][4096];
+    size_t          lens[STORE_KEYS];
 } exchange_t;
 
 static __thread int thread_rank;
@@ -89,30 +92,44 @@ static sl_gpu_ops_t fake_gpu = {
     .stream_wait_flag = fake_wait_flag,
 };
 
-static int thread_allgather(void *ctx, const void *send, void *recv, size_t size)
+static int thread_set(void *ctx, const char *key, const void *buf, size_t size)
+{
+    exchange_t *x = ctx;
+    int         rc = -2;
+
+    pthread_mutex_lock(&x->lock);
+    if (x->nkeys < STORE_KEYS && size <= sizeof(x->vals[0])) {
+        snprintf(x->keys[x->nkeys], sizeof(x->keys[0]), "%s", key);
+        memcpy(x->vals[x->nkeys], buf, size);
+        x->lens[x->nkeys++] = size;
+        pthread_cond_broadcast(&x->cv);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&x->lock);
+    return rc;
+}
+
+static int thread_get(void *ctx, const char *key, void *buf, size_t cap,
+                      size_t *size)
 {
     exchange_t     *x = ctx;
     struct timespec until;
-    int             rc = 0, r;
+    int             rc = 0, i = -1;
 
-    if (size > sizeof(x->blocks[0])) {
-        return -2;
-    }
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += EXCHANGE_WAIT_S;
     pthread_mutex_lock(&x->lock);
-    memcpy(x->blocks[thread_rank], send, size);
-    if (++x->arrived == WORLD) {
-        x->complete = 1;
-        pthread_cond_broadcast(&x->cv);
-    }
-    while (!x->complete && rc == 0) {
+    while (rc == 0) {
+        for (i = x->nkeys - 1; i >= 0 && strcmp(x->keys[i], key) != 0; --i) {
+        }
+        if (i >= 0) {
+            break;
+        }
         rc = pthread_cond_timedwait(&x->cv, &x->lock, &until);
     }
-    if (x->complete) {
-        for (r = 0; r < WORLD; ++r) {
-            memcpy((char *)recv + (size_t)r * size, x->blocks[r], size);
-        }
+    if (i >= 0) {
+        *size = x->lens[i];
+        memcpy(buf, x->vals[i], (x->lens[i] < cap) ? x->lens[i] : cap);
         rc = 0;
     } else {
         rc = -1; /* alone: the peer never came */
@@ -149,21 +166,22 @@ static void *run_rank(void *arg)
 
     thread_rank = run->rank;
     memset(&bs, 0, sizeof(bs));
-    bs.fn         = thread_allgather;
-    bs.fn_ctx     = run->x;
+    bs.store_set  = thread_set;
+    bs.store_get  = thread_get;
+    bs.store_ctx  = run->x;
     bs.rank       = run->rank;
     bs.world_size = WORLD;
     bs.root_fd    = -1;
     comm->bootstrap     = &bs;
     comm->gpu           = &fake_gpu;
     comm->gpu_usable    = 1;
-    comm->node_ids      = calloc(WORLD, SL_NODE_ID_LEN); /* one node */
+    comm->tp_peers      = calloc(WORLD, sizeof(*comm->tp_peers)); /* one node */
     comm->gather_choice = run->choice;
     if (sl_layout_from_order(run->rank, WORLD, WORLD, 1, &comm->layout,
                              &comm->err) != STAGELINK_SUCCESS) {
         run->status = STAGELINK_ERR_INTERNAL;
         snprintf(run->msg, sizeof(run->msg), "%s", comm->err.msg);
-        free(comm->node_ids);
+        free(comm->tp_peers);
         free(comm);
         return NULL;
     }
@@ -174,7 +192,7 @@ static void *run_rank(void *arg)
     snprintf(run->msg, sizeof(run->msg), "%s", comm->err.msg);
     sl_gather_nccl_ops.cleanup(state);
     sl_layout_cleanup(&comm->layout);
-    free(comm->node_ids);
+    free(comm->tp_peers);
     free(comm);
     return NULL;
 }
