@@ -17,7 +17,7 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
     [SL_ENV_MODE] = {"STAGELINK_MODE", "scatter_gather",
         "Boundary mode where the host's code leaves the choice to it (mode default): scatter_gather, full or sharded, so the same job can be A/B-tested. A mode the code set and a variable naming another fail comm_init (STAGELINK_ERR_INVALID_ARG)."},
     [SL_ENV_GATHER] = {"STAGELINK_GATHER", "auto",
-        "Intra-node gather backend: ucx, nccl or auto (nccl for GPU buffers when built with it, else ucx)."},
+        "Intra-node gather backend: auto (the host's gather callback when its config gives one; else nccl for GPU buffers when built with it and usable, ucx for the rest), ucx, nccl, or host (the callback, required)."},
     [SL_ENV_DEBUG] = {"STAGELINK_DEBUG", "WARN",
         "Log level: NONE, WARN (errors only), INFO or TRACE."},
     [SL_ENV_DEBUG_SUBSYS] = {"STAGELINK_DEBUG_SUBSYS", "ALL",

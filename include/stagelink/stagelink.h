@@ -166,6 +166,34 @@ typedef int (*stagelink_store_get_fn_t)(void *ctx, const char *key,
                                         void *buf, size_t capacity,
                                         size_t *size);
 
+/** One gathered receive, as a host gather callback sees it. */
+typedef struct stagelink_gather_args {
+    void                *buf;       /**< the full tensor; this rank's shard is in place */
+    size_t               nbytes;
+    size_t               elem_size;
+    stagelink_mem_type_t mem_type;  /**< never AUTO */
+    void                *stream;    /**< the receive's stream (device memory), else NULL */
+    stagelink_tag_t      tag;
+    int                  tp_size, tp_index;
+    const size_t        *offsets;   /**< tp_size shards: byte offset of each in buf */
+    const size_t        *lengths;   /**< ... and its length (they differ by at most one element) */
+} stagelink_gather_args_t;
+
+/**
+ * A host's own rebuild of a gathered receive inside its TP group, e.g.
+ * torch's all_gather_into_tensor on Megatron's TP process group, so that no
+ * second communicator exists beside the host's.  Called on the host's
+ * thread, inside the wait (or the test that returns done) completing a
+ * receive whose own shard and those of the whole TP group arrived; it fills
+ * the other shards of args->buf (for device memory: enqueued on
+ * args->stream) and returns 0.  It is a collective of the TP group: every
+ * rank of a TP group completes its gathered receives in the same order
+ * (Megatron's schedules do), as with any collective.  A receive that failed
+ * on any rank of the group fails on all, without a call.
+ */
+typedef int (*stagelink_gather_fn_t)(void *ctx,
+                                     const struct stagelink_gather_args *args);
+
 /** Rank placement given explicitly instead of Megatron's rank order. */
 typedef struct stagelink_topology {
     int        prev_rank;     /**< rank of the matching TP rank in stage i-1, or -1 */
@@ -199,6 +227,10 @@ typedef struct stagelink_config {
     stagelink_store_set_fn_t store_set;
     stagelink_store_get_fn_t store_get;
     void    *store_ctx;
+    /** If non-NULL, gathered receives are rebuilt by the host (see
+     *  stagelink_gather_fn_t), unless STAGELINK_GATHER names another way. */
+    stagelink_gather_fn_t gather;
+    void    *gather_ctx;
 } stagelink_config_t;
 
 /** `rank` and `world_size` in the config are meaningful (rank may be 0). */

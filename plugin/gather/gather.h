@@ -1,6 +1,7 @@
 /*
  * Gather backends: how the receiving TP group rebuilds the full tensor from
- * its shards.  One ops table per backend (UCX now, NCCL for GPU buffers).
+ * its shards.  One ops table per backend: UCX, NCCL for GPU buffers, and
+ * the host's own collective (the config's gather callback).
  * SPDX-License-Identifier: MIT
  */
 #ifndef SL_GATHER_H
@@ -15,7 +16,8 @@
 typedef enum sl_gather_choice {
     SL_GATHER_AUTO = 0, /**< NCCL for device buffers where usable, else UCX */
     SL_GATHER_UCX  = 1,
-    SL_GATHER_NCCL = 2
+    SL_GATHER_NCCL = 2,
+    SL_GATHER_HOST = 3  /**< the config's gather callback (auto picks it when given) */
 } sl_gather_choice_t;
 
 typedef struct sl_gather_ops {
@@ -52,9 +54,19 @@ typedef struct sl_gather_ops {
 } sl_gather_ops_t;
 
 extern const sl_gather_ops_t sl_gather_ucx_ops;
+extern const sl_gather_ops_t sl_gather_host_ops;
 #ifdef STAGELINK_HAVE_NCCL
 extern const sl_gather_ops_t sl_gather_nccl_ops;
 #endif
+
+/* gather_status.c: for backends whose collective moves the bytes */
+/** At the post: the TP peers' statuses of their shards are awaited. */
+sl_status_t sl_gather_status_post(sl_comm_t *comm, sl_req_t *req);
+/** The own shard arrived (SUCCESS) or failed: the TP peers hear it. */
+sl_status_t sl_gather_status_send(sl_comm_t *comm, sl_req_t *req,
+                                  sl_status_t own);
+/** The gather's bytes in the counters, once the collective has them. */
+void        sl_gather_count(sl_comm_t *comm, const sl_req_t *req);
 
 /** The tag of TP rank `source`'s gather message for `req`. */
 uint64_t sl_gather_tag(const sl_req_t *req, int source);
@@ -63,9 +75,11 @@ uint64_t sl_gather_tag(const sl_req_t *req, int source);
 sl_status_t sl_gather_select(sl_comm_t *comm);
 
 /**
- * Sets up the backends once UCX is connected: UCX for host buffers; for
- * device buffers NCCL (STAGELINK_GATHER=nccl, or auto with a usable GPU and
- * NCCL) or UCX.  Collective over the world: every rank takes part.
+ * Sets up the backends once UCX is connected: the host's callback for all
+ * buffers (STAGELINK_GATHER=host, or auto with a callback); else UCX for
+ * host buffers and for device buffers NCCL (STAGELINK_GATHER=nccl, or auto
+ * with a usable GPU and NCCL) or UCX.  Collective over the world: every
+ * rank takes part.
  */
 sl_status_t sl_gather_init(sl_comm_t *comm);
 void        sl_gather_cleanup(sl_comm_t *comm);

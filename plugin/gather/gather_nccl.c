@@ -322,55 +322,23 @@ out:
 /* The statuses of the peers are awaited from the start. */
 static sl_status_t sl_gather_nccl_post(void *state, sl_req_t *req)
 {
-    sl_gather_nccl_t *g    = state;
-    sl_comm_t        *comm = g->comm;
-    int               k;
+    sl_gather_nccl_t *g = state;
 
-    for (k = 0; k < comm->layout.tp_size; ++k) {
-        if (k != comm->layout.tp_index) {
-            SL_CHECK(sl_sub_post_host(req, &comm->tp_peers[k],
-                                      SL_SUB_STATUS_RECV, sl_gather_tag(req, k),
-                                      &req->flags[k], 1, 1));
-        }
-    }
-    return STAGELINK_SUCCESS;
+    return sl_gather_status_post(g->comm, req);
 }
 
 /* May run inside a UCX callback, on any thread: no GPU call here. */
 static sl_status_t sl_gather_nccl_shard_ready(void *state, sl_req_t *req,
                                               sl_status_t own)
 {
-    static const unsigned char arrived = 1;
-    sl_gather_nccl_t *g    = state;
-    sl_comm_t        *comm = g->comm;
-    sl_status_t       status = STAGELINK_SUCCESS, s;
-    uint64_t          tag;
-    int               k, good = (own == STAGELINK_SUCCESS);
+    sl_gather_nccl_t *g = state;
 
-    req->shard_state  = good ? 1 : -1;
-    req->shard_status = own;
     /* The shard is in device memory: the collective may read it now. */
     sl_gather_nccl_release(g, sl_gather_nccl_slot(g, req));
-    /* The peers hear a plain byte, or a notice of the root cause. */
-    tag = sl_gather_tag(req, comm->layout.tp_index);
-    for (k = 0; k < comm->layout.tp_size; ++k) {
-        if (k == comm->layout.tp_index) {
-            continue;
-        }
-        s = good ? sl_sub_post_host(req, &comm->tp_peers[k], SL_SUB_STATUS_SEND,
-                                    tag, (void *)&arrived, 1, 0)
-                 : sl_sub_post_notice(req, &comm->tp_peers[k],
-                                      SL_SUB_STATUS_SEND, tag, own);
-        if (s != STAGELINK_SUCCESS) {
-            status = s;
-        }
+    if (own == STAGELINK_SUCCESS) {
+        sl_gather_count(g->comm, req);
     }
-    if (good) {
-        comm->counters.gather_bytes_sent += req->shard.length *
-                                            (size_t)(comm->layout.tp_size - 1);
-        comm->counters.gather_bytes_recv += req->xfer.nbytes - req->shard.length;
-    }
-    return status;
+    return sl_gather_status_send(g->comm, req, own);
 }
 
 /* The host's stream waits for the collective (torch's Work.wait()). */

@@ -15,11 +15,20 @@ sl_status_t sl_gather_select(sl_comm_t *comm)
         [SL_GATHER_AUTO] = "auto",
         [SL_GATHER_UCX]  = "ucx",
         [SL_GATHER_NCCL] = "nccl",
-        [SL_GATHER_NCCL + 1] = NULL,
+        [SL_GATHER_HOST] = "host",
+        [SL_GATHER_HOST + 1] = NULL,
     };
 
     SL_CHECK(sl_env_parse_choice(SL_ENV_GATHER, names, &comm->gather_choice,
                                  &comm->err));
+    if (comm->gather_choice == SL_GATHER_AUTO && comm->host_gather != NULL) {
+        comm->gather_choice = SL_GATHER_HOST;
+    }
+    if (comm->gather_choice == SL_GATHER_HOST && comm->host_gather == NULL) {
+        return sl_error(&comm->err, STAGELINK_ERR_CONFIG,
+                        "STAGELINK_GATHER=host but the host gave no gather "
+                        "callback in its config; use auto, ucx or nccl");
+    }
     if (comm->gather_choice != SL_GATHER_NCCL) {
         return STAGELINK_SUCCESS;
     }
@@ -48,12 +57,14 @@ sl_status_t sl_gather_select(sl_comm_t *comm)
 
 sl_status_t sl_gather_init(sl_comm_t *comm)
 {
-    comm->gather = &sl_gather_ucx_ops;
+    comm->gather = (comm->gather_choice == SL_GATHER_HOST) ? &sl_gather_host_ops
+                                                           : &sl_gather_ucx_ops;
     SL_CHECK(comm->gather->init(comm, &comm->gather_state));
 #ifdef STAGELINK_HAVE_NCCL
     /* Every rank takes part in NCCL's setup exchange, also those that end
      * up on UCX, so that no rank waits in it alone. */
-    if (comm->gather_choice != SL_GATHER_UCX) {
+    if (comm->gather_choice == SL_GATHER_AUTO ||
+        comm->gather_choice == SL_GATHER_NCCL) {
         SL_CHECK(sl_gather_nccl_ops.init(comm, &comm->gather_dev_state));
         if (comm->gather_dev_state != NULL) {
             comm->gather_dev = &sl_gather_nccl_ops;

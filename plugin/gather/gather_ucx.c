@@ -9,21 +9,6 @@
  */
 #include "gather.h"
 
-#include "sl_tag.h"
-
-uint64_t sl_gather_tag(const sl_req_t *req, int source)
-{
-    sl_tag_fields_t f = {
-        .cls        = SL_TAG_CLASS_GATHER,
-        .backward   = req->backward,
-        .chunk      = req->xfer.tag.chunk,
-        .source     = (uint32_t)source,
-        .microbatch = req->xfer.tag.microbatch,
-    };
-
-    return sl_tag_encode(&f);
-}
-
 static sl_status_t sl_gather_ucx_init(sl_comm_t *comm, void **state)
 {
     *state = comm;

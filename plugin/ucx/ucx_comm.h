@@ -264,7 +264,9 @@ struct stagelink_comm {
     void                       *gather_state;
     const struct sl_gather_ops *gather_dev;   /**< device buffers */
     void                       *gather_dev_state;
-    int                         gather_choice; /**< STAGELINK_GATHER: auto, ucx, nccl */
+    int                         gather_choice; /**< STAGELINK_GATHER: auto, ucx, nccl, host */
+    stagelink_gather_fn_t       host_gather;   /**< the config's gather callback */
+    void                       *host_gather_ctx;
     sl_req_pool_t               pool;
     stagelink_counters_t        counters;
     /* Device memory (plugin/ucx/ucx_device.c). */

@@ -103,6 +103,7 @@ typedef struct sl_rank_facts {
     char              node_id[SL_NODE_ID_LEN];
     uint64_t          chunk; /**< with the mode, the wire format of large messages (0: auto) */
     uint32_t          mode;
+    uint32_t          host_gather; /**< the host's collective rebuilds (gather_host.c) */
     sl_peer_process_t proc;  /**< to watch same-node peers (ucx_fault.c) */
 } sl_rank_facts_t;
 
@@ -146,6 +147,15 @@ static sl_status_t sl_comm_peer_facts(sl_comm_t *comm, int rank,
         }
     }
     for (k = 0; k < comm->layout.tp_size; ++k) {
+        if (comm->tp_peers[k].rank == rank &&
+            f->host_gather != (comm->gather_choice == SL_GATHER_HOST)) {
+            return sl_error(&comm->err, STAGELINK_ERR_CONFIG,
+                            "TP peer rank %d %s the host's gather callback "
+                            "and this rank %s: give every rank of a TP group "
+                            "the same config and STAGELINK_GATHER", rank,
+                            f->host_gather ? "uses" : "does not use",
+                            f->host_gather ? "does not" : "does");
+        }
         if (comm->tp_peers[k].rank == rank) {
             memcpy(comm->tp_peers[k].node_id, f->node_id, SL_NODE_ID_LEN);
             comm->tp_peers[k].proc = f->proc;
@@ -220,6 +230,7 @@ static sl_status_t sl_comm_facts(sl_comm_t *comm, const sl_launcher_t *launcher)
     memcpy(mine.node_id, comm->node_id, SL_NODE_ID_LEN);
     mine.chunk = comm->chunk;
     mine.mode  = (uint32_t)comm->mode;
+    mine.host_gather = (comm->gather_choice == SL_GATHER_HOST);
     sl_peer_process_self(&mine.proc);
     SL_CHECK_GOTO(sl_bootstrap_exchange_fixed(comm->bootstrap, "facts", &mine,
                                               sizeof(mine), comm->peer_ranks,
@@ -325,6 +336,8 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *host_config
     comm->prev.rank = comm->layout.prev_rank;
     comm->next.rank = comm->layout.next_rank;
     sl_device_probe(comm);
+    comm->host_gather     = config->gather;
+    comm->host_gather_ctx = config->gather_ctx;
     SL_CHECK_GOTO(sl_gather_select(comm), err_destroy);
     SL_CHECK_GOTO(sl_req_pool_init(&comm->pool, comm->pool.capacity,
                                    comm->layout.tp_size, &comm->err),

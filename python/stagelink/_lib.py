@@ -50,6 +50,24 @@ STORE_GET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p,
                              ctypes.c_void_p, c_size, ctypes.POINTER(c_size))
 
 
+class Tag(ctypes.Structure):
+    _fields_ = [("microbatch", ctypes.c_uint32), ("chunk", ctypes.c_uint16),
+                ("direction", ctypes.c_uint8), ("reserved", ctypes.c_uint8)]
+
+
+class GatherArgs(ctypes.Structure):
+    _fields_ = [("buf", ctypes.c_void_p), ("nbytes", c_size),
+                ("elem_size", c_size), ("mem_type", ctypes.c_int),
+                ("stream", ctypes.c_void_p), ("tag", Tag),
+                ("tp_size", ctypes.c_int), ("tp_index", ctypes.c_int),
+                ("offsets", ctypes.POINTER(c_size)),
+                ("lengths", ctypes.POINTER(c_size))]
+
+
+GATHER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p,
+                          ctypes.POINTER(GatherArgs))
+
+
 class Config(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("rank", ctypes.c_int),
                 ("world_size", ctypes.c_int), ("tp_size", ctypes.c_int),
@@ -58,7 +76,8 @@ class Config(ctypes.Structure):
                 ("allgather", ALLGATHER), ("allgather_ctx", ctypes.c_void_p),
                 ("flags", ctypes.c_uint32),
                 ("store_set", STORE_SET), ("store_get", STORE_GET),
-                ("store_ctx", ctypes.c_void_p)]
+                ("store_ctx", ctypes.c_void_p),
+                ("gather", GATHER), ("gather_ctx", ctypes.c_void_p)]
 
 
 class Info(ctypes.Structure):
@@ -75,11 +94,6 @@ class Counters(ctypes.Structure):
         "gather_bytes_recv", "inter_node_bytes_sent", "inter_node_bytes_recv",
         "intra_node_bytes_sent", "intra_node_bytes_recv",
         "transfers_completed")]
-
-
-class Tag(ctypes.Structure):
-    _fields_ = [("microbatch", ctypes.c_uint32), ("chunk", ctypes.c_uint16),
-                ("direction", ctypes.c_uint8), ("reserved", ctypes.c_uint8)]
 
 
 class Xfer(ctypes.Structure):

@@ -31,7 +31,7 @@ import time
 import weakref
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from . import _buffer, _check, _lib, _store
+from . import _buffer, _check, _group_gather, _lib, _store
 from .errors import STATUS, ClosedError, StagelinkError, error
 
 __all__ = ["Communicator", "Request", "Placement", "P2POp",
@@ -304,6 +304,13 @@ class Communicator:
       default process group's, when torch.distributed is initialized);
       False forces the TCP rendezvous (STAGELINK_BOOTSTRAP_PORT).
     placement: a Placement, for rank orders other than Megatron's.
+    tp_group: a torch.distributed process group of this rank's TP group
+      (ranks in TP index order, as Megatron's): gathered receives are then
+      rebuilt with torch's all_gather_into_tensor on it, inside the wait()
+      or test() that completes them, on the receive's stream (no second
+      communicator beside the host's).  Every rank of the group must then
+      complete its gathered receives in the same order, as with any
+      collective.  STAGELINK_GATHER=ucx or nccl overrides it.
     mode: "default" (STAGELINK_MODE, else scatter_gather),
       "scatter_gather", "full" or "sharded" (see stagelink.h); another
       mode than "default" and a STAGELINK_MODE naming a different one
@@ -317,7 +324,8 @@ class Communicator:
                  mode: str = "default", *, rank: Optional[int] = None,
                  world_size: Optional[int] = None,
                  placement: Optional["Placement"] = None,
-                 store: Any = None, plugin: Optional[str] = None) -> None:
+                 store: Any = None, plugin: Optional[str] = None,
+                 tp_group: Any = None) -> None:
         tp_size = _index(tp_size, "tp_size", 1, 1 << 30)
         pp_size = _index(pp_size, "pp_size", 0, 1 << 30)
         mode_value = _choice(mode, "mode", _lib.MODES)
@@ -357,6 +365,14 @@ class Communicator:
             cfg.store_set = bootstrap.set_callback
             cfg.store_get = bootstrap.get_callback
 
+        gather = None
+        if tp_group is not None:
+            if tp_group.size() != tp_size:
+                raise ValueError("tp_group has %d ranks, tp_size is %d"
+                                 % (tp_group.size(), tp_size))
+            gather = _group_gather.GroupGather(tp_group)
+            cfg.gather = gather.callback
+
         lib = _lib.library()
         err = ctypes.create_string_buffer(4096)
         self._open = False
@@ -379,6 +395,7 @@ class Communicator:
             raise error(status, message)
         # The finalize barrier calls the store too: it lives as long.
         self._bootstrap = bootstrap
+        self._gather = gather
         self._lock = threading.RLock()   # one thread in the library at a time
         # abort must not race finalize; reentrant for a signal handler that
         # aborts while close() finalizes on the same thread.
@@ -458,6 +475,11 @@ class Communicator:
         if status != 0:
             req._err = (status, message if message is not None else
                         self._vt.last_error(self._comm).decode())
+            gather = getattr(self, "_gather", None)
+            if gather is not None and gather.error is not None:
+                req._err = (status, "%s (the TP group's all_gather raised "
+                            "%r)" % (req._err[1], gather.error))
+                gather.error = None
         if req._check is not None:
             self._settle_check(req, status)
         buf, req._buf = req._buf, None

@@ -75,10 +75,15 @@ def is_single_shape(x) -> bool:
 class _Link:
     """A stagelink Communicator with the tag counters of its boundary."""
 
+    @staticmethod
+    def default_device():
+        """Where Megatron allocates the boundary's tensors."""
+        return (torch.device("cuda", torch.cuda.current_device())
+                if torch.cuda.is_available() else torch.device("cpu"))
+
     def __init__(self, comm: Communicator, device=None):
         if device is None:
-            device = (torch.device("cuda", torch.cuda.current_device())
-                      if torch.cuda.is_available() else torch.device("cpu"))
+            device = self.default_device()
         self.comm, self.device = comm, torch.device(device)
         # (operation, neighbour) -> the next tag: forward is send/next and
         # recv/prev, backward send/prev and recv/next.
@@ -160,13 +165,32 @@ def _check_placement(comm, prev_rank, next_rank, tp_ranks, mode):
             "groups, or let stagelink.megatron create it" % "; ".join(wrong))
 
 
-def _link_for(pp_group, config, tp_group, mode, comm):
+_GATHERS = ("tp_group", "stagelink")
+
+
+def _gather(gather, device):
+    """Who rebuilds a scatter/gather boundary: torch's all_gather_into_tensor
+    on Megatron's TP group ("tp_group": CUDA tensors, by default, so that
+    Megatron's own TP collectives and the gather share one communicator and
+    one order) or stagelink's own gather ("stagelink": CPU tensors, by
+    default, where it overlaps the stage transfer and measured faster;
+    docs/performance.md)."""
+    if gather is None:
+        return "tp_group" if device.type == "cuda" else "stagelink"
+    if gather not in _GATHERS:
+        raise ValueError("stagelink.megatron: gather %r: want one of %s"
+                         % (gather, ", ".join(_GATHERS)))
+    return gather
+
+
+def _link_for(pp_group, config, tp_group, mode, comm, gather=None):
     import torch.distributed as dist
     pp_ranks = _group_ranks(pp_group)
     me = dist.get_rank()
-    tp_ranks = (_group_ranks(_tp_group(tp_group))
-                if len(pp_ranks) < dist.get_world_size() or tp_group
-                is not None else [me])
+    group = (_tp_group(tp_group)
+             if len(pp_ranks) < dist.get_world_size() or tp_group is not None
+             else None)
+    tp_ranks = _group_ranks(group) if group is not None else [me]
     if me not in tp_ranks:
         raise ValueError("stagelink.megatron: rank %d is not in its TP group "
                          "%r" % (me, tp_ranks))
@@ -174,8 +198,10 @@ def _link_for(pp_group, config, tp_group, mode, comm):
     r = pp_ranks.index(me)
     prev_rank = pp_ranks[(r - 1) % len(pp_ranks)]
     next_rank = pp_ranks[(r + 1) % len(pp_ranks)]
+    device = _Link.default_device()
+    by = _gather(gather, device) if len(tp_ranks) > 1 else "stagelink"
     # A default mode is STAGELINK_MODE's choice: keyed by it too.
-    key = (tuple(pp_ranks), tuple(tp_ranks), asked,
+    key = (tuple(pp_ranks), tuple(tp_ranks), asked, by,
            os.environ.get("STAGELINK_MODE") if asked == "default" else None)
     link = _links.get(key)
     if link is not None and (comm is None or link.comm is comm):
@@ -190,18 +216,26 @@ def _link_for(pp_group, config, tp_group, mode, comm):
                     len(pp_ranks), len(tp_ranks), dist.get_world_size()))
         comm = Communicator(tp_size=len(tp_ranks), pp_size=len(pp_ranks),
                             mode=asked, placement=Placement(
-                                prev_rank, next_rank, tp_ranks))
+                                prev_rank, next_rank, tp_ranks),
+                            tp_group=group if by == "tp_group" else None)
     got = [k for k, v in _lib.MODES.items() if v == comm.info["mode"]][0]
     try:
         if asked == "default" and got == "sharded":
             _mode(config, len(tp_ranks), "sharded")  # STAGELINK_MODE=sharded
         _check_placement(comm, prev_rank, next_rank, tp_ranks,
                          got if asked == "default" else asked)
+        if not made and gather is not None and \
+                (comm.info["gather_backend"] == "host") != (by == "tp_group"):
+            raise ValueError(
+                "stagelink.megatron: gather=%r, but the Communicator given "
+                "gathers with %s; create it with%s tp_group=" % (
+                    gather, comm.info["gather_backend"],
+                    "" if by == "tp_group" else "out"))
     except ValueError:
         if made:
             comm.close()  # refused alike on every rank: nothing was posted
         raise
-    link = _links[key] = _Link(comm)
+    link = _links[key] = _Link(comm, device)
     return link
 
 
@@ -337,13 +371,16 @@ class P2PCommunicator:
 
     P2PCommunicator(pp_group, config) as upstream; tp_group= (default:
     parallel_state's tensor-parallel group), mode= ("scatter_gather" or
-    "full"; default: full under sequence_parallel, else scatter_gather)
-    and comm= (a stagelink.Communicator made by hand, checked against the
-    groups) are stagelink's own, keyword-only."""
+    "full"; default: full under sequence_parallel, else scatter_gather),
+    gather= ("tp_group": torch's all_gather_into_tensor on tp_group, the
+    default for CUDA tensors; "stagelink": stagelink's own, the default on
+    CPU) and comm= (a stagelink.Communicator made by hand, checked against
+    the groups) are stagelink's own, keyword-only."""
 
     def __init__(self, pp_group, config, *, tp_group=None,
                  mode: Optional[str] = None,
-                 comm: Optional[Communicator] = None):
+                 comm: Optional[Communicator] = None,
+                 gather: Optional[str] = None):
         import torch.distributed as dist
         self.pp_group = pp_group
         self.config = config
@@ -355,7 +392,8 @@ class P2PCommunicator:
             self.pp_group, (curr_rank_in_pg - 1) % world_size)
         self.virtual_pipeline_model_parallel_size = getattr(
             config, "virtual_pipeline_model_parallel_size", None)
-        self._link = _link_for(pp_group, config, tp_group, mode, comm)
+        self._link = _link_for(pp_group, config, tp_group, mode, comm,
+                               gather)
 
     @property
     def is_pp_first_stage(self) -> bool:
@@ -504,10 +542,12 @@ class P2PCommunicator:
         return input_tensor, output_tensor_grad
 
 
-def install(*, tp_group=None, mode: Optional[str] = None) -> None:
+def install(*, tp_group=None, mode: Optional[str] = None,
+            gather: Optional[str] = None) -> None:
     """Makes Megatron-Core's schedules build stagelink's P2PCommunicator:
     schedules.py, which imported upstream's class by name, gets this one,
-    which takes `tp_group` and `mode` as P2PCommunicator's keywords.  Call it after
+    which takes `tp_group`, `mode` and `gather` as P2PCommunicator's
+    keywords.  Call it after
     parallel_state.initialize_model_parallel and before the schedules
     run; uninstall() puts upstream's class back."""
     try:
@@ -524,11 +564,14 @@ def install(*, tp_group=None, mode: Optional[str] = None) -> None:
             "use stagelink.megatron.initialize(comm) and its module "
             "functions instead (docs/python.md)")
     _mode(None, 1, mode)  # refuses sharded and unknown modes now
+    if gather is not None:
+        _gather(gather, torch.device("cpu"))  # and unknown gathers
 
     class _Installed(P2PCommunicator):
         def __init__(self, pp_group, config, **kw):
             kw.setdefault("tp_group", tp_group)
             kw.setdefault("mode", mode)
+            kw.setdefault("gather", gather)
             super().__init__(pp_group, config, **kw)
 
     _Installed.__name__ = _Installed.__qualname__ = "P2PCommunicator"

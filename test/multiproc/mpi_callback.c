@@ -2,7 +2,12 @@
  * The host passes its own out-of-band allgather (here MPI_Allgather, the
  * way a runtime passes its store) instead of stagelink's TCP rendezvous,
  * and its own placement: every rank checks a forward and a backward
- * transfer of every size byte by byte.  Run under mpirun with 2t ranks.
+ * transfer of every size byte by byte.  Then a second communicator whose
+ * gathers the host does itself (the config's gather callback, here
+ * MPI_Allgatherv on the TP group's communicator): every receive posted
+ * before any send, the sends in reverse order, the receives completed in
+ * post order; each must be gathered once, in that order, and be whole.
+ * Run under mpirun with 2t ranks.
  * SPDX-License-Identifier: MIT
  */
 #include "host.h"
@@ -20,9 +25,104 @@ static int mpi_allgather(void *ctx, const void *sendbuf, void *recvbuf,
                          MPI_BYTE, *(MPI_Comm *)ctx) != MPI_SUCCESS;
 }
 
+/* The TP group's own collective; counts its calls and checks their order. */
+typedef struct host_gather {
+    MPI_Comm tp;
+    int      calls;
+    int      out_of_order;
+} host_gather_t;
+
+static int mpi_gather(void *ctx, const stagelink_gather_args_t *a)
+{
+    host_gather_t *g = ctx;
+    int            counts[64], displs[64], k;
+
+    if (a->tp_size > 64 || a->mem_type != STAGELINK_MEM_HOST) {
+        return -1;
+    }
+    g->out_of_order += (a->tag.microbatch != (uint32_t)g->calls);
+    g->calls++;
+    for (k = 0; k < a->tp_size; ++k) {
+        counts[k] = (int)a->lengths[k];
+        displs[k] = (int)a->offsets[k];
+    }
+    return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, a->buf, counts, displs,
+                          MPI_BYTE, g->tp) != MPI_SUCCESS;
+}
+
+#define NSIZES 5
+
+/* Every receive in flight at once, gathered by the host, in post order. */
+static int host_gather_run(stagelink_loader_t *loader, stagelink_config_t *cfg,
+                           const size_t *sizes, int rank, int stage)
+{
+    const stagelink_plugin_v1_t *p = stagelink_loader_plugin(loader);
+    stagelink_comm_t            *comm;
+    stagelink_comm_info_t        info;
+    stagelink_request_t         *req[NSIZES];
+    stagelink_xfer_t             x;
+    host_gather_t                g = {MPI_COMM_NULL, 0, 0};
+    unsigned char               *buf[NSIZES];
+    char                         err[1024];
+    int                          failures = 0, i;
+    size_t                       bad;
+
+    MPI_Comm_split(MPI_COMM_WORLD, stage, rank, &g.tp);
+    cfg->gather     = mpi_gather;
+    cfg->gather_ctx = &g;
+    if (stagelink_loader_comm_init(loader, cfg, &comm, err, sizeof(err))) {
+        fprintf(stderr, "rank %d: %s\n", rank, err);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (p->comm_info(comm, &info) != 0 ||
+        strcmp(info.gather_backend, "host") != 0) {
+        fprintf(stderr, "rank %d: gathers with %s, not the host's callback\n",
+                rank, info.gather_backend);
+        ++failures;
+    }
+    for (i = 0; i < NSIZES; ++i) {
+        buf[i] = malloc(sizes[i] + 1);
+        if (stage == 1) {
+            memset(buf[i], 0xee, sizes[i]);
+            x = sl_host_xfer(STAGELINK_PEER_PREV, buf[i], sizes[i], 1,
+                             (uint32_t)i, 0);
+            failures += p->irecv(comm, &x, &req[i]) != 0;
+        }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (i = NSIZES - 1; stage == 0 && i >= 0; --i) {
+        sl_pattern_fill(buf[i], 0, sizes[i], sl_pattern_seed(1, (uint32_t)i, 0, 0));
+        x = sl_host_xfer(STAGELINK_PEER_NEXT, buf[i], sizes[i], 1, (uint32_t)i, 0);
+        failures += p->isend(comm, &x, &req[i]) != 0;
+    }
+    for (i = 0; i < NSIZES; ++i) {
+        if (p->wait(comm, req[i]) != 0) {
+            fprintf(stderr, "rank %d: %s\n", rank, p->last_error(comm));
+            ++failures;
+        } else if (stage == 1 &&
+                   (bad = sl_pattern_check(buf[i], 0, sizes[i],
+                                           sl_pattern_seed(1, (uint32_t)i, 0, 0))) != SIZE_MAX) {
+            fprintf(stderr, "rank %d: host-gathered %zu bytes differ at %zu\n",
+                    rank, sizes[i], bad);
+            ++failures;
+        }
+    }
+    if (stage == 1 && (g.calls != NSIZES || g.out_of_order != 0)) {
+        fprintf(stderr, "rank %d: %d host gathers (%d out of post order), "
+                "want %d in order\n", rank, g.calls, g.out_of_order, NSIZES);
+        ++failures;
+    }
+    for (i = 0; i < NSIZES; ++i) {
+        free(buf[i]);
+    }
+    p->comm_finalize(comm);
+    MPI_Comm_free(&g.tp);
+    return failures;
+}
+
 int main(int argc, char **argv)
 {
-    static const size_t  sizes[] = {0, 1, 4097, 1 << 20, (4 << 20) + 3};
+    static const size_t  sizes[NSIZES] = {0, 1, 4097, 1 << 20, (4 << 20) + 3};
     const stagelink_plugin_v1_t *p;
     stagelink_loader_t  *loader;
     stagelink_comm_t    *comm;
@@ -90,10 +190,12 @@ int main(int argc, char **argv)
         free(buf);
     }
     p->comm_finalize(comm);
+    failures += host_gather_run(loader, &cfg, sizes, rank, stage);
     stagelink_loader_close(loader);
     MPI_Allreduce(MPI_IN_PLACE, &failures, 1, MPI_INT, MPI_SUM, world);
     if (rank == 0) {
-        printf("host allgather callback, explicit topology, t=%d: %s\n", t,
+        printf("host allgather and gather callbacks, explicit topology, "
+               "t=%d: %s\n", t,
                failures ? "FAILED" : "ok");
     }
     MPI_Finalize();

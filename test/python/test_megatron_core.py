@@ -13,7 +13,9 @@ Cases: 1F1B and interleaved (v = 2), overlap_p2p_comm on and off for the
 interleaved one (batch_p2p_comm off with it, as upstream requires), m
 divisible by p and not, variable_seq_lengths, sequence_parallel on and
 off at t = 2, and Megatron's tp-pp-dp rank order; both wiring routes:
-stagelink.megatron.install() and p2p_communicator= with pg_collection=.
+stagelink.megatron.install() and p2p_communicator= with pg_collection=; at
+t = 2 each replicated case again with gather="tp_group" (the TP group's
+all_gather_into_tensor rebuilds the boundary).
 
 CPU shim (megatron_cpu.token_counter, the only change): schedules.py's
 `total_num_tokens = torch.zeros([], dtype=torch.int, device="cuda")` (in
@@ -113,15 +115,23 @@ def run_case(case):
                   num_microbatches=case.m, seq_length=seq_len(0, case),
                   micro_batch_size=B, forward_only=False)
     pp_group = parallel_state.get_pipeline_model_parallel_group()
+    gather = getattr(case, "gather", None)
     if case.route == "explicit":
         pgc = ProcessGroupCollection.use_mpu_process_groups()
         kwargs["p2p_communicator"] = stagelink.megatron.P2PCommunicator(
-            pgc.pp, config, tp_group=pgc.tp, mode=getattr(case, "mode", None))
+            pgc.pp, config, tp_group=pgc.tp, mode=getattr(case, "mode", None),
+            gather=gather)
         kwargs["pg_collection"] = pgc
         comm = kwargs["p2p_communicator"].communicator
     else:
-        comm = stagelink.megatron.P2PCommunicator(pp_group,
-                                                  config).communicator
+        stagelink.megatron.install(gather=gather)
+        # The class the schedules build now: its Communicator is theirs.
+        comm = schedules.P2PCommunicator(pp_group, config).communicator
+    gathered = t > 1 and not case.sp and getattr(case, "mode", None) != "full"
+    want_backend = "host" if gathered and gather == "tp_group" else None
+    check(want_backend is None or comm.info["gather_backend"] == want_backend,
+          "%s: gathers with %s, not the TP group's all_gather"
+          % (case.name, comm.info["gather_backend"]))
     before = comm.counters()["stage_bytes_sent"]
     fn = (schedules.forward_backward_pipelining_with_interleaving if v > 1
           else schedules.forward_backward_pipelining_without_interleaving)
@@ -223,12 +233,21 @@ def main():
                             p=p, t=t, v=v, m=m, overlap=overlap,
                             varlen=varlen, sp=sp, route="install",
                             order="tp-cp-ep-dp-pp"))
+    if t > 1:
+        # The TP group's all_gather_into_tensor (gloo here) rebuilds them.
+        cases += [SimpleNamespace(**dict(vars(c), gather="tp_group",
+                                         name=c.name + " tp_group-gather"))
+                  for c in cases if not c.sp]
     explicit = dict(vars(cases[0]), route="explicit", order="tp-pp-dp")
     cases.append(SimpleNamespace(**dict(explicit,
                                         name="1f1b explicit tp-pp-dp")))
     cases.append(SimpleNamespace(**dict(explicit,
                                         name="1f1b explicit tp-pp-dp full",
                                         mode="full")))
+    if t > 1:
+        cases.append(SimpleNamespace(**dict(
+            explicit, name="1f1b explicit tp-pp-dp tp_group-gather",
+            gather="tp_group")))
     sent = {}
     misuse(t, p)
     dist.barrier()
@@ -242,6 +261,11 @@ def main():
     check(sg * t == full and full > 0,
           "stage bytes sent: scatter_gather %d, full %d (want 1/%d)"
           % (sg, full, t))
+    if t > 1:
+        by_group = sent["1f1b explicit tp-pp-dp tp_group-gather"]
+        check(by_group == sg, "stage bytes sent with the TP group's gather: "
+              "%d, with stagelink's %d (want the same 1/%d)" % (by_group, sg,
+                                                                 t))
     if failures:
         print("rank %d: %d failures" % (dist.get_rank(), len(failures)))
     else:

@@ -1,0 +1,84 @@
+"""The config's gather callback over a torch.distributed process group: a
+gathered receive is rebuilt with torch's all_gather_into_tensor on the
+host's own TP group (Megatron's), on the receive's stream for a CUDA
+tensor, where the host completes the receive (wait, or a test that returns
+done), so no second communicator stands beside the host's and the
+collective keeps the host's program order.
+
+SPDX-License-Identifier: MIT
+"""
+
+import ctypes
+import logging
+
+from . import _lib
+
+_log = logging.getLogger("stagelink")
+
+
+class _CudaMemory:
+    """Bytes of device memory for torch.as_tensor (the CUDA array
+    interface), as a receive's buffer arrives in the callback."""
+
+    def __init__(self, ptr, nbytes):
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,), "typestr": "|u1", "data": (ptr, False),
+            "version": 3, "strides": None, "stream": None}
+
+
+def _as_bytes(torch, args):
+    if args.mem_type == _lib.MEM_HOST:
+        raw = (ctypes.c_uint8 * args.nbytes).from_address(args.buf)
+        return torch.frombuffer(raw, dtype=torch.uint8)
+    return torch.as_tensor(_CudaMemory(args.buf, args.nbytes), device="cuda")
+
+
+class GroupGather:
+    """`callback` for stagelink_config_t.gather; `error` keeps the
+    exception of a failed gather for the caller's message."""
+
+    def __init__(self, group):
+        self.group = group
+        self.error = None
+        self.callback = _lib.GATHER(self._gather)
+
+    def _gather(self, _ctx, args_p):
+        try:
+            import torch
+            args = args_p.contents
+            full = _as_bytes(torch, args)
+            if args.mem_type == _lib.MEM_HOST:
+                self._all_gather(torch, full, args)
+            else:
+                stream = torch.cuda.ExternalStream(args.stream or 0,
+                                                   device=full.device)
+                with torch.cuda.stream(stream):
+                    self._all_gather(torch, full, args)
+            return 0
+        except BaseException as e:  # noqa: B902 -- must not unwind into C
+            self.error = e
+            _log.warning("stagelink: the TP group's all_gather failed: %r", e)
+            return 1
+
+    def _all_gather(self, torch, full, args):
+        import torch.distributed as dist
+        t, me = args.tp_size, args.tp_index
+        offs = [args.offsets[k] for k in range(t)]
+        lens = [args.lengths[k] for k in range(t)]
+        own = full[offs[me]:offs[me] + lens[me]]
+        if all(n == lens[0] for n in lens):
+            # In place where the backend reads its input before writing
+            # (NCCL); gloo gets a copy.
+            src = own if full.is_cuda else own.clone()
+            dist.all_gather_into_tensor(full, src, group=self.group)
+            return
+        # Shards one element apart: padded to the longest, then placed.
+        width = max(lens)
+        padded = torch.zeros(t * width, dtype=torch.uint8, device=full.device)
+        mine = torch.zeros(width, dtype=torch.uint8, device=full.device)
+        mine[:lens[me]] = own
+        dist.all_gather_into_tensor(padded, mine, group=self.group)
+        for k in range(t):
+            if k != me:
+                full[offs[k]:offs[k] + lens[k]] = \
+                    padded[k * width:k * width + lens[k]]
