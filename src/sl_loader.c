@@ -121,6 +121,19 @@ static stagelink_status_t sl_loader_stub_wait_for(stagelink_comm_t *comm,
     return STAGELINK_ERR_UNSUPPORTED;
 }
 
+static stagelink_status_t sl_loader_stub_order_stream(stagelink_comm_t *comm,
+                                                      stagelink_request_t *request,
+                                                      void *stream)
+{
+    static atomic_flag once = ATOMIC_FLAG_INIT;
+
+    (void)comm;
+    (void)request;
+    (void)stream;
+    sl_loader_stub_note(&once, "order_stream");
+    return STAGELINK_ERR_UNSUPPORTED;
+}
+
 static size_t sl_loader_stub_describe(char *buf, size_t len)
 {
     int n = snprintf(buf, len, "this plugin predates the describe entry of "
@@ -152,6 +165,9 @@ static void sl_loader_fill(stagelink_loader_t *loader,
     }
     if (!SL_PLUGIN_V1_HAS(size, wait_for)) {
         vt->wait_for = sl_loader_stub_wait_for;
+    }
+    if (!SL_PLUGIN_V1_HAS(size, order_stream)) {
+        vt->order_stream = sl_loader_stub_order_stream;
     }
     if (size < sizeof(*vt)) {
         SL_INFO(SL_SUBSYS_INIT, "%s: vtable of %zu bytes from an older v1 "

@@ -293,7 +293,7 @@ typedef struct stagelink_op {
  * reordered or changes its type, so a plugin built against an older v1
  * header is a prefix of this struct with a smaller `struct_size`.  The
  * original v1 ended with `get_counters`; `comm_abort`, `comm_get_error`,
- * `describe` and `wait_for` were appended later.  A host checks `struct_size`
+ * `describe`, `wait_for` and `order_stream` were appended later.  A host checks `struct_size`
  * through the loader (stagelink/loader.h), not by reading the plugin's
  * symbol itself: the loader refuses a vtable shorter than that original
  * prefix (or not a whole number of pointers) and hands out a full-size
@@ -436,6 +436,19 @@ typedef struct stagelink_plugin_v1 {
     stagelink_status_t (*wait_for)(stagelink_comm_t *comm,
                                    stagelink_request_t *request,
                                    int timeout_ms);
+    /**
+     * Another stream to order after a receive: when `request` completes
+     * (the wait, or the test that returns done), `stream` (a cudaStream_t)
+     * also waits for the received data, as the receive's own stream does,
+     * so that a consumer on it reads the whole tensor (torch's
+     * Work.wait() so orders the caller's current stream).  Call it while
+     * the request is in flight, before that completion; a later call
+     * replaces the stream, NULL drops it.  A send, or a receive into host
+     * memory, needs nothing: STAGELINK_SUCCESS.
+     */
+    stagelink_status_t (*order_stream)(stagelink_comm_t *comm,
+                                       stagelink_request_t *request,
+                                       void *stream);
 } stagelink_plugin_v1_t;
 
 #ifdef __cplusplus

@@ -638,6 +638,17 @@ static stagelink_status_t sl_nccl_wait_for(stagelink_comm_t *c,
     return status;
 }
 
+/* Completion is the event seen done from the host: the data is already
+ * there for any stream the host queues work on afterwards. */
+static stagelink_status_t sl_nccl_order_stream(stagelink_comm_t *c,
+                                               stagelink_request_t *r,
+                                               void *stream)
+{
+    (void)stream;
+    SL_LIVE(c, "order_stream");
+    return sl_nccl_req_check(c, r);
+}
+
 static stagelink_status_t sl_nccl_cancel(stagelink_comm_t *c,
                                          stagelink_request_t *r)
 {
@@ -722,4 +733,5 @@ const stagelink_plugin_v1_t stagelink_plugin_v1 = {
     .comm_get_error = sl_nccl_comm_get_error,
     .describe       = sl_nccl_describe,
     .wait_for       = sl_nccl_wait_for,
+    .order_stream   = sl_nccl_order_stream,
 };

@@ -189,6 +189,7 @@ struct stagelink_request {
     int                       shard_state;  /**< 0 pending, 1 arrived, -1 failed */
     sl_status_t               shard_status; /**< why the own shard failed */
     void                     *gather_event; /**< the collective's, on the gather stream */
+    void                     *order_stream; /**< the host's other stream to order at completion */
     uint32_t                  gather_gen;   /**< the value its arrival flag takes */
     unsigned char            *flags;        /**< tp_size status bytes */
     int                       forwarding;   /**< gather sends relay chunks as they land */
@@ -464,8 +465,12 @@ sl_status_t sl_req_wait_until(sl_comm_t *comm, sl_req_t *req,
 sl_status_t sl_req_wait(sl_comm_t *comm, sl_req_t *req);
 /** Lists the sub-operations of `req` still in flight, for error sentences. */
 void        sl_req_describe_pending(const sl_req_t *req, char *out, size_t len);
-/** Reports a completed request's outcome into comm->err and releases it. */
+/** Reports a completed request's outcome into comm->err and releases it;
+ *  a device receive's data is ordered on its stream and the one of
+ *  sl_req_order_stream. */
 sl_status_t sl_req_finish(sl_comm_t *comm, sl_req_t *req);
+/** `stream` waits for a device receive's data when it completes. */
+void        sl_req_order_stream(sl_req_t *req, void *stream);
 /** comm_finalize's end of every request in flight: receives canceled at
  *  once, sends given until `deadline`, then abandoned (their endpoints
  *  closed by force).  SUCCESS when none was in flight or all completed,
@@ -547,6 +552,8 @@ void        sl_device_cleanup(sl_comm_t *comm);
  *  the work queued on the host's stream before it is done, reported
  *  through req->stream_ready. */
 sl_status_t sl_device_prepare(sl_req_t *req);
+/** `stream` waits for what is queued on the request's stream so far. */
+sl_status_t sl_device_order(sl_req_t *req, void *stream);
 sl_status_t sl_device_event_get(sl_comm_t *comm, void **event);
 void        sl_device_event_put(sl_comm_t *comm, void *event);
 /** Bounce buffers and copy stream, made at the first staged chunk. */

@@ -180,6 +180,22 @@ sl_status_t sl_device_prepare(sl_req_t *req)
     return STAGELINK_SUCCESS;
 }
 
+sl_status_t sl_device_order(sl_req_t *req, void *stream)
+{
+    sl_comm_t  *comm = req->comm;
+    void       *event;
+    sl_status_t status;
+
+    SL_CHECK(sl_device_event_get(comm, &event));
+    status = comm->gpu->event_record(event, req->xfer.stream, &comm->err);
+    if (status == STAGELINK_SUCCESS) {
+        status = comm->gpu->stream_wait_event(stream, event, &comm->err);
+    }
+    /* The stream holds what it waits for: the event can be reused. */
+    sl_device_event_put(comm, event);
+    return status;
+}
+
 /* --- staging copies on the plugin's own stream ------------------------- */
 
 sl_status_t sl_device_copy_start(void *ctx, sl_staging_xfer_t *x,

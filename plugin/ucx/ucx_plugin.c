@@ -538,6 +538,16 @@ static stagelink_status_t sl_ucx_wait_req(stagelink_comm_t *comm,
     return sl_req_finish(comm, request);
 }
 
+static stagelink_status_t sl_ucx_order_stream(stagelink_comm_t *comm,
+                                              stagelink_request_t *request,
+                                              void *stream)
+{
+    SL_ENTER(comm, "order_stream");
+    SL_CHECK(sl_req_check(comm, request));
+    sl_req_order_stream(request, stream);
+    return STAGELINK_SUCCESS;
+}
+
 static stagelink_status_t sl_ucx_wait_for(stagelink_comm_t *comm,
                                           stagelink_request_t *request,
                                           int timeout_ms)
@@ -703,4 +713,5 @@ const stagelink_plugin_v1_t stagelink_plugin_v1 = {
     .comm_get_error = sl_ucx_comm_get_error,
     .describe       = sl_ucx_describe,
     .wait_for       = sl_ucx_wait_for,
+    .order_stream   = sl_ucx_order_stream,
 };

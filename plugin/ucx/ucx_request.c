@@ -344,6 +344,7 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->shard_state   = 0;
     req->shard_status  = STAGELINK_SUCCESS;
     req->gather_event  = NULL;
+    req->order_stream  = NULL;
     req->forwarding    = 0;
     req->stage_landed  = 0;
     req->detached_subs = 0;
@@ -416,11 +417,21 @@ static void sl_req_gather_complete(sl_req_t *req)
     }
 }
 
+void sl_req_order_stream(sl_req_t *req, void *stream)
+{
+    req->order_stream = stream;
+}
+
 sl_status_t sl_req_finish(sl_comm_t *comm, sl_req_t *req)
 {
     sl_status_t status;
 
     sl_req_gather_complete(req);
+    if (req->status == STAGELINK_SUCCESS && req->device &&
+        req->kind == STAGELINK_OP_RECV && req->order_stream != NULL &&
+        sl_device_order(req, req->order_stream) != STAGELINK_SUCCESS) {
+        sl_req_fail(req, STAGELINK_ERR_TRANSPORT, "%s", comm->err.msg);
+    }
     status = req->status;
 
     if (status != STAGELINK_SUCCESS) {

@@ -135,6 +135,7 @@ class PluginV1(ctypes.Structure):
                                             ctypes.POINTER(ctypes.c_int))),
         ("describe", ctypes.CFUNCTYPE(c_size, ctypes.c_char_p, c_size)),
         ("wait_for", ctypes.CFUNCTYPE(c_status, P, P, ctypes.c_int)),
+        ("order_stream", ctypes.CFUNCTYPE(c_status, P, P, P)),
     ]
 
 

@@ -126,7 +126,7 @@ class Request:
     completed in the background; its buffer stays alive until then."""
 
     __slots__ = ("_comm", "_handle", "_buf", "_what", "_done", "_err",
-                 "_timed_out", "_check", "_stream", "__weakref__")
+                 "_timed_out", "_check", "_stream", "_ordered", "__weakref__")
 
     def __init__(self, comm, handle, buf, what, check=None, stream=None):
         self._comm, self._handle, self._buf = comm, handle, buf
@@ -136,6 +136,7 @@ class Request:
         # A CUDA receive: (cudaStream_t of the post, device).  The data is
         # ready on that stream (a gather's collective runs behind it).
         self._stream = stream
+        self._ordered = None  # the stream the library orders at completion
 
     def __repr__(self):
         state = ("done" if self._err is None else "failed: " +
@@ -148,17 +149,38 @@ class Request:
         self._order_current_stream()
         return None
 
+    def _arm_current_stream(self):
+        """Before a wait or test that may complete a CUDA receive (lock
+        held): the library is to order the caller's current stream after
+        the data as it completes (order_stream), as torch's Work.wait()."""
+        if self._stream is None or self._done:
+            return
+        import torch
+        stream, device = self._stream
+        current = torch.cuda.current_stream(device).cuda_stream
+        want = None if current == stream else current
+        if want == self._ordered:
+            return
+        comm = self._comm
+        status = comm._vt.order_stream(comm._comm, self._handle, want)
+        if status == 0:
+            self._ordered = want
+        elif status != STATUS["ERR_UNSUPPORTED"]:  # an older plugin: below
+            comm._raise(status)
+
     def _order_current_stream(self):
         """As torch's Work.wait(): the caller's current CUDA stream waits
         for the data, so a consumer on another stream than the post's
         (Megatron's combined 1F1B posts on a communication stream) sees
-        the whole tensor."""
+        the whole tensor.  The library did it at completion when it could
+        (order_stream); else, an event on the post's stream."""
         if self._stream is None:
             return
         import torch
         stream, device = self._stream
         current = torch.cuda.current_stream(device)
-        if current.cuda_stream != stream:
+        if current.cuda_stream != stream and \
+                current.cuda_stream != self._ordered:
             ready = torch.cuda.Event()
             ready.record(torch.cuda.ExternalStream(stream, device=device))
             current.wait_event(ready)
@@ -185,6 +207,7 @@ class Request:
                 if self._done:  # another thread completed it meanwhile
                     break
                 comm._reap()
+                self._arm_current_stream()
                 status = comm._wait(self, slice_ms)
             if status == STATUS["ERR_TIMEOUT"]:
                 raise error(status, self._timed_out)
@@ -205,6 +228,7 @@ class Request:
             with comm._lock:
                 comm._require_open("test")
                 comm._reap()
+                self._arm_current_stream()
                 if not self._done and not comm._test(self):
                     return False
         self._result()

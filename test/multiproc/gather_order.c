@@ -17,6 +17,10 @@
  *   between  a host collective on a second NCCL communicator between the
  *            post and the wait, with TP rank 0's shard there before the
  *            post and TP rank 1's only after the host collective;
+ *   consumer a slow collective (1 s, FAKE_NCCL_DELAY_MS), and a consumer
+ *            on a second stream of the host's, queued as the wait returns:
+ *            ordered by order_stream it reads the whole tensor; without,
+ *            it runs before the gather (which shows the order is needed);
  *   refused  stage 1's NCCL fails the collective its receive issues at the
  *            post: the post fails at once with that sentence, nothing is
  *            left in flight, and the same tag then works;
@@ -27,7 +31,7 @@
  *            sends or completes in an order of its own (wait, or test
  *            polling), and may go idle outside stagelink after a round.
  *
- *   gather_order FAKE_NCCL.so held|skew|between|refused|random [SEED]
+ *   gather_order FAKE_NCCL.so held|skew|between|consumer|refused|random [SEED]
  * SPDX-License-Identifier: MIT
  */
 #include "../plugins/fake_stream.h"
@@ -647,6 +651,72 @@ static void scenario_random(job_t *j, uint64_t seed)
     }
 }
 
+/* What a kernel on the consumer's stream read of the tensor, when it ran. */
+typedef struct consumed {
+    const char *src;
+    char       *copy;
+    size_t      n;
+} consumed_t;
+
+static void consume(void *arg)
+{
+    consumed_t *c = arg;
+
+    memcpy(c->copy, c->src, c->n);
+}
+
+/* Receives `mb` and, as its wait returns, queues a read on `second`
+ * (ordered after the data through order_stream, or not); returns the first
+ * byte the read got wrong, SIZE_MAX if none. */
+static size_t consume_after_wait(job_t *j, fstream_t *second, int ordered,
+                                 uint32_t mb)
+{
+    size_t               n = 64 << 10;
+    char                *a = dev_alloc(j, n);
+    stagelink_request_t *ra = post(j, a, n, mb);
+    consumed_t           c = {a, malloc(n), n};
+    stagelink_status_t   st = STAGELINK_SUCCESS;
+    size_t               bad;
+
+    if (j->stage == 0) {
+        finish(j, ra, a, n, mb);
+        free(c.copy);
+        return SIZE_MAX;
+    }
+    if (ordered) {
+        st = j->h.plugin->order_stream(j->h.comm, ra, second);
+    }
+    CHECK(st == STAGELINK_SUCCESS, "rank %d: order_stream: %s", j->h.info.rank,
+          j->h.plugin->last_error(j->h.comm));
+    st = j->h.plugin->wait(j->h.comm, ra);
+    fake_stream_enqueue(second, consume, &c);
+    fstream_sync(second);
+    CHECK(st == STAGELINK_SUCCESS, "rank %d: wait of mb %u: %s",
+          j->h.info.rank, mb, j->h.plugin->last_error(j->h.comm));
+    bad = sl_pattern_check(c.copy, 0, n, sl_pattern_seed(0, mb, 0, 0));
+    fstream_sync(j->stream); /* the gather ends before its memory is reused */
+    free(c.copy);
+    return bad;
+}
+
+static void scenario_consumer(job_t *j)
+{
+    fstream_t *second;
+    size_t     bad;
+
+    f_stream_create((void **)&second, NULL);
+    setenv("FAKE_NCCL_DELAY_MS", "1000", 1);
+    bad = consume_after_wait(j, second, 1, 50);
+    CHECK(bad == SIZE_MAX, "rank %d: the consumer ordered by order_stream "
+          "read byte %zu before the gather wrote it", j->h.info.rank, bad);
+    bad = consume_after_wait(j, second, 0, 51);
+    CHECK(j->stage == 0 || bad != SIZE_MAX, "rank %d: a consumer not ordered "
+          "after a 1 s gather read the whole tensor: the test cannot tell "
+          "order_stream's effect", j->h.info.rank);
+    unsetenv("FAKE_NCCL_DELAY_MS");
+    f_stream_destroy(second);
+}
+
 static void scenario_refused(job_t *j)
 {
     size_t               n = 8 << 10;
@@ -788,9 +858,10 @@ int main(int argc, char **argv)
     if (!seeded && (argc != 3 || (strcmp(argv[2], "held") &&
                                   strcmp(argv[2], "skew") &&
                                   strcmp(argv[2], "between") &&
+                                  strcmp(argv[2], "consumer") &&
                                   strcmp(argv[2], "refused")))) {
         fprintf(stderr, "usage: gather_order FAKE_NCCL.so "
-                "held|skew|between|refused|random SEED\n");
+                "held|skew|between|consumer|refused|random SEED\n");
         return 2;
     }
     memset(&j, 0, sizeof(j));
@@ -833,6 +904,8 @@ int main(int argc, char **argv)
         scenario_skew(&j);
     } else if (strcmp(argv[2], "refused") == 0) {
         scenario_refused(&j);
+    } else if (strcmp(argv[2], "consumer") == 0) {
+        scenario_consumer(&j);
     } else if (seeded) {
         scenario_random(&j, strtoull(argv[3], NULL, 10));
     } else {

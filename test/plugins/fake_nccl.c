@@ -17,7 +17,8 @@
  * issue a communicator's collectives, or one device's collectives across
  * communicators, in different orders, or with different sizes.
  * FAKE_NCCL_COLLECTIVE=fail makes a collective fail as it is issued
- * (ncclSystemError), numbering nothing.
+ * (ncclSystemError), numbering nothing; FAKE_NCCL_DELAY_MS=N makes each
+ * issued from then on take N ms more on its stream (a slow collective).
  * SPDX-License-Identifier: MIT
  */
 #include "fake_stream.h"
@@ -80,6 +81,7 @@ typedef struct fake_op {
     fake_issue_t     is;
     const void      *send;
     void            *recv;
+    int              delay_ms; /**< FAKE_NCCL_DELAY_MS when issued */
 } fake_op_t;
 
 static struct ncclComm fake_setup_comm; /* without shared memory */
@@ -215,6 +217,11 @@ static void fake_run(void *arg)
     double           end  = fake_now() + FAKE_WAIT_S;
     int              r;
 
+    if (op->delay_ms > 0) {
+        struct timespec ts = {op->delay_ms / 1000, (op->delay_ms % 1000) * 1000000L};
+
+        nanosleep(&ts, NULL);
+    }
     pthread_mutex_lock(&shm->mu);
     while (slot->seq != op->is.seq) {
         fake_wait(shm, op, end, "free the slot of");
@@ -257,6 +264,7 @@ static ncclResult_t fake_issue(struct ncclComm *c, const void *send,
     void                        *fn;
 
     const char                  *fail = getenv("FAKE_NCCL_COLLECTIVE");
+    const char                  *delay = getenv("FAKE_NCCL_DELAY_MS");
 
     if (c == NULL || c == &fake_setup_comm || bytes > FAKE_BYTES ||
         root >= c->nranks) {
@@ -276,6 +284,7 @@ static ncclResult_t fake_issue(struct ncclComm *c, const void *send,
     op->is.devseq = atomic_fetch_add(&fake_devseq, 1ull);
     op->is.bytes  = bytes;
     op->is.root   = root;
+    op->delay_ms  = (delay != NULL) ? atoi(delay) : 0;
     fake_announce(c, &op->is);
     if (enqueue == NULL && (fn = dlsym(RTLD_DEFAULT, FAKE_STREAM_ENQUEUE)) != NULL) {
         memcpy(&enqueue, &fn, sizeof(fn));

@@ -70,7 +70,8 @@ static void check_old_plugin(const char *path)
           "the host's vtable is not the plugin's own up to %zu bytes",
           OLD_V1_SIZE);
     CHECK(p->comm_abort != NULL && p->comm_get_error != NULL &&
-              p->describe != NULL && p->wait_for != NULL,
+              p->describe != NULL && p->wait_for != NULL &&
+              p->order_stream != NULL,
           "missing entries were not filled");
 
     memset(&config, 0, sizeof(config));
@@ -89,6 +90,8 @@ static void check_old_plugin(const char *path)
               "comm_get_error of an old plugin (failed rank %d)", rank);
         CHECK(p->wait_for(comm, NULL, 10) == STAGELINK_ERR_UNSUPPORTED,
               "wait_for of an old plugin");
+        CHECK(p->order_stream(comm, NULL, NULL) == STAGELINK_ERR_UNSUPPORTED,
+              "order_stream of an old plugin");
         CHECK(p->comm_finalize(comm) == STAGELINK_SUCCESS, "finalize");
     }
     CHECK(p->comm_init(NULL, &comm) == STAGELINK_ERR_INVALID_ARG &&
