@@ -10,6 +10,9 @@
 #
 # Options:
 #   -b DIR     build directory (default: the one holding this script's tools)
+#   -R PROGRAM the stagelink_run that starts each node's ranks (default: the
+#              build directory's, or the one installed beside this script;
+#              a wheel's: .venv/bin/stagelink_run)
 #   -t "2 4"   TP sizes for compare (ranks per node)
 #   -N NODES   nodes for run (default 2)
 #   -s SIZE    tensor size for compare (default 16M)
@@ -22,22 +25,24 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 build=""
+runner=""
 tps="2 4"
 nodes=2
 size=16M
 iters=4
 rate=""
 check=0
-while getopts "b:t:N:s:n:r:c" opt; do
+while getopts "b:R:t:N:s:n:r:c" opt; do
     case $opt in
     b) build=$OPTARG ;;
+    R) runner=$OPTARG ;;
     t) tps=$OPTARG ;;
     N) nodes=$OPTARG ;;
     s) size=$OPTARG ;;
     n) iters=$OPTARG ;;
     r) rate=$OPTARG ;;
     c) check=1 ;;
-    *) sed -n '2,22p' "$0"; exit 2 ;;
+    *) sed -n '2,25p' "$0"; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
@@ -52,7 +57,7 @@ else
     tools=$build/tools
     export STAGELINK_PLUGIN_PATH=${STAGELINK_PLUGIN_PATH:-$build/plugin}
 fi
-run=$tools/stagelink_run
+run=${runner:-$tools/stagelink_run}
 perftest=$tools/stagelink_perftest
 
 . "$here/netns-lib.sh"

@@ -67,6 +67,18 @@ for t in 1 2; do
         "$src/test/python/test_megatron_gpt.py" $t
 done
 check megatron-core-p2-t1 run -n 2 -- "$py" "$src/test/python/test_megatron_core.py" 1
+# Two simulated nodes, one stage of t = 2 each: the boundary crosses the
+# link (needs root for the namespaces: skipped, saying so, without).
+two_node() {
+    $clean STAGELINK_RANKS_PER_NODE=2 "$src/tools/stagelink_two_node.sh" \
+        -R "$venv/bin/stagelink_run" -N 2 run -- "$@"
+}
+if [ "$(id -u)" = 0 ] && command -v ip >/dev/null; then
+    check megatron-core-two-node-t2 two_node "$py" \
+        "$src/test/python/test_megatron_core.py" 2
+else
+    echo "skip megatron-core-two-node-t2 (network namespaces need root and ip)"
+fi
 # Which UCX: the wheel's when asked (and by default here: no InfiniBand).
 ucx_is() {
     $clean STAGELINK_UCX=$1 "$venv/bin/stagelink_info" >"$tmp/info-$1" 2>&1 &&
