@@ -467,6 +467,26 @@ static sl_status_t sl_boot_blob_set(sl_boot_blob_t *b, const void *data,
     return STAGELINK_SUCCESS;
 }
 
+/* How often `name` was exchanged before: the store key's count. */
+static sl_status_t sl_boot_name_use(sl_bootstrap_t *bs, const char *name,
+                                    unsigned *use, sl_errbuf_t *eb)
+{
+    int i;
+
+    for (i = 0; i < bs->nnames && strcmp(bs->names[i], name) != 0; ++i) {
+    }
+    if (i == bs->nnames) {
+        if (bs->nnames == SL_BOOT_NAMES) {
+            return sl_error(eb, STAGELINK_ERR_INTERNAL,
+                            "more than %d bootstrap exchange names",
+                            SL_BOOT_NAMES);
+        }
+        snprintf(bs->names[bs->nnames++], SL_BOOT_NAME_LEN, "%s", name);
+    }
+    *use = bs->uses[i]++;
+    return STAGELINK_SUCCESS;
+}
+
 /* Through the host's store: one key per rank and exchange, and one read
  * for each named rank. */
 static sl_status_t sl_boot_store_exchange(sl_bootstrap_t *bs, const char *name,
@@ -477,9 +497,11 @@ static sl_status_t sl_boot_store_exchange(sl_bootstrap_t *bs, const char *name,
     char        key[64], *buf;
     size_t      size;
     sl_status_t status = STAGELINK_SUCCESS;
+    unsigned    use = 0;
     int         i, rc;
 
-    snprintf(key, sizeof(key), "%u.%s/%d", bs->round, name, bs->rank);
+    SL_CHECK(sl_boot_name_use(bs, name, &use, eb));
+    snprintf(key, sizeof(key), "%s.%u/%d", name, use, bs->rank);
     rc = bs->store_set(bs->store_ctx, key, mine, len);
     if (rc != 0) {
         return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
@@ -494,7 +516,7 @@ static sl_status_t sl_boot_store_exchange(sl_bootstrap_t *bs, const char *name,
                         SL_BOOTSTRAP_MAX_BLOCK);
     }
     for (i = 0; i < npeers && status == STAGELINK_SUCCESS; ++i) {
-        snprintf(key, sizeof(key), "%u.%s/%d", bs->round, name, peers[i]);
+        snprintf(key, sizeof(key), "%s.%u/%d", name, use, peers[i]);
         size = 0;
         rc   = bs->store_get(bs->store_ctx, key, buf, SL_BOOTSTRAP_MAX_BLOCK,
                              &size);
@@ -720,36 +742,39 @@ static sl_status_t sl_boot_tcp_exchange(sl_bootstrap_t *bs, const char *name,
     for (i = 0; i < npeers; ++i) {
         wants[i] = (uint32_t)peers[i];
     }
-    hdr    = sl_boot_hdr(bs, sizeof(req) + 4ull * (size_t)npeers + len);
-    status = sl_sock_io(bs, bs->root_fd, &hdr, sizeof(hdr), 1, deadline, eb);
-    if (status == STAGELINK_SUCCESS) {
-        status = sl_sock_io(bs, bs->root_fd, &req, sizeof(req), 1, deadline, eb);
-    }
-    if (status == STAGELINK_SUCCESS) {
-        status = sl_sock_io(bs, bs->root_fd, wants, 4ull * (size_t)npeers, 1,
-                            deadline, eb);
-    }
-    free(wants);
-    if (status == STAGELINK_SUCCESS) {
-        status = sl_sock_io(bs, bs->root_fd, (void *)mine, len, 1, deadline, eb);
-    }
-    for (i = 0; i < npeers && status == STAGELINK_SUCCESS; ++i) {
-        status = sl_sock_io(bs, bs->root_fd, &n, sizeof(n), 0, deadline, eb);
-        if (status == STAGELINK_SUCCESS && n > SL_BOOTSTRAP_MAX_BLOCK) {
+    hdr = sl_boot_hdr(bs, sizeof(req) + 4ull * (size_t)npeers + len);
+    SL_CHECK_GOTO(sl_sock_io(bs, bs->root_fd, &hdr, sizeof(hdr), 1, deadline,
+                             eb), out);
+    SL_CHECK_GOTO(sl_sock_io(bs, bs->root_fd, &req, sizeof(req), 1, deadline,
+                             eb), out);
+    SL_CHECK_GOTO(sl_sock_io(bs, bs->root_fd, wants, 4ull * (size_t)npeers, 1,
+                             deadline, eb), out);
+    SL_CHECK_GOTO(sl_sock_io(bs, bs->root_fd, (void *)mine, len, 1, deadline,
+                             eb), out);
+    for (i = 0; i < npeers; ++i) {
+        SL_CHECK_GOTO(sl_sock_io(bs, bs->root_fd, &n, sizeof(n), 0, deadline,
+                                 eb), out);
+        if (n > SL_BOOTSTRAP_MAX_BLOCK) {
             status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
                               "rank 0 sends a %llu-byte blob of rank %d, "
                               "above the limit of %u", (unsigned long long)n,
                               peers[i], SL_BOOTSTRAP_MAX_BLOCK);
+            goto out;
         }
-        if (status == STAGELINK_SUCCESS) {
-            out[i].data = malloc(n + 1);
-            out[i].len  = n;
-            status = (out[i].data == NULL)
-                ? sl_error(eb, STAGELINK_ERR_NO_MEMORY, "cannot allocate a "
-                           "bootstrap blob of %llu bytes", (unsigned long long)n)
-                : sl_sock_io(bs, bs->root_fd, out[i].data, n, 0, deadline, eb);
+        out[i].data = malloc(n + 1);
+        out[i].len  = n;
+        if (out[i].data == NULL) {
+            status = sl_error(eb, STAGELINK_ERR_NO_MEMORY, "cannot allocate a "
+                              "bootstrap blob of %llu bytes",
+                              (unsigned long long)n);
+            goto out;
         }
+        SL_CHECK_GOTO(sl_sock_io(bs, bs->root_fd, out[i].data, n, 0, deadline,
+                                 eb), out);
     }
+    status = STAGELINK_SUCCESS;
+out:
+    free(wants);
     return status;
 }
 
@@ -789,7 +814,6 @@ sl_status_t sl_bootstrap_exchange(sl_bootstrap_t *bs, const char *name,
         status = sl_boot_tcp_exchange(bs, name, mine, len, peers, npeers, out,
                                       eb);
     }
-    ++bs->round;
     if (status != STAGELINK_SUCCESS) {
         sl_bootstrap_blobs_free(out, npeers);
     }

@@ -32,6 +32,7 @@ typedef struct sl_boot_hdr {
 } sl_boot_hdr_t;
 
 #define SL_BOOT_NAME_LEN 16
+#define SL_BOOT_NAMES    16 /**< distinct exchange names per bootstrap */
 
 /**
  * What a rank sends rank 0 in a TCP exchange, after the header: then
@@ -56,7 +57,12 @@ typedef struct sl_bootstrap {
     int                      rank, world_size;
     double                   timeout;  /**< seconds per exchange, 0 = none */
     uint64_t                 job_key;  /**< every message carries it */
-    unsigned                 round;    /**< exchanges so far: numbers store keys */
+    /** Names used so far and how often: a store key is "<name>.<k>/<rank>"
+     *  for the k-th exchange of that name, so an exchange some ranks skip
+     *  (with their own peers) shifts no other key. */
+    char                     names[SL_BOOT_NAMES][SL_BOOT_NAME_LEN];
+    unsigned                 uses[SL_BOOT_NAMES];
+    int                      nnames;
     int                      root_fd;  /**< non-root: socket to rank 0 */
     int                     *peer_fds; /**< rank 0: socket of each rank */
     /**

@@ -138,10 +138,11 @@ sl_status_t sl_launcher_detect(const stagelink_config_t *config,
         }
     }
     if (config->flags & STAGELINK_CONFIG_RANK_SET) {
-        /* The launcher's local rank holds only for its own world (a
-         * communicator of a subset of the job numbers its ranks apart). */
-        if (found == NULL || out->rank != config->rank ||
-            out->world_size != config->world_size) {
+        /* The launcher's local rank is this process's: it holds for a
+         * communicator of every process of the job, however numbered, and
+         * the same answer on every rank decides whether init exchanges
+         * node identities.  A smaller one must find its own. */
+        if (found == NULL || out->world_size != config->world_size) {
             out->local_rank = out->local_size = -1;
         }
         out->source     = "config";

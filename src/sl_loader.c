@@ -381,6 +381,20 @@ stagelink_status_t stagelink_loader_comm_init(const stagelink_loader_t *loader,
         return sl_loader_fail(err, errlen, STAGELINK_ERR_INVALID_ARG,
                               "stagelink_loader_comm_init: loader is NULL");
     }
+    /* The store and the host gather came with order_stream: a plugin built
+     * before would ignore them (a TCP rendezvous, its own gather). */
+    if (config != NULL &&
+        config->struct_size >= offsetof(stagelink_config_t, gather_ctx) +
+                                   sizeof(config->gather_ctx) &&
+        (config->store_set != NULL || config->gather != NULL) &&
+        !SL_PLUGIN_V1_HAS(loader->vtable.struct_size, order_stream)) {
+        return sl_loader_fail(err, errlen, STAGELINK_ERR_UNSUPPORTED,
+                              "plugin %s (%s) was built before the config's "
+                              "store and gather callbacks, which it would "
+                              "ignore: rebuild it, or give the host's "
+                              "allgather instead", loader->plugin->name,
+                              loader->path);
+    }
     status = loader->plugin->comm_init(config, comm);
     if (status != STAGELINK_SUCCESS) {
         return sl_loader_fail(err, errlen, status,

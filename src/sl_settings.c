@@ -47,12 +47,13 @@ static sl_status_t sl_settings_mode(const stagelink_config_t *config,
 sl_status_t sl_config_copy(const stagelink_config_t *config,
                            stagelink_config_t *out, sl_errbuf_t *eb)
 {
-    if (config->struct_size < SL_CONFIG_V1_MIN_SIZE) {
+    if (config->struct_size < SL_CONFIG_V1_MIN_SIZE ||
+        config->struct_size % _Alignof(stagelink_config_t) != 0) {
         return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
-                        "config struct_size is %u, expected at least %zu: "
-                        "zero the struct and set struct_size = "
-                        "sizeof(stagelink_config_t)", config->struct_size,
-                        SL_CONFIG_V1_MIN_SIZE);
+                        "config struct_size is %u, expected at least %zu "
+                        "and a whole number of fields: zero the struct and "
+                        "set struct_size = sizeof(stagelink_config_t)",
+                        config->struct_size, SL_CONFIG_V1_MIN_SIZE);
     }
     memset(out, 0, sizeof(*out));
     memcpy(out, config, (config->struct_size < sizeof(*out))

@@ -188,8 +188,11 @@ typedef struct stagelink_gather_args {
  * the other shards of args->buf (for device memory: enqueued on
  * args->stream) and returns 0.  It is a collective of the TP group: every
  * rank of a TP group completes its gathered receives in the same order
- * (Megatron's schedules do), as with any collective.  A receive that failed
- * on any rank of the group fails on all, without a call.
+ * (Megatron's schedules do), as with any collective.  A receive whose
+ * shard failed on any rank of the group fails on all, without a call;
+ * once every shard arrived every rank calls it, also one whose receive
+ * failed after that (canceled, say), which keeps its failure.  Not called
+ * for 0 bytes, nor by comm_finalize.
  */
 typedef int (*stagelink_gather_fn_t)(void *ctx,
                                      const struct stagelink_gather_args *args);

@@ -78,8 +78,8 @@ sl_status_t sl_gather_select(sl_comm_t *comm);
  * Sets up the backends once UCX is connected: the host's callback for all
  * buffers (STAGELINK_GATHER=host, or auto with a callback); else UCX for
  * host buffers and for device buffers NCCL (STAGELINK_GATHER=nccl, or auto
- * with a usable GPU and NCCL) or UCX.  Collective over the world: every
- * rank takes part.
+ * with a usable GPU and NCCL) or UCX.  NCCL's setup is an exchange with
+ * the TP group that every rank not on the host's gather makes.
  */
 sl_status_t sl_gather_init(sl_comm_t *comm);
 void        sl_gather_cleanup(sl_comm_t *comm);

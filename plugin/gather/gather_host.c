@@ -57,10 +57,33 @@ static sl_status_t sl_gather_host_shard_ready(void *state, sl_req_t *req,
     return sl_gather_status_send(((sl_gather_host_t *)state)->comm, req, own);
 }
 
-/* Where the host completes the receive, once the whole TP group has its
- * shard: the host's collective.  A receive that failed (here or on a TP
- * peer) fails on every rank of the group without it, and one that
- * finalize ends was never the host's to gather. */
+/* Whether every rank of the TP group told every other that its shard
+ * arrived: then each enters the collective, so none is left in it alone. */
+static int sl_gather_host_all_arrived(const sl_comm_t *comm, const sl_req_t *req)
+{
+    int k;
+
+    if (req->shard_state != 1) {
+        return 0;
+    }
+    for (k = 0; k < comm->layout.tp_size; ++k) {
+        if (k != comm->layout.tp_index && req->flags[k] != 1) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/*
+ * Where the host completes the receive: the host's collective, once the
+ * whole TP group has its shard.  It runs with the communicator let go, so
+ * the progress thread keeps this rank's part of other transfers moving
+ * while the host waits in it for its TP peers.  A receive whose shard
+ * failed anywhere in the group ends without it on every rank; one that
+ * failed here after every shard arrived (canceled, say) still enters it,
+ * as its peers do, and keeps its failure.  One that finalize ends was
+ * never the host's to gather.
+ */
 static sl_status_t sl_gather_host_complete(void *state, sl_req_t *req)
 {
     sl_gather_host_t       *g    = state;
@@ -69,7 +92,8 @@ static sl_status_t sl_gather_host_complete(void *state, sl_req_t *req)
     sl_shard_t              s;
     int                     k, rc;
 
-    if (req->status != STAGELINK_SUCCESS || comm->closing) {
+    if (comm->closing || req->xfer.nbytes == 0 ||
+        !sl_gather_host_all_arrived(comm, req)) {
         return STAGELINK_SUCCESS;
     }
     for (k = 0; k < comm->layout.tp_size; ++k) {
@@ -92,7 +116,10 @@ static sl_status_t sl_gather_host_complete(void *state, sl_req_t *req)
         .offsets   = g->offsets,
         .lengths   = g->lengths,
     };
+    /* The request is ENDED: nothing of it is in flight for the thread. */
+    sl_progress_leave(comm);
     rc = comm->host_gather(comm->host_gather_ctx, &args);
+    sl_progress_enter(comm);
     if (rc != 0) {
         return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
                         "the host's gather callback returned %d for the "
@@ -101,7 +128,9 @@ static sl_status_t sl_gather_host_complete(void *state, sl_req_t *req)
                         req->xfer.tag.chunk, req->xfer.nbytes,
                         comm->layout.tp_index, comm->layout.tp_size);
     }
-    sl_gather_count(comm, req);
+    if (req->status == STAGELINK_SUCCESS) {
+        sl_gather_count(comm, req);
+    }
     return STAGELINK_SUCCESS;
 }
 

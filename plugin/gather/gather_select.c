@@ -61,8 +61,9 @@ sl_status_t sl_gather_init(sl_comm_t *comm)
                                                            : &sl_gather_ucx_ops;
     SL_CHECK(comm->gather->init(comm, &comm->gather_state));
 #ifdef STAGELINK_HAVE_NCCL
-    /* Every rank takes part in NCCL's setup exchange, also those that end
-     * up on UCX, so that no rank waits in it alone. */
+    /* Every rank not on the host's gather takes part in NCCL's setup
+     * exchange, also those that end up on UCX, so that no TP peer waits
+     * in it alone. */
     if (comm->gather_choice == SL_GATHER_AUTO ||
         comm->gather_choice == SL_GATHER_NCCL) {
         SL_CHECK(sl_gather_nccl_ops.init(comm, &comm->gather_dev_state));

@@ -277,7 +277,8 @@ struct stagelink_comm {
     int                         ucx_cuda;     /**< UCX moves CUDA memory itself */
     size_t                      chunk;        /**< STAGELINK_CHUNK: the wire's largest chunk (0: auto, until agreed) */
     size_t                      chunk_min;    /**< the smallest (= chunk unless auto picks per message) */
-    int                         all_direct;   /**< every rank's UCX moves device memory itself */
+    int                         all_direct;   /**< this rank's UCX moves device memory itself,
+                                                   and with STAGELINK_CHUNK=auto its peers' alike */
     int                         nbufs;        /**< STAGELINK_STAGING_BUFFERS */
     sl_staging_pool_t           staging;      /**< made at the first staged transfer */
     void                       *copy_stream;

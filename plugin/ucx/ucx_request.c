@@ -343,6 +343,7 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->gather_state  = NULL;
     req->shard_state   = 0;
     req->shard_status  = STAGELINK_SUCCESS;
+    memset(req->flags, 0, (size_t)comm->layout.tp_size);
     req->gather_event  = NULL;
     req->order_stream  = NULL;
     req->forwarding    = 0;

@@ -75,8 +75,11 @@ class StoreBootstrap:
     def forget(self):
         """After comm_finalize: deletes what this rank wrote but the closing
         barrier's key, which a slower peer may still be reading (its other
-        keys it read before it reached the barrier)."""
+        keys it read before it reached the barrier), and the node identity
+        every rank reads (not only the peers the barrier waited for)."""
         for name in self.written[:-1]:
+            if name[len(self.prefix):].startswith("nodes."):
+                continue
             try:
                 self.store.delete_key(name)
             except (RuntimeError, AttributeError):

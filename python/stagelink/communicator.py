@@ -614,6 +614,24 @@ class Communicator:
             self._orphans.append(req)  # resurrected until completed
             self._queue.put(_REAP)
 
+    def _reaped(self, req):
+        if getattr(self, "_gather", None) is not None and \
+                req._what.startswith("irecv") and \
+                not getattr(self, "_gather_dropped", False):
+            # Its gather is the TP group's collective, entered where the
+            # background completes it: not at the point its peers do.
+            _log.warning("stagelink: %s was dropped; with tp_group= its "
+                         "gather is a collective of the TP group, entered "
+                         "when the background completes it, out of the order "
+                         "its TP peers follow (a hang, or another tensor's "
+                         "data): wait() for every receive", req._what)
+            self._gather_dropped = True
+        try:
+            return self._test(req)
+        except StagelinkError as e:  # the call failed: try again later
+            _log.info("stagelink: testing a dropped %s: %s", req._what, e)
+            return False
+
     def _reap(self):
         # In place: __del__ may append to this very list meanwhile (a
         # collection in this loop, or another thread).
@@ -623,13 +641,6 @@ class Communicator:
                 # Nobody can see this failure but the log.
                 _log.warning("stagelink: a dropped %s failed: %s",
                              req._what, error(*req._err))
-
-    def _reaped(self, req):
-        try:
-            return self._test(req)
-        except StagelinkError as e:  # the call failed: try again later
-            _log.info("stagelink: testing a dropped %s: %s", req._what, e)
-            return False
 
     def _serve(self):
         """The helper thread: completes dropped requests in the background

@@ -167,8 +167,8 @@ static void test_launchers(void)
     CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 && l.rank == 0 &&
           strcmp(l.source, "config") == 0, "config rank: %s", eb.msg);
 
-    /* The launcher's local rank holds for the config's ranks only when
-     * they are the launcher's. */
+    /* The launcher's local rank holds for a communicator of the whole
+     * job, however it numbers the ranks, not for a smaller one. */
     setenv("RANK", "1", 1);
     setenv("WORLD_SIZE", "2", 1);
     setenv("LOCAL_RANK", "1", 1);
@@ -177,7 +177,10 @@ static void test_launchers(void)
     CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 && l.local_rank == 1 &&
           l.local_size == 2, "config = launcher: local %d/%d", l.local_rank,
           l.local_size);
-    cfg.rank       = 0;
+    cfg.rank = 0; /* renumbered: still this process's local rank */
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 && l.local_rank == 1 &&
+          l.local_size == 2, "renumbered: local %d/%d", l.local_rank,
+          l.local_size);
     cfg.world_size = 1; /* a communicator of part of the job */
     CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 && l.local_rank == -1 &&
           l.local_size == -1, "sub-communicator kept the launcher's local "
