@@ -11,7 +11,7 @@ apt-get install -y -qq --no-install-recommends \
     gcc g++ libc6-dev binutils pkg-config meson ninja-build \
     libucx-dev ucx-utils libibverbs-dev rdma-core \
     openmpi-bin libopenmpi-dev \
-    iproute2 gnuplot-nox clang libclang-rt-14-dev valgrind \
+    iproute2 gnuplot-nox clang libclang-rt-14-dev valgrind ca-certificates \
     python3-numpy python3-torch >/dev/null
 if [ "${STAGELINK_NO_VENV:-0}" != 1 ]; then
     "$(dirname "$0")/make-venv.sh"
