@@ -29,7 +29,7 @@ build_cpython() {
     trap 'rm -rf "$src"' EXIT
     apt-get install -y -qq --no-install-recommends make libssl-dev \
         libffi-dev zlib1g-dev libbz2-dev liblzma-dev libsqlite3-dev \
-        uuid-dev libreadline-dev libmpdec-dev xz-utils curl \
+        uuid-dev libreadline-dev xz-utils curl \
         ca-certificates >/dev/null
     curl -fsSL -o "$src/cpython.tar.xz" "$cpython_url"
     echo "$cpython_sha256  $src/cpython.tar.xz" | sha256sum -c --quiet
