@@ -20,11 +20,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$venv/bin/pip" wheel -q --disable-pip-version-check --no-deps -w "$tmp/dist" "$src"
 wheel=$(ls "$tmp"/dist/stagelink-*.whl)
-"$venv/bin/python" - "$wheel" <<'PY'
-import sys, zipfile
+"$venv/bin/python" - "$wheel" "$src" <<'PY'
+import glob, os, sys, zipfile
 names = set(zipfile.ZipFile(sys.argv[1]).namelist())
-want = ["stagelink/__init__.py", "stagelink/megatron.py",
-        "stagelink/_lib/libstagelink.so.1",
+# Every module of the package's source, and the built parts.
+want = ["stagelink/" + os.path.basename(p) for p in
+        sorted(glob.glob(os.path.join(sys.argv[2], "python/stagelink/*.py")))]
+want += ["stagelink/_lib/libstagelink.so.1",
         "stagelink/_lib/stagelink/libstagelink-ucx.so",
         "stagelink/_bin/stagelink_run", "stagelink/_bin/stagelink_info"]
 missing = [w for w in want if w not in names]
