@@ -3,12 +3,13 @@
 # Debian's packages (the C path: meson install, Debian's python3 and its
 # torch), then the repository's Python environment, .venv, from the pins
 # of python/requirements-venv.txt with stagelink's own wheel in it
-# (tools/make-venv.sh; STAGELINK_NO_VENV=1 leaves it out).
+# (tools/make-venv.sh; STAGELINK_NO_VENV=1 leaves it out).  dpkg-dev: meson
+# asks its dpkg-architecture for the multiarch libdir the loader searches.
 set -eu
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
-    gcc g++ libc6-dev binutils pkg-config meson ninja-build \
+    gcc g++ libc6-dev binutils pkg-config meson ninja-build dpkg-dev \
     libucx-dev ucx-utils libibverbs-dev rdma-core \
     openmpi-bin libopenmpi-dev \
     iproute2 gnuplot-nox clang libclang-rt-14-dev valgrind ca-certificates \

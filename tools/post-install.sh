@@ -10,3 +10,9 @@ if [ "$(id -u)" != 0 ] || ! command -v ldconfig >/dev/null 2>&1; then
     exit 0
 fi
 ldconfig
+# A libdir outside the loader's search path (lib64 where meson cannot ask
+# dpkg for Debian's multiarch directory): the loader is told of it.
+if ! ldconfig -p | grep -q "libstagelink\.so\.1 .*=> $1/"; then
+    echo "$1" >/etc/ld.so.conf.d/stagelink.conf
+    ldconfig
+fi
