@@ -77,8 +77,12 @@ run_job() {
     local per=$1 i pids=() rc=0
     shift
     export MASTER_ADDR=198.18.0.1 MASTER_PORT=$((20000 + RANDOM % 20000))
+    # Each node's own link for gloo and NCCL's sockets: a namespace's
+    # hostname resolves to loopback, which the other nodes cannot reach.
     for ((i = 0; i < ${#ns[@]}; i++)); do
-        ip netns exec "${ns[$i]}" "$run" -n "$per" -o $((i * per)) \
+        GLOO_SOCKET_IFNAME=${GLOO_SOCKET_IFNAME:-${tag}e$i} \
+        NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-${tag}e$i} \
+            ip netns exec "${ns[$i]}" "$run" -n "$per" -o $((i * per)) \
             -w $((per * ${#ns[@]})) -T 240 -- "$@" &
         pids+=($!)
     done
