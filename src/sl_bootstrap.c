@@ -673,7 +673,7 @@ static sl_status_t sl_boot_root_exchange(sl_bootstrap_t *bs, const char *name,
                                          sl_errbuf_t *eb)
 {
     sl_boot_part_t *parts;
-    sl_status_t     status = STAGELINK_SUCCESS;
+    sl_status_t     status;
     uint64_t        n;
     uint32_t        i;
     int             r;
@@ -685,26 +685,27 @@ static sl_status_t sl_boot_root_exchange(sl_bootstrap_t *bs, const char *name,
     }
     parts[0].blob.data = (char *)mine;
     parts[0].blob.len  = len;
-    for (r = 1; r < bs->world_size && status == STAGELINK_SUCCESS; ++r) {
-        status = sl_boot_root_read(bs, r, name, &parts[r], deadline, eb);
+    for (r = 1; r < bs->world_size; ++r) {
+        SL_CHECK_GOTO(sl_boot_root_read(bs, r, name, &parts[r], deadline, eb),
+                      out);
     }
-    for (r = 1; r < bs->world_size && status == STAGELINK_SUCCESS; ++r) {
-        for (i = 0; i < parts[r].npeers && status == STAGELINK_SUCCESS; ++i) {
+    for (r = 1; r < bs->world_size; ++r) {
+        for (i = 0; i < parts[r].npeers; ++i) {
             const sl_boot_blob_t *b = &parts[parts[r].peers[i]].blob;
 
-            n      = b->len;
-            status = sl_sock_io(bs, bs->peer_fds[r], &n, sizeof(n), 1,
-                                deadline, eb);
-            if (status == STAGELINK_SUCCESS) {
-                status = sl_sock_io(bs, bs->peer_fds[r], b->data, b->len, 1,
-                                    deadline, eb);
-            }
+            n = b->len;
+            SL_CHECK_GOTO(sl_sock_io(bs, bs->peer_fds[r], &n, sizeof(n), 1,
+                                     deadline, eb), out);
+            SL_CHECK_GOTO(sl_sock_io(bs, bs->peer_fds[r], b->data, b->len, 1,
+                                     deadline, eb), out);
         }
     }
-    for (r = 0; r < npeers && status == STAGELINK_SUCCESS; ++r) {
-        status = sl_boot_blob_set(&out[r], parts[peers[r]].blob.data,
-                                  parts[peers[r]].blob.len, eb);
+    for (r = 0; r < npeers; ++r) {
+        SL_CHECK_GOTO(sl_boot_blob_set(&out[r], parts[peers[r]].blob.data,
+                                       parts[peers[r]].blob.len, eb), out);
     }
+    status = STAGELINK_SUCCESS;
+out:
     for (r = 1; r < bs->world_size; ++r) {
         free(parts[r].blob.data);
         free(parts[r].peers);

@@ -409,6 +409,11 @@ sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake);
 /* ucx_peer.c: peer health, recorded where it is seen */
 /** No peer failed; before anything can fail. */
 void        sl_peer_init(sl_comm_t *comm);
+/** The endpoint slots, sl_peer_at(comm, 0 .. sl_peer_count - 1): prev, next,
+ *  then the TP group by index (its own slot has no endpoint).  A rank may
+ *  fill two (prev and next when p = 2 wraps around). */
+int            sl_peer_count(const sl_comm_t *comm);
+sl_ucx_peer_t *sl_peer_at(sl_comm_t *comm, int i);
 /** Records that `peer` died (callable from UCX callbacks); ucx_fault.c
  *  applies it: its subs fail, its endpoint is closed by force.
  *  `direct`: its death was seen (pidfd, a report), not only a UCX error. */

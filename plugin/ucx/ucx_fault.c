@@ -71,22 +71,6 @@ typedef struct sl_fault_report {
     uint64_t       msg[2]; /**< SL_FAULT_MAGIC, the failed rank */
 } sl_fault_report_t;
 
-static sl_ucx_peer_t *sl_fault_peer_at(sl_comm_t *comm, int i)
-{
-    if (i == 0) {
-        return &comm->prev;
-    }
-    if (i == 1) {
-        return &comm->next;
-    }
-    return &comm->tp_peers[i - 2];
-}
-
-static int sl_fault_npeers(const sl_comm_t *comm)
-{
-    return 2 + ((comm->tp_peers != NULL) ? comm->layout.tp_size : 0);
-}
-
 static uint64_t sl_fault_tag(int sender)
 {
     sl_tag_fields_t f = {.cls = SL_TAG_CLASS_FAULT,
@@ -102,8 +86,8 @@ static void sl_fault_reported(sl_comm_t *comm, int failed, int from)
     int i;
 
     /* A neighbour of ours: its endpoint must be closed by force too. */
-    for (i = 0; i < sl_fault_npeers(comm); ++i) {
-        sl_ucx_peer_t *peer = sl_fault_peer_at(comm, i);
+    for (i = 0; i < sl_peer_count(comm); ++i) {
+        sl_ucx_peer_t *peer = sl_peer_at(comm, i);
 
         if (peer->rank == failed && peer->ep != NULL) {
             sl_peer_down(peer, 1, "rank %d saw it die", from);
@@ -167,15 +151,15 @@ static sl_status_t sl_fault_listen(sl_comm_t *comm)
     ucs_status_ptr_t    ptr;
     int                 i, j;
 
-    comm->reports = calloc((size_t)sl_fault_npeers(comm),
+    comm->reports = calloc((size_t)sl_peer_count(comm),
                            sizeof(*comm->reports));
     if (comm->reports == NULL) {
         return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
                         "cannot allocate %d fault reports",
-                        sl_fault_npeers(comm));
+                        sl_peer_count(comm));
     }
-    for (i = 0; i < sl_fault_npeers(comm); ++i) {
-        sl_ucx_peer_t     *peer = sl_fault_peer_at(comm, i);
+    for (i = 0; i < sl_peer_count(comm); ++i) {
+        sl_ucx_peer_t     *peer = sl_peer_at(comm, i);
         sl_fault_report_t *r    = &comm->reports[comm->nreports];
 
         for (j = 0; j < comm->nreports &&
@@ -260,7 +244,7 @@ void sl_peer_process_self(sl_peer_process_t *me)
 sl_status_t sl_fault_watch(sl_comm_t *comm)
 {
     sl_peer_process_t me;
-    int               max = 1 + sl_fault_npeers(comm), i, n = 0;
+    int               max = 1 + sl_peer_count(comm), i, n = 0;
 
     sl_peer_process_self(&me);
     comm->pfds     = calloc((size_t)max, sizeof(*comm->pfds));
@@ -272,8 +256,8 @@ sl_status_t sl_fault_watch(sl_comm_t *comm)
     comm->pfds[n].fd     = comm->efd;
     comm->pfds[n].events = POLLIN;
     ++n;
-    for (i = 0; i < sl_fault_npeers(comm); ++i) {
-        sl_ucx_peer_t           *peer = sl_fault_peer_at(comm, i);
+    for (i = 0; i < sl_peer_count(comm); ++i) {
+        sl_ucx_peer_t           *peer = sl_peer_at(comm, i);
         const sl_peer_process_t *p;
         int                      fd;
 
@@ -398,8 +382,8 @@ static void sl_fault_abort_all(sl_comm_t *comm)
 
     sl_fault_fail_all(comm, STAGELINK_ERR_ABORTED, "the communicator was "
                       "aborted (comm_abort)");
-    for (i = 0; i < sl_fault_npeers(comm); ++i) {
-        sl_ucx_ep_force_close(sl_fault_peer_at(comm, i));
+    for (i = 0; i < sl_peer_count(comm); ++i) {
+        sl_ucx_ep_force_close(sl_peer_at(comm, i));
     }
     sl_fault_detach(comm, NULL, STAGELINK_ERR_ABORTED, comm->fault_err.msg);
 }
@@ -429,8 +413,8 @@ static void sl_fault_apply(sl_comm_t *comm)
                           comm->fault_err.msg);
     }
     /* A dead peer's endpoint is closed by force (also a second death). */
-    for (i = 0; i < sl_fault_npeers(comm); ++i) {
-        sl_ucx_peer_t *peer = sl_fault_peer_at(comm, i);
+    for (i = 0; i < sl_peer_count(comm); ++i) {
+        sl_ucx_peer_t *peer = sl_peer_at(comm, i);
 
         if (peer->failed && peer->ep != NULL) {
             sl_ucx_ep_force_close(peer);

@@ -25,6 +25,18 @@ int sl_peer_unsure(const sl_comm_t *comm)
            !comm->fault_applied;
 }
 
+int sl_peer_count(const sl_comm_t *comm)
+{
+    return 2 + ((comm->tp_peers != NULL) ? comm->layout.tp_size : 0);
+}
+
+sl_ucx_peer_t *sl_peer_at(sl_comm_t *comm, int i)
+{
+    return (i == 0) ? &comm->prev
+         : (i == 1) ? &comm->next
+                    : &comm->tp_peers[i - 2];
+}
+
 void sl_peer_init(sl_comm_t *comm)
 {
     comm->failed_rank    = -1;

@@ -116,12 +116,10 @@ static void sl_chunk_text(uint64_t chunk, char *buf, size_t len)
     }
 }
 
-/* A peer's facts go to each of its slots: its TP slot, or one or both
- * stage slots (with p = 2 wrapping around, prev and next are one rank). */
+/* A peer's facts go to each of its slots (sl_peer_at). */
 static sl_status_t sl_comm_peer_facts(sl_comm_t *comm, int rank,
                                       const sl_rank_facts_t *f)
 {
-    sl_ucx_peer_t *slot[2] = {&comm->prev, &comm->next};
     char           theirs[24], ours[24];
     int            k;
 
@@ -140,25 +138,20 @@ static sl_status_t sl_comm_peer_facts(sl_comm_t *comm, int rank,
                         "transfers are cut in these chunks, so set it alike on "
                         "every rank", theirs, rank, ours);
     }
-    for (k = 0; k < 2; ++k) {
-        if (slot[k]->rank == rank) {
-            memcpy(slot[k]->node_id, f->node_id, SL_NODE_ID_LEN);
-            slot[k]->proc = f->proc;
-        }
+    if (f->host_gather != (comm->gather_choice == SL_GATHER_HOST)) {
+        return sl_error(&comm->err, STAGELINK_ERR_CONFIG,
+                        "peer rank %d %s the host's gather callback and this "
+                        "rank %s: give every rank the same config and "
+                        "STAGELINK_GATHER", rank,
+                        f->host_gather ? "uses" : "does not use",
+                        f->host_gather ? "does not" : "does");
     }
-    for (k = 0; k < comm->layout.tp_size; ++k) {
-        if (comm->tp_peers[k].rank == rank &&
-            f->host_gather != (comm->gather_choice == SL_GATHER_HOST)) {
-            return sl_error(&comm->err, STAGELINK_ERR_CONFIG,
-                            "TP peer rank %d %s the host's gather callback "
-                            "and this rank %s: give every rank of a TP group "
-                            "the same config and STAGELINK_GATHER", rank,
-                            f->host_gather ? "uses" : "does not use",
-                            f->host_gather ? "does not" : "does");
-        }
-        if (comm->tp_peers[k].rank == rank) {
-            memcpy(comm->tp_peers[k].node_id, f->node_id, SL_NODE_ID_LEN);
-            comm->tp_peers[k].proc = f->proc;
+    for (k = 0; k < sl_peer_count(comm); ++k) {
+        sl_ucx_peer_t *slot = sl_peer_at(comm, k);
+
+        if (slot->rank == rank) {
+            memcpy(slot->node_id, f->node_id, SL_NODE_ID_LEN);
+            slot->proc = f->proc;
         }
     }
     return STAGELINK_SUCCESS;

@@ -225,21 +225,15 @@ static sl_status_t sl_ucx_part_check(sl_comm_t *comm, int rank,
     return STAGELINK_SUCCESS;
 }
 
-/* The endpoint slots of `rank` (both stage slots when p = 2 wraps). */
+/* The endpoint slots of `rank` (sl_peer_at; this rank's own has none). */
 static sl_status_t sl_ucx_connect_rank(sl_comm_t *comm, int rank,
                                        const sl_boot_blob_t *part)
 {
     int k;
 
-    if (comm->prev.rank == rank) {
-        SL_CHECK(sl_ucx_ep_create(comm, &comm->prev, part));
-    }
-    if (comm->next.rank == rank) {
-        SL_CHECK(sl_ucx_ep_create(comm, &comm->next, part));
-    }
-    for (k = 0; k < comm->layout.tp_size; ++k) {
-        if (k != comm->layout.tp_index && comm->tp_peers[k].rank == rank) {
-            SL_CHECK(sl_ucx_ep_create(comm, &comm->tp_peers[k], part));
+    for (k = 0; k < sl_peer_count(comm); ++k) {
+        if (sl_peer_at(comm, k)->rank == rank) {
+            SL_CHECK(sl_ucx_ep_create(comm, sl_peer_at(comm, k), part));
         }
     }
     return STAGELINK_SUCCESS;
