@@ -234,10 +234,17 @@ typedef struct stagelink_config {
      *  stagelink_gather_fn_t), unless STAGELINK_GATHER names another way. */
     stagelink_gather_fn_t gather;
     void    *gather_ctx;
+    /** With STAGELINK_CONFIG_DEVICE_SET: the CUDA device (an ordinal as
+     *  the process sees them) the communicator works on; else the calling
+     *  thread's current device at comm_init, or, without one, the device
+     *  of the first device tensor posted. */
+    int      device;
 } stagelink_config_t;
 
 /** `rank` and `world_size` in the config are meaningful (rank may be 0). */
-#define STAGELINK_CONFIG_RANK_SET 0x1u
+#define STAGELINK_CONFIG_RANK_SET   0x1u
+/** `device` in the config is meaningful (device 0 is a device). */
+#define STAGELINK_CONFIG_DEVICE_SET 0x2u
 
 /** What a communicator resolved at init. */
 typedef struct stagelink_comm_info {

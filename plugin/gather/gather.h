@@ -51,6 +51,12 @@ typedef struct sl_gather_ops {
      * becomes the request's (its sentence in comm->err).
      */
     sl_status_t (*complete)(void *state, sl_req_t *req);
+    /**
+     * The communicator failed (a peer's death, comm_abort, the backend's
+     * own asynchronous error), once, with comm->fault_err saying why:
+     * release whatever waits for a peer (NULL: nothing does).
+     */
+    void        (*fault)(void *state);
 } sl_gather_ops_t;
 
 extern const sl_gather_ops_t sl_gather_ucx_ops;
@@ -83,5 +89,7 @@ sl_status_t sl_gather_select(sl_comm_t *comm);
  */
 sl_status_t sl_gather_init(sl_comm_t *comm);
 void        sl_gather_cleanup(sl_comm_t *comm);
+/** The communicator failed: each backend releases what waits for peers. */
+void        sl_gather_fault(sl_comm_t *comm);
 
 #endif

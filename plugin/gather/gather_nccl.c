@@ -22,6 +22,7 @@
 #include "nccl_api.h"
 #include "sl_bootstrap.h"
 #include "sl_log.h"
+#include "sl_time.h"
 #include "sl_topo.h"
 
 #include <stdlib.h>
@@ -30,11 +31,21 @@
 typedef struct sl_gather_nccl {
     sl_comm_t           *comm;
     const sl_nccl_api_t *api;
-    ncclComm_t           nccl;
+    ncclComm_t           nccl;    /**< non-blocking; NULL once aborted */
     void                *stream;  /**< the gather stream */
     uint32_t            *flags;   /**< per request slot: its shard's arrival */
     uint32_t            *gen;     /**< per slot: the value its gather waits for */
+    void               **running; /**< events of collectives the GPU may still run */
+    int                  nrunning, running_cap;
 } sl_gather_nccl_t;
+
+static const sl_progress_hook_t sl_gather_nccl_hook;
+/* The one NCCL gather of each communicator, for its progress hook. */
+static sl_gather_nccl_t *sl_gather_nccl_of(const sl_comm_t *comm)
+{
+    return (comm->gather_dev == &sl_gather_nccl_ops) ? comm->gather_dev_state
+                                                    : NULL;
+}
 
 /* One rank's part of the setup exchange. */
 typedef struct sl_nccl_card {
@@ -90,6 +101,64 @@ static sl_status_t sl_gather_nccl_streams(sl_gather_nccl_t *g)
     return comm->gpu->stream_create(&g->stream, &comm->err);
 }
 
+/* Until `event` completes, NCCL's asynchronous errors polled meanwhile. */
+static sl_status_t sl_gather_nccl_drain(sl_gather_nccl_t *g, void *event,
+                                        double deadline, const char *what)
+{
+    sl_comm_t      *comm = g->comm;
+    struct timespec nap  = {0, 50000};
+    sl_status_t     status = STAGELINK_SUCCESS;
+
+    while (!comm->gpu->event_query(event, &status, &comm->err)) {
+        SL_CHECK(sl_nccl_async_error(g->api, g->nccl, &comm->err));
+        if (sl_deadline_passed(deadline)) {
+            return sl_error(&comm->err, STAGELINK_ERR_TIMEOUT, "%s did not "
+                            "finish within STAGELINK_TIMEOUT (%.0f s): a TP "
+                            "peer is not in it", what, comm->timeout);
+        }
+        nanosleep(&nap, NULL);
+        nap.tv_nsec = (nap.tv_nsec < 1000000) ? nap.tv_nsec * 2 : 1000000;
+    }
+    return status;
+}
+
+/*
+ * One all-gather of a byte a rank at init: NCCL connects the group's
+ * channels on a communicator's first collective, which would otherwise
+ * happen inside the host's first receive, holding the communicator for as
+ * long as the slowest TP peer takes to get there.
+ */
+static sl_status_t sl_gather_nccl_warm_up(sl_gather_nccl_t *g, double deadline)
+{
+    sl_comm_t  *comm = g->comm;
+    void       *buf = NULL, *event = NULL;
+    sl_status_t status;
+    int         tp = comm->layout.tp_size;
+
+    SL_CHECK(comm->gpu->dev_alloc((size_t)tp, &buf, &comm->err));
+    SL_CHECK_GOTO(sl_nccl_allgather_inplace(g->api, g->nccl, buf, (size_t)tp,
+                                            1, tp, comm->layout.tp_index,
+                                            (cudaStream_t)g->stream,
+                                            &comm->err), out);
+    SL_CHECK_GOTO(sl_nccl_settle(g->api, g->nccl, deadline, "the NCCL "
+                                 "gather's warm-up all-gather", &comm->err),
+                  out);
+    SL_CHECK_GOTO(sl_device_event_get(comm, &event), out);
+    SL_CHECK_GOTO(comm->gpu->event_record(event, g->stream, &comm->err), out);
+    status = sl_gather_nccl_drain(g, event, deadline, "the NCCL gather's "
+                                  "warm-up all-gather");
+out:
+    if (event != NULL) {
+        sl_device_event_put(comm, event);
+    }
+    /* After a failure the stream may still hold it: NCCL's abort ends it
+     * first (cleanup), and the few bytes stay. */
+    if (status == STAGELINK_SUCCESS) {
+        comm->gpu->dev_free(buf);
+    }
+    return status;
+}
+
 static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
 {
     int               tp = comm->layout.tp_size, k, root, a, b;
@@ -98,6 +167,7 @@ static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
     sl_nccl_card_t    mine, *cards;
     sl_errbuf_t       why;
     sl_status_t       status;
+    double            deadline;
 
     *state = NULL;
     memset(&mine, 0, sizeof(mine));
@@ -105,10 +175,11 @@ static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
     if (!comm->gpu_usable) {
         snprintf(why.msg, sizeof(why.msg), "%s", comm->gpu_why);
     } else if (comm->gpu->flags_alloc == NULL ||
-               comm->gpu->stream_wait_flag == NULL) {
+               comm->gpu->stream_wait_flag == NULL ||
+               comm->gpu->dev_alloc == NULL) {
         snprintf(why.msg, sizeof(why.msg), "the %s GPU runtime cannot gate a "
-                 "stream on a flag, which the NCCL gather needs to issue its "
-                 "collectives in the host's order", comm->gpu->name);
+                 "stream on a flag or allocate device memory, which the NCCL "
+                 "gather needs", comm->gpu->name);
     } else if (sl_nccl_api_get(&api, &why) == STAGELINK_SUCCESS) {
         char ids[SL_TOPO_MAX_GPUS][16];
         int  current = -1;
@@ -218,15 +289,17 @@ static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
     }
     g->comm = comm;
     g->api  = api;
-    SL_CHECK_GOTO(sl_nccl_check(api, api->CommInitRank(
-                                         &g->nccl, comm->layout.tp_size,
-                                         cards[0].id,
-                                         comm->layout.tp_index),
-                                NULL, "ncclCommInitRank of the TP group",
-                                &comm->err), out);
+    deadline = sl_deadline(comm->timeout);
+    SL_CHECK_GOTO(sl_nccl_comm_open(api, &g->nccl, comm->layout.tp_size,
+                                    cards[0].id, comm->layout.tp_index,
+                                    deadline, "ncclCommInitRankConfig of the "
+                                    "TP group (non-blocking)", &comm->err),
+                  out);
     SL_CHECK_GOTO(sl_gather_nccl_streams(g), out);
-    SL_INFO(SL_SUBSYS_GATHER, "NCCL gather over the TP group of %d ranks",
-            comm->layout.tp_size);
+    SL_CHECK_GOTO(sl_gather_nccl_warm_up(g, deadline), out);
+    sl_ucx_progress_register(comm, &sl_gather_nccl_hook);
+    SL_INFO(SL_SUBSYS_GATHER, "NCCL gather over the TP group of %d ranks "
+            "(non-blocking communicator, warmed up)", comm->layout.tp_size);
     *state = g;
     g      = NULL;
     status = STAGELINK_SUCCESS;
@@ -256,6 +329,10 @@ static void sl_gather_nccl_cleanup(void *state)
     for (i = 0; g->flags != NULL && i < g->comm->pool.capacity; ++i) {
         sl_gather_nccl_release(g, (size_t)i);
     }
+    for (i = 0; i < g->nrunning; ++i) {
+        g->comm->gpu->event_destroy(g->running[i]);
+    }
+    free(g->running);
     if (g->nccl != NULL) {
         /* After a fault, or with requests finalize abandoned, a peer may
          * never join a queued collective: destroying would wait for it. */
@@ -278,6 +355,33 @@ static void sl_gather_nccl_cleanup(void *state)
 static size_t sl_gather_nccl_slot(const sl_gather_nccl_t *g, const sl_req_t *req)
 {
     return (size_t)(req - g->comm->pool.slots);
+}
+
+/* An event behind the collective just issued: while it is pending the
+ * progress hook polls NCCL's asynchronous errors. */
+static sl_status_t sl_gather_nccl_track(sl_gather_nccl_t *g)
+{
+    sl_comm_t *comm = g->comm;
+    void     **grown, *event;
+
+    if (g->nrunning == g->running_cap) {
+        grown = realloc(g->running, (size_t)(g->running_cap * 2 + 8) *
+                                        sizeof(*grown));
+        if (grown == NULL) {
+            return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY, "cannot "
+                            "track %d NCCL collectives", g->nrunning + 1);
+        }
+        g->running     = grown;
+        g->running_cap = g->running_cap * 2 + 8;
+    }
+    SL_CHECK(sl_device_event_get(comm, &event));
+    if (comm->gpu->event_record(event, g->stream, &comm->err) !=
+        STAGELINK_SUCCESS) {
+        sl_device_event_put(comm, event);
+        return STAGELINK_ERR_TRANSPORT;
+    }
+    g->running[g->nrunning++] = event;
+    return STAGELINK_SUCCESS;
 }
 
 /*
@@ -308,8 +412,13 @@ static sl_status_t sl_gather_nccl_issue(void *state, sl_req_t *req)
                                             comm->layout.tp_index,
                                             (cudaStream_t)g->stream,
                                             &comm->err), out);
+    SL_CHECK_GOTO(sl_nccl_settle(g->api, g->nccl, sl_deadline(comm->timeout),
+                                 "the NCCL gather's collective", &comm->err),
+                  out);
     SL_CHECK_GOTO(sl_device_event_get(comm, &req->gather_event), out);
-    status = gpu->event_record(req->gather_event, g->stream, &comm->err);
+    SL_CHECK_GOTO(gpu->event_record(req->gather_event, g->stream, &comm->err),
+                  out);
+    status = sl_gather_nccl_track(g);
 out:
     /* The stream holds what it waits for: the event can be reused. */
     sl_device_event_put(comm, posted);
@@ -359,6 +468,65 @@ static sl_status_t sl_gather_nccl_complete(void *state, sl_req_t *req)
     return status;
 }
 
+/*
+ * The communicator failed (a peer died, comm_abort, NCCL's own error):
+ * NCCL's abort ends the collectives that wait for a peer, and every gate
+ * opens, so the host's streams run on instead of hanging.
+ */
+static void sl_gather_nccl_fault(void *state)
+{
+    sl_gather_nccl_t *g = state;
+    int               i;
+
+    if (g->nccl == NULL) {
+        return;
+    }
+    /* Gates first: a collective still behind one must reach NCCL's abort
+     * flag, not wait for a shard that will never land. */
+    for (i = 0; i < g->comm->pool.capacity; ++i) {
+        sl_gather_nccl_release(g, (size_t)i);
+    }
+    g->api->CommAbort(g->nccl);
+    g->nccl = NULL;
+    SL_INFO(SL_SUBSYS_GATHER, "NCCL communicator of the TP group aborted: %s",
+            g->comm->fault_err.msg);
+}
+
+/* While collectives run: NCCL's asynchronous errors become the
+ * communicator's fault (a TP peer died or its link failed). */
+static void sl_gather_nccl_round(sl_comm_t *comm)
+{
+    sl_gather_nccl_t *g = sl_gather_nccl_of(comm);
+    sl_status_t       status = STAGELINK_SUCCESS;
+    sl_errbuf_t       why;
+
+    if (g == NULL || g->nccl == NULL) {
+        return;
+    }
+    while (g->nrunning > 0 &&
+           comm->gpu->event_query(g->running[0], &status, &why)) {
+        sl_device_event_put(comm, g->running[0]);
+        memmove(g->running, g->running + 1,
+                (size_t)--g->nrunning * sizeof(*g->running));
+    }
+    if (g->nrunning > 0 &&
+        sl_nccl_async_error(g->api, g->nccl, &why) != STAGELINK_SUCCESS) {
+        sl_peer_group_failed(comm, "%s", why.msg);
+    }
+}
+
+static int sl_gather_nccl_busy(const sl_comm_t *comm)
+{
+    const sl_gather_nccl_t *g = sl_gather_nccl_of(comm);
+
+    return g != NULL && g->nccl != NULL && g->nrunning > 0;
+}
+
+static const sl_progress_hook_t sl_gather_nccl_hook = {
+    .round = sl_gather_nccl_round,
+    .busy  = sl_gather_nccl_busy,
+};
+
 const sl_gather_ops_t sl_gather_nccl_ops = {
     .name        = "nccl",
     .init        = sl_gather_nccl_init,
@@ -367,4 +535,5 @@ const sl_gather_ops_t sl_gather_nccl_ops = {
     .post        = sl_gather_nccl_post,
     .shard_ready = sl_gather_nccl_shard_ready,
     .complete    = sl_gather_nccl_complete,
+    .fault       = sl_gather_nccl_fault,
 };

@@ -81,6 +81,17 @@ sl_status_t sl_gather_init(sl_comm_t *comm)
     return STAGELINK_SUCCESS;
 }
 
+void sl_gather_fault(sl_comm_t *comm)
+{
+    if (comm->gather_dev != NULL && comm->gather_dev != comm->gather &&
+        comm->gather_dev->fault != NULL) {
+        comm->gather_dev->fault(comm->gather_dev_state);
+    }
+    if (comm->gather != NULL && comm->gather->fault != NULL) {
+        comm->gather->fault(comm->gather_state);
+    }
+}
+
 void sl_gather_cleanup(sl_comm_t *comm)
 {
     if (comm->gather_dev != NULL && comm->gather_dev != comm->gather) {

@@ -21,8 +21,9 @@ typedef struct sl_gpu_ops {
      *  `max`; their count, and in *current the calling thread's device. */
     int         (*pci_bus_ids)(char (*ids)[16], int max, int *current);
     /** Memory type of `ptr`; host for memory the runtime does not know,
-     *  STAGELINK_MEM_AUTO when the runtime cannot say (a broken context). */
-    stagelink_mem_type_t (*classify)(const void *ptr);
+     *  STAGELINK_MEM_AUTO when the runtime cannot say (a broken context).
+     *  In *device the device that holds it (-1: none, or host memory). */
+    stagelink_mem_type_t (*classify)(const void *ptr, int *device);
     /** 1 when the calling thread has a current GPU context, i.e. the
      *  application works on the GPU from it; asking creates none (NULL:
      *  cannot tell, taken as 1). */
@@ -47,8 +48,12 @@ typedef struct sl_gpu_ops {
      *  (NULL: no device). */
     int         (*device_current)(void);
     /** Makes `device` current on the calling thread (a thread stagelink
-     *  owns, or the host's for the length of a call). */
+     *  owns, or the host's for the length of a call); -1 leaves the thread
+     *  without a current context, as a thread that never used the GPU. */
     sl_status_t (*device_set)(int device, sl_errbuf_t *eb);
+    /** Device memory on the current device (NCCL's warm-up buffer). */
+    sl_status_t (*dev_alloc)(size_t len, void **ptr, sl_errbuf_t *eb);
+    void        (*dev_free)(void *ptr);
     /** `count` 32-bit flags in pinned host memory the device can read
      *  (zeroed), for stream_wait_flag. */
     sl_status_t (*flags_alloc)(size_t count, uint32_t **flags, sl_errbuf_t *eb);

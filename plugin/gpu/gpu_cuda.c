@@ -57,10 +57,11 @@ static int sl_cuda_pci_bus_ids(char (*ids)[16], int max, int *current)
     return i;
 }
 
-static stagelink_mem_type_t sl_cuda_classify(const void *ptr)
+static stagelink_mem_type_t sl_cuda_classify(const void *ptr, int *device)
 {
     struct cudaPointerAttributes attr;
 
+    *device = -1;
     if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
         /* Not an answer about the pointer (an unknown one is reported as
          * unregistered host memory): a broken or missing context. */
@@ -68,8 +69,8 @@ static stagelink_mem_type_t sl_cuda_classify(const void *ptr)
         return STAGELINK_MEM_AUTO;
     }
     switch (attr.type) {
-    case cudaMemoryTypeDevice:  return STAGELINK_MEM_CUDA;
-    case cudaMemoryTypeManaged: return STAGELINK_MEM_CUDA_MANAGED;
+    case cudaMemoryTypeDevice:  *device = attr.device; return STAGELINK_MEM_CUDA;
+    case cudaMemoryTypeManaged: *device = attr.device; return STAGELINK_MEM_CUDA_MANAGED;
     default:                    return STAGELINK_MEM_HOST;
     }
 }
@@ -78,6 +79,8 @@ static stagelink_mem_type_t sl_cuda_classify(const void *ptr)
  * link libcuda): it answers without creating a context, which a runtime
  * call such as cudaPointerGetAttributes may do on device 0. */
 static CUresult (*sl_cu_ctx_get_current)(CUcontext *ctx);
+/* And its setter: NULL leaves a thread without a context again. */
+static CUresult (*sl_cu_ctx_set_current)(CUcontext ctx);
 /* A stream memory operation: the gather stream waits on a flag the host
  * sets when the shard has landed (the runtime has no such call). */
 static CUresult (*sl_cu_stream_wait_value32)(CUstream stream, CUdeviceptr addr,
@@ -102,6 +105,7 @@ static void sl_cuda_entry(const char *name, int version, void *out)
 static void sl_cuda_resolve(void)
 {
     sl_cuda_entry("cuCtxGetCurrent", 4000, &sl_cu_ctx_get_current);
+    sl_cuda_entry("cuCtxSetCurrent", 4000, &sl_cu_ctx_set_current);
     sl_cuda_entry("cuStreamWaitValue32", 12000, &sl_cu_stream_wait_value32);
 }
 
@@ -129,7 +133,31 @@ static int sl_cuda_device_current(void)
 
 static sl_status_t sl_cuda_device_set(int device, sl_errbuf_t *eb)
 {
-    return sl_cuda_check(cudaSetDevice(device), "cudaSetDevice", eb);
+    CUresult res;
+
+    if (device >= 0) {
+        return sl_cuda_check(cudaSetDevice(device), "cudaSetDevice", eb);
+    }
+    pthread_once(&sl_cu_once, sl_cuda_resolve);
+    if (sl_cu_ctx_set_current == NULL) {
+        return STAGELINK_SUCCESS; /* the context stays; harmless */
+    }
+    res = sl_cu_ctx_set_current(NULL);
+    if (res != CUDA_SUCCESS) {
+        return sl_error(eb, STAGELINK_ERR_TRANSPORT, "cuCtxSetCurrent(NULL) "
+                        "failed with CUresult %d", (int)res);
+    }
+    return STAGELINK_SUCCESS;
+}
+
+static sl_status_t sl_cuda_dev_alloc(size_t len, void **ptr, sl_errbuf_t *eb)
+{
+    return sl_cuda_check(cudaMalloc(ptr, len), "cudaMalloc", eb);
+}
+
+static void sl_cuda_dev_free(void *ptr)
+{
+    cudaFree(ptr);
 }
 
 static sl_status_t sl_cuda_flags_alloc(size_t count, uint32_t **flags,
@@ -269,6 +297,8 @@ const sl_gpu_ops_t sl_gpu_default_ops = {
     .copy_async        = sl_cuda_copy_async,
     .device_current    = sl_cuda_device_current,
     .device_set        = sl_cuda_device_set,
+    .dev_alloc         = sl_cuda_dev_alloc,
+    .dev_free          = sl_cuda_dev_free,
     .flags_alloc       = sl_cuda_flags_alloc,
     .flags_free        = sl_cuda_flags_free,
     .stream_wait_flag  = sl_cuda_stream_wait_flag,

@@ -14,9 +14,10 @@ static int sl_none_probe(char *why, size_t len)
     return 0;
 }
 
-static stagelink_mem_type_t sl_none_classify(const void *ptr)
+static stagelink_mem_type_t sl_none_classify(const void *ptr, int *device)
 {
     (void)ptr;
+    *device = -1;
     return STAGELINK_MEM_HOST;
 }
 

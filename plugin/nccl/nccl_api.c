@@ -4,6 +4,7 @@
 #include "sl_env.h"
 #include "sl_log.h"
 #include "sl_shard.h"
+#include "sl_time.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -24,6 +25,8 @@ static sl_status_t sl_nccl_load(sl_errbuf_t *eb)
         {"ncclGetVersion", (void **)&sl_nccl.GetVersion},
         {"ncclGetUniqueId", (void **)&sl_nccl.GetUniqueId},
         {"ncclCommInitRank", (void **)&sl_nccl.CommInitRank},
+        {"ncclCommInitRankConfig", (void **)&sl_nccl.CommInitRankConfig},
+        {"ncclCommGetAsyncError", (void **)&sl_nccl.CommGetAsyncError},
         {"ncclCommDestroy", (void **)&sl_nccl.CommDestroy},
         {"ncclCommAbort", (void **)&sl_nccl.CommAbort},
         {"ncclAllGather", (void **)&sl_nccl.AllGather},
@@ -97,6 +100,64 @@ sl_status_t sl_nccl_check(const sl_nccl_api_t *api, ncclResult_t result,
     return sl_error(eb, STAGELINK_ERR_TRANSPORT, "%s failed: %s%s%s", what,
                     api->GetErrorString(result), comm ? ": " : "",
                     comm ? api->GetLastError(comm) : "");
+}
+
+sl_status_t sl_nccl_settle(const sl_nccl_api_t *api, ncclComm_t comm,
+                           double deadline, const char *what, sl_errbuf_t *eb)
+{
+    struct timespec nap = {0, 50000};
+    ncclResult_t    state;
+
+    for (;;) {
+        SL_CHECK(sl_nccl_check(api, api->CommGetAsyncError(comm, &state), comm,
+                               "ncclCommGetAsyncError", eb));
+        if (state != ncclInProgress) {
+            return sl_nccl_check(api, state, comm, what, eb);
+        }
+        if (sl_deadline_passed(deadline)) {
+            return sl_error(eb, STAGELINK_ERR_TIMEOUT, "%s did not finish "
+                            "within STAGELINK_TIMEOUT: a TP peer never joined "
+                            "(it died, or its host never made the call); "
+                            "check the other ranks' logs", what);
+        }
+        /* A blocking nap: ranks may share cores with their peers. */
+        nanosleep(&nap, NULL);
+        nap.tv_nsec = (nap.tv_nsec < 1000000) ? nap.tv_nsec * 2 : 1000000;
+    }
+}
+
+sl_status_t sl_nccl_comm_open(const sl_nccl_api_t *api, ncclComm_t *comm,
+                              int nranks, ncclUniqueId id, int rank,
+                              double deadline, const char *what,
+                              sl_errbuf_t *eb)
+{
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    sl_status_t  status;
+
+    config.blocking = 0;
+    *comm           = NULL;
+    status = sl_nccl_check(api, api->CommInitRankConfig(comm, nranks, id, rank,
+                                                        &config),
+                           NULL, what, eb);
+    if (status == STAGELINK_SUCCESS && *comm != NULL) {
+        status = sl_nccl_settle(api, *comm, deadline, what, eb);
+    }
+    if (status != STAGELINK_SUCCESS && *comm != NULL) {
+        api->CommAbort(*comm);
+        *comm = NULL;
+    }
+    return status;
+}
+
+sl_status_t sl_nccl_async_error(const sl_nccl_api_t *api, ncclComm_t comm,
+                                sl_errbuf_t *eb)
+{
+    ncclResult_t state = ncclSuccess;
+
+    SL_CHECK(sl_nccl_check(api, api->CommGetAsyncError(comm, &state), comm,
+                           "ncclCommGetAsyncError", eb));
+    return sl_nccl_check(api, state, comm, "NCCL (an asynchronous error of "
+                         "the TP group's communicator)", eb);
 }
 
 sl_status_t sl_nccl_allgather_inplace(const sl_nccl_api_t *api, ncclComm_t comm,

@@ -17,6 +17,10 @@ typedef struct sl_nccl_api {
     ncclResult_t (*GetUniqueId)(ncclUniqueId *id);
     ncclResult_t (*CommInitRank)(ncclComm_t *comm, int nranks,
                                  ncclUniqueId id, int rank);
+    ncclResult_t (*CommInitRankConfig)(ncclComm_t *comm, int nranks,
+                                       ncclUniqueId id, int rank,
+                                       ncclConfig_t *config);
+    ncclResult_t (*CommGetAsyncError)(ncclComm_t comm, ncclResult_t *state);
     ncclResult_t (*CommDestroy)(ncclComm_t comm);
     ncclResult_t (*CommAbort)(ncclComm_t comm);
     ncclResult_t (*AllGather)(const void *send, void *recv, size_t count,
@@ -48,6 +52,27 @@ sl_status_t sl_nccl_allgather_inplace(const sl_nccl_api_t *api, ncclComm_t comm,
                                       void *buf, size_t nbytes,
                                       size_t elem_size, int parts, int index,
                                       cudaStream_t stream, sl_errbuf_t *eb);
+
+/**
+ * A non-blocking communicator of `nranks` (NCCL's config blocking = 0),
+ * its init polled until done: past `deadline` (0: none) it is aborted and
+ * the call fails with TIMEOUT, naming `what`, instead of hanging on a TP
+ * peer that never joins.
+ */
+sl_status_t sl_nccl_comm_open(const sl_nccl_api_t *api, ncclComm_t *comm,
+                              int nranks, ncclUniqueId id, int rank,
+                              double deadline, const char *what,
+                              sl_errbuf_t *eb);
+
+/** Waits out ncclInProgress after a call on a non-blocking communicator
+ *  (NCCL's rule before the next call); its error, or TIMEOUT. */
+sl_status_t sl_nccl_settle(const sl_nccl_api_t *api, ncclComm_t comm,
+                           double deadline, const char *what, sl_errbuf_t *eb);
+
+/** The communicator's asynchronous error (a peer died, a network failed)
+ *  as a status with NCCL's sentence; SUCCESS while there is none. */
+sl_status_t sl_nccl_async_error(const sl_nccl_api_t *api, ncclComm_t comm,
+                                sl_errbuf_t *eb);
 
 /** Turns an NCCL result into a status with NCCL's own sentence. */
 sl_status_t sl_nccl_check(const sl_nccl_api_t *api, ncclResult_t result,

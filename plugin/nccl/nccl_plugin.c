@@ -336,13 +336,13 @@ static void sl_nccl_route(const sl_ncomm_t *c, const stagelink_xfer_t *x,
 static sl_status_t sl_nccl_check_xfer(sl_ncomm_t *c, stagelink_op_kind_t kind,
                                       const stagelink_xfer_t *x)
 {
-    int backward, i;
+    int backward, i, device;
 
     SL_CHECK(sl_xfer_check(&c->layout, kind, x, &backward, &c->err));
     if (x->nbytes > 0 &&
         (x->mem_type == STAGELINK_MEM_HOST ||
          (x->mem_type == STAGELINK_MEM_AUTO &&
-          c->gpu->classify(x->buf) == STAGELINK_MEM_HOST))) {
+          c->gpu->classify(x->buf, &device) == STAGELINK_MEM_HOST))) {
         return sl_error(&c->err, STAGELINK_ERR_UNSUPPORTED,
                         "%s: the NCCL plugin moves device memory only; use "
                         "STAGELINK_PLUGIN=ucx for host buffers",

@@ -212,7 +212,7 @@ typedef struct sl_progress_hook {
     int  (*busy)(const struct stagelink_comm *comm);
 } sl_progress_hook_t;
 
-#define SL_MAX_PROGRESS_HOOKS 4
+#define SL_MAX_PROGRESS_HOOKS 8
 
 typedef struct sl_req_pool {
     struct stagelink_request *slots;
@@ -237,7 +237,7 @@ struct stagelink_comm {
     atomic_int                  host_inside; /**< a host call holds the lock */
     _Atomic double              host_left_at; /**< when the host's last call returned */
     struct pollfd              *pt_pfds;     /**< the thread's copy of pfds */
-    int                         device;      /**< CUDA device of the host's thread, -1: none yet */
+    int                         device;      /**< CUDA device it works on, -1: none yet (ucx_device.c) */
     double                      grace;       /**< STAGELINK_FINALIZE_GRACE */
     int                         abandoned;   /**< requests finalize ended unfinished */
     sl_errbuf_t                 err;
@@ -419,6 +419,10 @@ sl_ucx_peer_t *sl_peer_at(sl_comm_t *comm, int i);
  *  `direct`: its death was seen (pidfd, a report), not only a UCX error. */
 void        sl_peer_down(sl_ucx_peer_t *peer, int direct, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/** A failure of the TP group that names no rank (NCCL's asynchronous
+ *  error): the communicator's fault, TRANSPORT, applied as a death is. */
+void        sl_peer_group_failed(sl_comm_t *comm, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /** The fault is a peer failure known only from a UCX error, not applied
  *  yet: a direct sighting may still name another rank. */
 int         sl_peer_unsure(const sl_comm_t *comm);
@@ -543,8 +547,23 @@ sl_status_t sl_wire_status(sl_ucx_peer_t *peer, ucs_status_t ucs,
                            const char *what);
 
 /* ucx_device.c: device memory */
-/** Whether a GPU is usable: known before any exchange. */
-void        sl_device_probe(sl_comm_t *comm);
+/** The GPU runtime comm_init uses (tests put a fake one here first). */
+extern const sl_gpu_ops_t *sl_device_runtime;
+/** Whether a GPU is usable, known before any exchange, and the device:
+ *  the config's (made current), else the calling thread's, else -1. */
+sl_status_t sl_device_probe(sl_comm_t *comm, const stagelink_config_t *config);
+/** What a host call found current, to give back on return. */
+typedef struct sl_device_entry {
+    const sl_gpu_ops_t *gpu;   /**< NULL: no device is touched */
+    int                 saved; /**< the caller's device, -1: no context */
+    int                 set;   /**< the communicator's, for a leave after it is gone */
+} sl_device_entry_t;
+/** The communicator's device becomes current on the calling thread ... */
+void        sl_device_enter(sl_comm_t *comm, sl_device_entry_t *e);
+/** ... and the caller's comes back (comm NULL: it is gone by now). */
+void        sl_device_leave(sl_comm_t *comm, sl_device_entry_t *e);
+/** A communicator without a device takes that of its first device tensor. */
+sl_status_t sl_device_adopt(sl_comm_t *comm, int device);
 /** Which libucp runs, and whether that UCX was built with CUDA (1). */
 int         sl_device_ucx_build(char *out, size_t len);
 /** The node's GPUs into `t` (CUDA's visible devices, else the PCI bus);

@@ -23,10 +23,68 @@
 #include <string.h>
 #include <unistd.h>
 
-void sl_device_probe(sl_comm_t *comm)
+const sl_gpu_ops_t *sl_device_runtime = &sl_gpu_default_ops;
+
+sl_status_t sl_device_probe(sl_comm_t *comm, const stagelink_config_t *config)
 {
-    comm->gpu        = &sl_gpu_default_ops;
+    comm->gpu        = sl_device_runtime;
     comm->gpu_usable = comm->gpu->probe(comm->gpu_why, sizeof(comm->gpu_why));
+    comm->device     = -1;
+    if (config->flags & STAGELINK_CONFIG_DEVICE_SET) {
+        if (!comm->gpu_usable || comm->gpu->device_set == NULL) {
+            return sl_error(&comm->err, STAGELINK_ERR_CONFIG, "the config "
+                            "names CUDA device %d (STAGELINK_CONFIG_DEVICE_SET), "
+                            "but %s", config->device, comm->gpu_usable
+                            ? "the GPU runtime cannot select a device"
+                            : comm->gpu_why);
+        }
+        SL_CHECK(comm->gpu->device_set(config->device, &comm->err));
+        comm->device = config->device;
+    } else if (comm->gpu_usable && comm->gpu->device_current != NULL) {
+        /* The host chose it (torch.cuda.set_device before init). */
+        comm->device = comm->gpu->device_current();
+    }
+    return STAGELINK_SUCCESS;
+}
+
+void sl_device_enter(sl_comm_t *comm, sl_device_entry_t *e)
+{
+    e->gpu   = comm->gpu;
+    e->saved = -1;
+    e->set   = comm->device;
+    if (comm->gpu == NULL || comm->gpu->device_current == NULL ||
+        comm->gpu->device_set == NULL || !comm->gpu_usable) {
+        e->gpu = NULL;
+        return;
+    }
+    e->saved = comm->gpu->device_current();
+    if (comm->device >= 0 && e->saved != comm->device) {
+        /* A failure shows in the call's own CUDA work, with its sentence. */
+        comm->gpu->device_set(comm->device, &comm->err);
+    }
+}
+
+void sl_device_leave(sl_comm_t *comm, sl_device_entry_t *e)
+{
+    sl_errbuf_t drop;
+    int         set = (comm != NULL) ? comm->device : e->set;
+
+    /* The caller's device (or none) again, as it was before the call. */
+    if (e->gpu != NULL && set >= 0 && e->saved != set) {
+        e->gpu->device_set(e->saved, &drop);
+    }
+}
+
+sl_status_t sl_device_adopt(sl_comm_t *comm, int device)
+{
+    if (comm->gpu->device_set == NULL) {
+        return STAGELINK_SUCCESS; /* a runtime with no device to choose */
+    }
+    SL_CHECK(comm->gpu->device_set(device, &comm->err));
+    comm->device = device;
+    SL_INFO(SL_SUBSYS_INIT, "CUDA device %d (of the first device tensor: no "
+            "device was current at comm_init)", device);
+    return STAGELINK_SUCCESS;
 }
 
 int sl_device_topo_gpus(sl_comm_t *comm, const char *root, sl_topo_t *t)

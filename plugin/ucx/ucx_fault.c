@@ -29,6 +29,7 @@
  * which a pidfd or a report names the rank that really died.
  * SPDX-License-Identifier: MIT
  */
+#include "gather.h"
 #include "ucx_comm.h"
 
 #include "sl_log.h"
@@ -402,6 +403,7 @@ static void sl_fault_apply(sl_comm_t *comm)
         /* The caller asked for it and gets ABORTED on every request. */
         SL_INFO(SL_SUBSYS_NET, "aborted: failing every transfer in flight");
         sl_fault_abort_all(comm);
+        sl_gather_fault(comm);
         return;
     }
     if (comm->fault == STAGELINK_ERR_PEER_FAILED && !comm->fault_applied) {
@@ -411,6 +413,13 @@ static void sl_fault_apply(sl_comm_t *comm)
         }
         sl_fault_fail_all(comm, STAGELINK_ERR_PEER_FAILED,
                           comm->fault_err.msg);
+        sl_gather_fault(comm);
+    }
+    if (comm->fault == STAGELINK_ERR_TRANSPORT && !comm->fault_applied) {
+        /* The TP group's own failure: its ranks see it themselves. */
+        comm->fault_applied = 1;
+        sl_fault_fail_all(comm, STAGELINK_ERR_TRANSPORT, comm->fault_err.msg);
+        sl_gather_fault(comm);
     }
     /* A dead peer's endpoint is closed by force (also a second death). */
     for (i = 0; i < sl_peer_count(comm); ++i) {

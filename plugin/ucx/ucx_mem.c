@@ -62,6 +62,32 @@ static sl_status_t sl_mem_contradiction(sl_comm_t *comm, const void *buf,
 }
 
 /*
+ * Device memory of the communicator's device only: the copy engine, UCX's
+ * CUDA transports and NCCL all work on that one.  A communicator that has
+ * none yet (no device current at init) takes the first tensor's.
+ */
+static sl_status_t sl_mem_check_device(sl_comm_t *comm, const void *buf,
+                                       stagelink_mem_type_t actual, int device)
+{
+    if (actual != STAGELINK_MEM_CUDA || device < 0) {
+        return STAGELINK_SUCCESS;
+    }
+    if (comm->device < 0) {
+        return sl_device_adopt(comm, device);
+    }
+    if (device != comm->device) {
+        return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
+                        "buffer %p is memory of CUDA device %d, but this "
+                        "communicator works on device %d (%s); pass tensors "
+                        "of device %d, or make one communicator per device",
+                        buf, device, comm->device,
+                        "the config's, the current one at comm_init, or its "
+                        "first device tensor's", comm->device);
+    }
+    return STAGELINK_SUCCESS;
+}
+
+/*
  * What the buffer is; device memory needs a usable device.  `known` is the
  * type a registration already established (else AUTO).  Declared types are
  * checked against the runtime where a GPU is usable, but a host
@@ -77,16 +103,17 @@ static sl_status_t sl_mem_check_type(sl_comm_t *comm, const void *buf,
                                      stagelink_mem_type_t *resolved)
 {
     stagelink_mem_type_t actual = known;
+    int                  device = -1;
 
     switch (requested) {
     case STAGELINK_MEM_AUTO:
         if (nbytes > 0 && actual == STAGELINK_MEM_AUTO) {
-            actual = comm->gpu->classify(buf);
+            actual = comm->gpu->classify(buf, &device);
         }
         /* Nothing the runtime knows (or can say): host memory. */
         *resolved = (nbytes == 0 || actual == STAGELINK_MEM_AUTO)
                         ? STAGELINK_MEM_HOST : actual;
-        return STAGELINK_SUCCESS;
+        return sl_mem_check_device(comm, buf, actual, device);
     case STAGELINK_MEM_CUDA:
         if (!comm->gpu_usable) {
             return sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
@@ -103,9 +130,10 @@ static sl_status_t sl_mem_check_type(sl_comm_t *comm, const void *buf,
         if (actual == STAGELINK_MEM_AUTO && may_ask &&
             (requested == STAGELINK_MEM_CUDA || comm->gpu->thread_on_gpu == NULL ||
              comm->gpu->thread_on_gpu())) {
-            actual = comm->gpu->classify(buf);
+            actual = comm->gpu->classify(buf, &device);
         }
-        return sl_mem_contradiction(comm, buf, requested, actual);
+        SL_CHECK(sl_mem_contradiction(comm, buf, requested, actual));
+        return sl_mem_check_device(comm, buf, actual, device);
     }
     return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                     "memory type %d is not a stagelink_mem_type_t",

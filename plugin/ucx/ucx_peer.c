@@ -86,6 +86,23 @@ log:
            "rank %d is gone: %s", peer->rank, peer->why);
 }
 
+void sl_peer_group_failed(sl_comm_t *comm, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (comm->fault != STAGELINK_SUCCESS) {
+        return; /* the first fault says why */
+    }
+    comm->fault          = STAGELINK_ERR_TRANSPORT;
+    comm->fault_pending  = 1;
+    comm->fault_indirect = 0;
+    va_start(ap, fmt);
+    vsnprintf(comm->fault_err.msg, sizeof(comm->fault_err.msg), fmt, ap);
+    va_end(ap);
+    SL_WARN(SL_SUBSYS_GATHER, "the TP group failed: %s; finalize the "
+            "communicator and restart the job", comm->fault_err.msg);
+}
+
 void sl_peer_polled(sl_comm_t *comm)
 {
     int i;
@@ -126,8 +143,9 @@ sl_status_t sl_peer_check(sl_comm_t *comm, sl_ucx_peer_t *peer)
                         "rank %d's endpoint was closed by comm_finalize: "
                         "nothing more goes to it", peer->rank);
     }
-    if (comm->fault == STAGELINK_ERR_PEER_FAILED) {
-        return sl_error(&comm->err, STAGELINK_ERR_PEER_FAILED,
+    if (comm->fault == STAGELINK_ERR_PEER_FAILED ||
+        comm->fault == STAGELINK_ERR_TRANSPORT) {
+        return sl_error(&comm->err, comm->fault,
                         "nothing can be posted after a failure: %s",
                         comm->fault_err.msg);
     }

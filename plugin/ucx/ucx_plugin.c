@@ -35,15 +35,31 @@ static __thread sl_errbuf_t sl_thread_err;
 #define SL_LIVE(_comm, _call) \
     SL_CHECK(sl_registry_check(&sl_live, (_comm), (_call), &sl_thread_err))
 
-static sl_comm_t *sl_ucx_enter(sl_comm_t *comm)
+/* A host call: the communicator's mutex, and its device current. */
+typedef struct sl_ucx_entry {
+    sl_comm_t        *comm;
+    sl_device_entry_t device;
+} sl_ucx_entry_t;
+
+static sl_ucx_entry_t sl_ucx_enter(sl_comm_t *comm)
+{
+    sl_ucx_entry_t e = {.comm = comm};
+
+    sl_progress_enter(comm);
+    sl_device_enter(comm, &e.device);
+    return e;
+}
+
+static void sl_ucx_leave(sl_ucx_entry_t *e)
+{
+    sl_device_leave(e->comm, &e->device);
+    sl_progress_leave(e->comm);
+}
+
+static sl_comm_t *sl_ucx_enter_query(sl_comm_t *comm)
 {
     sl_progress_enter(comm);
     return comm;
-}
-
-static void sl_ucx_leave(sl_comm_t **comm)
-{
-    sl_progress_leave(*comm);
 }
 
 static void sl_ucx_leave_query(sl_comm_t **comm)
@@ -52,18 +68,19 @@ static void sl_ucx_leave_query(sl_comm_t **comm)
 }
 
 /* A call into a live communicator: it holds the communicator's mutex from
- * here to its return (ucx_progress.c), on every path. */
+ * here to its return (ucx_progress.c), on every path, and works on the
+ * communicator's device (ucx_device.c), the caller's again on return. */
 #define SL_ENTER(_comm, _call) \
     SL_LIVE(_comm, _call); \
-    sl_comm_t *sl_entered __attribute__((cleanup(sl_ucx_leave))) = \
+    sl_ucx_entry_t sl_entered __attribute__((cleanup(sl_ucx_leave))) = \
         sl_ucx_enter(_comm); \
     (void)sl_entered
 
-/* The same for a call that only reads the communicator. */
+/* The same for a call that only reads the communicator (no GPU work). */
 #define SL_ENTER_QUERY(_comm, _call) \
     SL_LIVE(_comm, _call); \
     sl_comm_t *sl_entered __attribute__((cleanup(sl_ucx_leave_query))) = \
-        sl_ucx_enter(_comm); \
+        sl_ucx_enter_query(_comm); \
     (void)sl_entered
 
 static sl_status_t sl_comm_settings(sl_comm_t *comm,
@@ -278,6 +295,7 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *host_config
     sl_launcher_t launcher;
     sl_comm_t    *comm;
     sl_status_t   status;
+    sl_device_entry_t device = {.gpu = NULL};
     int           k;
 
     if (config == NULL || comm_out == NULL) {
@@ -294,6 +312,7 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *host_config
     }
     comm->magic     = SL_COMM_MAGIC;
     comm->prev.rank = comm->next.rank = -1;
+    comm->device    = -1;
     sl_peer_init(comm);
     if (sl_progress_init(comm) != STAGELINK_SUCCESS) {
         sl_thread_err = comm->err;
@@ -328,7 +347,9 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *host_config
     }
     comm->prev.rank = comm->layout.prev_rank;
     comm->next.rank = comm->layout.next_rank;
-    sl_device_probe(comm);
+    SL_CHECK_GOTO(sl_device_probe(comm, config), err_destroy);
+    /* Init's own GPU work (streams, NCCL) runs on the device too. */
+    sl_device_enter(comm, &device);
     comm->host_gather     = config->gather;
     comm->host_gather_ctx = config->gather_ctx;
     SL_CHECK_GOTO(sl_gather_select(comm), err_destroy);
@@ -358,25 +379,29 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *host_config
             comm->gather->name, comm->node_id, comm->local_rank,
             comm->local_size);
     SL_CHECK_GOTO(sl_registry_add(&sl_live, comm, &comm->err), err_destroy);
+    sl_device_leave(comm, &device);
     *comm_out = comm;
     return STAGELINK_SUCCESS;
 
 err_destroy:
     sl_thread_err = comm->err;
     sl_comm_destroy(comm);
+    sl_device_leave(NULL, &device);
     return status;
 }
 
 static stagelink_status_t sl_ucx_comm_finalize(stagelink_comm_t *comm)
 {
-    sl_errbuf_t drop;
-    sl_status_t status;
-    double      grace_end;
+    sl_device_entry_t device;
+    sl_errbuf_t       drop;
+    sl_status_t       status;
+    double            grace_end;
 
     SL_LIVE(comm, "comm_finalize");
     sl_registry_remove(&sl_live, comm);
     sl_progress_stop(comm);  /* from here this thread owns the worker */
     sl_progress_enter(comm); /* and holds it as every call does */
+    sl_device_enter(comm, &device);
     sl_ucx_progress(comm);   /* applies an abort from another thread */
     comm->closing = 1;
     /* One grace for the requests and the flush; 0 abandons at once. */
@@ -407,6 +432,7 @@ static stagelink_status_t sl_ucx_comm_finalize(stagelink_comm_t *comm)
     }
     sl_progress_leave_query(comm);
     sl_comm_destroy(comm);
+    sl_device_leave(NULL, &device);
     return status;
 }
 

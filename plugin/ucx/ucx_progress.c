@@ -107,7 +107,8 @@ static int sl_progress_take(sl_comm_t *comm, sl_sleep_t *s)
         return 0;
     }
     s->host_err = comm->err;
-    /* A device the host made current after init (its first device post). */
+    /* The communicator's device (taken at its first device post when none
+     * was current at init). */
     if (comm->device >= 0 && s->device != comm->device &&
         comm->gpu->device_set != NULL &&
         comm->gpu->device_set(comm->device, &comm->err) == STAGELINK_SUCCESS) {
@@ -276,7 +277,6 @@ sl_status_t sl_progress_init(sl_comm_t *comm)
                         strerror(err));
     }
     comm->lock_made = 1;
-    comm->device    = -1;
     return STAGELINK_SUCCESS;
 }
 
@@ -285,9 +285,6 @@ sl_status_t sl_progress_start(sl_comm_t *comm)
     sigset_t all, old;
     int      err;
 
-    if (comm->gpu != NULL && comm->gpu->device_current != NULL) {
-        comm->device = comm->gpu->device_current();
-    }
     if (!comm->progress_thread) {
         SL_INFO(SL_SUBSYS_INIT, "no progress thread (STAGELINK_PROGRESS_THREAD"
                 "=0): transfers move only inside stagelink calls");

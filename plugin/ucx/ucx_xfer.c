@@ -50,10 +50,6 @@ static sl_status_t sl_xfer_post_one(sl_comm_t *comm, stagelink_op_kind_t kind,
     SL_CHECK(sl_req_get(comm, kind, xfer, backward, &req));
 
     req->device = (mem_type == STAGELINK_MEM_CUDA);
-    if (req->device && comm->device < 0 && comm->gpu->device_current != NULL) {
-        /* The host works on its GPU by now: the progress thread follows. */
-        comm->device = comm->gpu->device_current();
-    }
     req->peer   = (xfer->peer == STAGELINK_PEER_NEXT) ? &comm->next : &comm->prev;
     if (comm->mode == STAGELINK_MODE_FULL) {
         req->shard = (sl_shard_t){0, xfer->nbytes};

@@ -27,15 +27,20 @@ static char  *dev;   /* what the host is given: no access */
 static char  *alias; /* the same pages, for the fake copy engine */
 static size_t copied;
 
-static stagelink_mem_type_t f_classify(const void *p)
+static int f_on_device(const void *p)
 {
-    return ((const char *)p >= dev && (const char *)p < dev + DEV_BYTES)
-               ? STAGELINK_MEM_CUDA : STAGELINK_MEM_HOST;
+    return (const char *)p >= dev && (const char *)p < dev + DEV_BYTES;
+}
+
+static stagelink_mem_type_t f_classify(const void *p, int *device)
+{
+    *device = f_on_device(p) ? 0 : -1;
+    return f_on_device(p) ? STAGELINK_MEM_CUDA : STAGELINK_MEM_HOST;
 }
 
 static void *f_reach(const void *p)
 {
-    return (f_classify(p) == STAGELINK_MEM_CUDA)
+    return f_on_device(p)
                ? alias + ((const char *)p - dev) : (void *)p;
 }
 

@@ -24,6 +24,19 @@
  *   refused  stage 1's NCCL fails the collective its receive issues at the
  *            post: the post fails at once with that sentence, nothing is
  *            left in flight, and the same tag then works;
+ *   device   the communicator works on device 1 of a fake GPU of two,
+ *            whose every call checks the current device: a tensor of
+ *            device 0 is refused naming both, calls from a host thread on
+ *            device 0 and from a thread without a context move device 1's
+ *            tensors and leave the caller's device (or none) current;
+ *   nccl-init-timeout  NCCL's init never completes (FAKE_NCCL_INIT=hang):
+ *            comm_init fails with TIMEOUT at STAGELINK_TIMEOUT;
+ *   nccl-async-error   a gather's collective never ends and NCCL reports
+ *            an asynchronous error: the host's stream runs on (the
+ *            communicator aborted NCCL) and later posts fail with it;
+ *   nccl-peer-death    a TP peer dies while the collective waits for it;
+ *   nccl-abort         comm_abort while the collective waits for a peer:
+ *            each time the host's stream is released;
  *   random   drawn from SEED (stagelink_stress -G runs it): rounds of 2-6
  *            receives in flight of drawn sizes, posted in one order on
  *            both TP ranks (the header's rule) with a kernel or a held
@@ -31,7 +44,7 @@
  *            sends or completes in an order of its own (wait, or test
  *            polling), and may go idle outside stagelink after a round.
  *
- *   gather_order FAKE_NCCL.so held|skew|between|consumer|refused|random [SEED]
+ *   gather_order FAKE_NCCL.so SCENARIO | random SEED
  * SPDX-License-Identifier: MIT
  */
 #include "../plugins/fake_stream.h"
@@ -53,11 +66,41 @@
 #include <unistd.h>
 
 #define ARENA    ((size_t)16 << 20)
+#define NDEV     2
+#define DEV_SPAN (ARENA / NDEV)
 #define WAIT_S   60
 
 /* ---- the fake GPU: an arena of "device memory" and threaded streams ---- */
 
+/* Device d's memory is arena[d * DEV_SPAN, (d + 1) * DEV_SPAN). */
 static char *arena;
+
+/*
+ * The calling thread's current device, -1 while it has no context.  As the
+ * CUDA runtime does, a GPU call from a thread without one makes device 0
+ * current; a GPU call on a stream or memory of another device than the
+ * current one is what the plugin must never make (counted, first said).
+ */
+static __thread int f_current = -1;
+static atomic_int   f_wrong;
+
+static int f_dev_of(const void *p)
+{
+    return ((const char *)p >= arena && (const char *)p < arena + ARENA)
+               ? (int)(((const char *)p - arena) / DEV_SPAN) : -1;
+}
+
+static void f_on(const char *what, int device)
+{
+    if (f_current < 0) {
+        f_current = 0; /* the runtime's implicit context */
+    }
+    if (device >= 0 && device != f_current &&
+        atomic_fetch_add(&f_wrong, 1) == 0) {
+        fprintf(stderr, "fake GPU: %s of device %d from a thread whose "
+                "current device is %d\n", what, device, f_current);
+    }
+}
 
 typedef struct item {
     fake_stream_fn_t fn;
@@ -70,6 +113,7 @@ typedef struct fstream {
     pthread_cond_t  cv;
     item_t         *head, *tail;
     int             held, stop, busy;
+    int             device;
     pthread_t       thread;
 } fstream_t;
 
@@ -187,6 +231,8 @@ static sl_status_t f_stream_create(void **out, sl_errbuf_t *eb)
     fstream_t *s = calloc(1, sizeof(*s));
 
     (void)eb;
+    f_on("stream create", -1);
+    s->device = f_current;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_create(&s->thread, NULL, fstream_main, s);
@@ -245,6 +291,7 @@ static sl_status_t f_event_record(void *event, void *stream, sl_errbuf_t *eb)
     fmark_t  *m  = calloc(1, sizeof(*m));
 
     (void)eb;
+    f_on("event record on a stream", stream ? ((fstream_t *)stream)->device : -1);
     CHECK(m != NULL, "out of memory");
     atomic_store(&m->refs, 2); /* the event's, and the stream's */
     fmark_unref(ev->last);
@@ -286,6 +333,7 @@ static sl_status_t f_stream_wait_event(void *stream, void *event, sl_errbuf_t *e
     fevent_t *ev = event;
 
     (void)eb;
+    f_on("stream wait", ((fstream_t *)stream)->device);
     if (ev->last != NULL) {
         atomic_fetch_add(&ev->last->refs, 1);
         fake_stream_enqueue(stream, wait_mark, ev->last);
@@ -319,6 +367,7 @@ static sl_status_t f_stream_wait_flag(void *stream, uint32_t *flag,
     gate_t *g = malloc(sizeof(*g));
 
     (void)eb;
+    f_on("stream flag wait", ((fstream_t *)stream)->device);
     g->flag  = flag;
     g->value = value;
     fake_stream_enqueue(stream, wait_gate, g);
@@ -337,32 +386,59 @@ static void f_flags_free(uint32_t *flags) { free(flags); }
 static sl_status_t f_copy(void *dst, const void *src, size_t len, void *stream,
                           sl_errbuf_t *eb)
 {
-    (void)stream, (void)eb;
+    (void)eb;
+    f_on("copy on a stream", ((fstream_t *)stream)->device);
+    f_on("copy of memory", f_dev_of(dst) >= 0 ? f_dev_of(dst) : f_dev_of(src));
     memcpy(dst, src, len);
     return STAGELINK_SUCCESS;
 }
 
-static stagelink_mem_type_t f_classify(const void *p)
+static stagelink_mem_type_t f_classify(const void *p, int *device)
 {
-    return ((const char *)p >= arena && (const char *)p < arena + ARENA)
-               ? STAGELINK_MEM_CUDA : STAGELINK_MEM_HOST;
+    f_on("pointer query", -1);
+    *device = f_dev_of(p);
+    return (*device >= 0) ? STAGELINK_MEM_CUDA : STAGELINK_MEM_HOST;
 }
+
+static int  f_device_current(void) { return f_current; }
+static int  f_thread_on_gpu(void) { return f_current >= 0; }
+
+static sl_status_t f_device_set(int device, sl_errbuf_t *eb)
+{
+    if (device >= NDEV) {
+        return sl_error(eb, STAGELINK_ERR_TRANSPORT, "fake GPU: no device %d",
+                        device);
+    }
+    f_current = device;
+    return STAGELINK_SUCCESS;
+}
+
+static sl_status_t f_dev_alloc(size_t len, void **ptr, sl_errbuf_t *eb)
+{
+    f_on("device allocation", -1);
+    *ptr = malloc(len); /* the fake NCCL only copies it */
+    return (*ptr != NULL) ? STAGELINK_SUCCESS
+                          : sl_error(eb, STAGELINK_ERR_NO_MEMORY, "fake GPU: no memory");
+}
+
+static void f_dev_free(void *ptr) { free(ptr); }
 
 static int f_probe(char *why, size_t len) { snprintf(why, len, "fake GPU"); return 1; }
 static void *f_host_alloc(size_t len, void *ctx) { (void)ctx; return malloc(len); }
 static void f_host_free(void *p, void *ctx) { (void)ctx; free(p); }
 
-/* A GPU of its own per rank, so that NCCL's one-rank-per-GPU rule holds. */
+/* GPUs of their own per rank, so that NCCL's one-rank-per-GPU rule holds. */
 static int f_pci_bus_ids(char (*ids)[16], int max, int *current)
 {
     const char *rank = getenv("RANK");
+    int         d;
 
-    if (max < 1) {
-        return 0;
+    for (d = 0; d < NDEV && d < max; ++d) {
+        snprintf(ids[d], 16, "0000:%02x:00.0",
+                 1 + NDEV * (rank ? atoi(rank) : 0) + d);
     }
-    snprintf(ids[0], 16, "0000:%02x:00.0", 1 + (rank ? atoi(rank) : 0));
-    *current = 0;
-    return 1;
+    *current = f_current;
+    return d;
 }
 
 static const sl_gpu_ops_t fake_gpu = {
@@ -383,6 +459,11 @@ static const sl_gpu_ops_t fake_gpu = {
     .flags_alloc       = f_flags_alloc,
     .flags_free        = f_flags_free,
     .stream_wait_flag  = f_stream_wait_flag,
+    .thread_on_gpu     = f_thread_on_gpu,
+    .device_current    = f_device_current,
+    .device_set        = f_device_set,
+    .dev_alloc         = f_dev_alloc,
+    .dev_free          = f_dev_free,
 };
 
 /* ---- the job ---- */
@@ -609,7 +690,7 @@ static void scenario_random(job_t *j, uint64_t seed)
         char                *buf[RANDOM_MAX_K];
         stagelink_request_t *req[RANDOM_MAX_K];
 
-        j->next = arena;
+        j->next = arena + DEV_SPAN;
         for (i = 0; i < k; ++i) {
             n[i]   = 4 * (1 + draw(seed, 2, (uint64_t)(round * 8 + i)) %
                               (128u << 10));
@@ -843,30 +924,216 @@ static void scenario_between(job_t *j, const char *nccl_path)
     destroy(host_comm);
 }
 
+/* ---- device and context: the communicator works on device 1 ---- */
+
+typedef struct device_job {
+    job_t   *j;
+    char    *buf;
+    size_t   n;
+    uint32_t mb;
+    int      before, after; /* the thread's current device around the calls */
+} device_job_t;
+
+/* One transfer of device 1's memory, from a thread whose current device
+ * is whatever it is: after each call it is that device again. */
+static void device_transfer(device_job_t *d)
+{
+    stagelink_request_t *req;
+
+    d->before = f_current;
+    req       = post(d->j, d->buf, d->n, d->mb);
+    CHECK(f_current == d->before, "rank %d: the post left device %d "
+          "current, the caller's was %d", d->j->h.info.rank, f_current,
+          d->before);
+    finish(d->j, req, d->buf, d->n, d->mb);
+    d->after = f_current;
+}
+
+static void *device_thread(void *arg)
+{
+    device_transfer(arg); /* a thread that never touched the GPU */
+    return NULL;
+}
+
+static void scenario_device(job_t *j)
+{
+    char                *other = arena + DEV_SPAN / 2; /* device 0's memory */
+    stagelink_xfer_t     x = xfer_of(j, other, 8192, 40);
+    stagelink_request_t *req = NULL;
+    stagelink_status_t   st;
+    device_job_t         d = {j, dev_alloc(j, 96 << 10), 96 << 10, 41, 0, 0};
+    pthread_t            t;
+    const char          *msg;
+    int                  i;
+
+    /* A tensor of another device: refused, naming both, before anything
+     * moves (both stages, so nothing waits for it). */
+    for (i = 0; i < 2; ++i) {
+        x.mem_type = i ? STAGELINK_MEM_CUDA : STAGELINK_MEM_AUTO;
+        st  = (j->stage == 0) ? j->h.plugin->isend(j->h.comm, &x, &req)
+                              : j->h.plugin->irecv(j->h.comm, &x, &req);
+        msg = j->h.plugin->last_error(j->h.comm);
+        CHECK(st == STAGELINK_ERR_INVALID_ARG && strstr(msg, "device 0") &&
+              strstr(msg, "device 1"), "rank %d: a tensor of device 0 "
+              "(declared %s) on a communicator of device 1: %s: %s",
+              j->h.info.rank, i ? "cuda" : "auto", stagelink_status_string(st),
+              msg);
+    }
+    /* The host works on device 0 between its calls. */
+    f_current = 0;
+    device_transfer(&d);
+    CHECK(d.after == 0, "rank %d: device %d current after the calls, the "
+          "host's was 0", j->h.info.rank, d.after);
+    f_current = 1;
+    /* A thread without a context. */
+    d.mb = 42;
+    CHECK(pthread_create(&t, NULL, device_thread, &d) == 0, "pthread_create");
+    pthread_join(t, NULL);
+    CHECK(d.before == -1 && d.after == -1, "rank %d: a thread without a "
+          "context had device %d current after the calls", j->h.info.rank,
+          d.after);
+}
+
+/* ---- NCCL's failures: nothing may leave a stream hanging ---- */
+
+/* The host's stream runs dry within a bound: the gather it waits for was
+ * ended (by NCCL's abort), not left waiting for a peer. */
+static void stream_released(job_t *j, const char *after)
+{
+    double start = now_s();
+
+    fstream_sync(j->stream);
+    CHECK(now_s() - start < 20, "rank %d: the host's stream ran on only "
+          "%.1f s after %s", j->h.info.rank, now_s() - start, after);
+}
+
+static void scenario_async_error(job_t *j)
+{
+    size_t               n = 64 << 10;
+    char                *a = dev_alloc(j, n), *b = dev_alloc(j, n), *c;
+    stagelink_request_t *req;
+    stagelink_xfer_t     x;
+    stagelink_status_t   st;
+    int                  failed = -2;
+
+    /* Collective 0 was init's warm-up, 1 is a's gather, 2 (b's) fails. */
+    finish(j, post(j, a, n, 50), a, n, 50);
+    req = post(j, b, n, 51);
+    st  = j->h.plugin->wait(j->h.comm, req);
+    if (j->stage == 0) {
+        CHECK(st == STAGELINK_SUCCESS, "rank %d: send: %s", j->h.info.rank,
+              j->h.plugin->last_error(j->h.comm));
+        return;
+    }
+    CHECK(st == STAGELINK_SUCCESS || st == STAGELINK_ERR_TRANSPORT,
+          "rank %d: the receive whose gather fails: %s: %s", j->h.info.rank,
+          stagelink_status_string(st), j->h.plugin->last_error(j->h.comm));
+    stream_released(j, "NCCL's asynchronous error");
+    /* The communicator failed with NCCL's sentence. */
+    c = dev_alloc(j, n);
+    x = xfer_of(j, c, n, 52);
+    st = j->h.plugin->irecv(j->h.comm, &x, &req);
+    CHECK(st == STAGELINK_ERR_TRANSPORT &&
+          strstr(j->h.plugin->last_error(j->h.comm), "remote process exited"),
+          "rank %d: a post after NCCL's asynchronous error: %s: %s",
+          j->h.info.rank, stagelink_status_string(st),
+          j->h.plugin->last_error(j->h.comm));
+    CHECK(j->h.plugin->comm_get_error(j->h.comm, &failed) ==
+              STAGELINK_ERR_TRANSPORT && failed == -1,
+          "rank %d: comm_get_error after NCCL's asynchronous error: rank %d",
+          j->h.info.rank, failed);
+}
+
+static void scenario_peer_death(job_t *j)
+{
+    size_t               n = 64 << 10;
+    char                *a = dev_alloc(j, n);
+    stagelink_request_t *req;
+    stagelink_status_t   st;
+
+    if (j->stage == 1 && j->tp_index == 1) {
+        /* Dies while its TP peer's collective waits for it. */
+        await(j, "posted.0");
+        _exit(0);
+    }
+    req = post(j, a, n, 60);
+    if (j->stage == 1) {
+        say(j, "posted.0");
+    }
+    st = j->h.plugin->wait(j->h.comm, req);
+    if (j->stage == 0) {
+        CHECK(st == STAGELINK_SUCCESS || st == STAGELINK_ERR_PEER_FAILED,
+              "rank %d: send: %s: %s", j->h.info.rank,
+              stagelink_status_string(st), j->h.plugin->last_error(j->h.comm));
+        return;
+    }
+    CHECK(st == STAGELINK_ERR_PEER_FAILED &&
+          strstr(j->h.plugin->last_error(j->h.comm), "rank 3"),
+          "rank %d: the receive whose TP peer died: %s: %s", j->h.info.rank,
+          stagelink_status_string(st), j->h.plugin->last_error(j->h.comm));
+    stream_released(j, "its TP peer's death");
+}
+
+static void scenario_abort(job_t *j)
+{
+    size_t               n = 64 << 10;
+    char                *a = dev_alloc(j, n);
+    stagelink_request_t *req;
+    stagelink_status_t   st;
+
+    if (j->stage == 0) {
+        return; /* nothing is sent: the gather waits on */
+    }
+    if (j->tp_index == 1) {
+        await(j, "aborted.0"); /* never joins the collective */
+        return;
+    }
+    req = post(j, a, n, 70);
+    CHECK(j->h.plugin->comm_abort(j->h.comm) == STAGELINK_SUCCESS, "abort");
+    st = j->h.plugin->wait(j->h.comm, req);
+    CHECK(st == STAGELINK_ERR_ABORTED, "rank %d: the receive of an aborted "
+          "communicator: %s: %s", j->h.info.rank, stagelink_status_string(st),
+          j->h.plugin->last_error(j->h.comm));
+    stream_released(j, "comm_abort");
+    say(j, "aborted.0");
+}
+
 int main(int argc, char **argv)
 {
     const stagelink_plugin_v1_t *p = &stagelink_plugin_v1;
     stagelink_config_t           cfg;
     job_t                        j;
     sl_comm_t                   *comm;
-    void                        *state = NULL;
-    sl_status_t                  st;
     const char                  *port = getenv("MASTER_PORT");
     int                          seeded = (argc == 4 &&
                                            strcmp(argv[2], "random") == 0);
 
-    if (!seeded && (argc != 3 || (strcmp(argv[2], "held") &&
-                                  strcmp(argv[2], "skew") &&
-                                  strcmp(argv[2], "between") &&
-                                  strcmp(argv[2], "consumer") &&
-                                  strcmp(argv[2], "refused")))) {
-        fprintf(stderr, "usage: gather_order FAKE_NCCL.so "
-                "held|skew|between|consumer|refused|random SEED\n");
+    static const char *const names[] = {
+        "held", "skew", "between", "consumer", "refused", "device",
+        "nccl-init-timeout", "nccl-async-error", "nccl-peer-death",
+        "nccl-abort"};
+    size_t                       k;
+    double                       start;
+
+    for (k = 0; argc == 3 && k < sizeof(names) / sizeof(names[0]) &&
+                strcmp(argv[2], names[k]) != 0; ++k) {
+    }
+    if (!seeded && (argc != 3 || k == sizeof(names) / sizeof(names[0]))) {
+        fprintf(stderr, "usage: gather_order FAKE_NCCL.so held|skew|between|"
+                "consumer|refused|device|nccl-init-timeout|nccl-async-error|"
+                "nccl-peer-death|nccl-abort|random SEED\n");
         return 2;
+    }
+    /* The fake NCCL's failures (it reads them when called). */
+    if (strcmp(argv[2], "nccl-init-timeout") == 0) {
+        setenv("FAKE_NCCL_INIT", "hang", 1);
+        setenv("STAGELINK_TIMEOUT", "3", 1);
+    } else if (strcmp(argv[2], "nccl-async-error") == 0) {
+        setenv("FAKE_NCCL_ASYNC_ERROR", "2", 1);
     }
     memset(&j, 0, sizeof(j));
     arena = aligned_alloc(4096, ARENA);
-    j.next = arena;
+    j.next = arena + DEV_SPAN; /* device 1's */
     /* The job's (port and launcher): no earlier job's markers are met. */
     snprintf(j.dir, sizeof(j.dir), "/tmp/stagelink-order-%s-%d",
              port ? port : "0", (int)getppid());
@@ -874,23 +1141,33 @@ int main(int argc, char **argv)
     memset(&cfg, 0, sizeof(cfg));
     cfg.struct_size = sizeof(cfg);
     cfg.tp_size     = 2;
+    /* The host has made device 1 current (torch.cuda.set_device(1)); the
+     * communicator, its streams and the NCCL gather over the fake NCCL
+     * come from comm_init as on a GPU node. */
+    sl_device_runtime = &fake_gpu;
+    f_current         = 1;
+    start = now_s();
+    if (strcmp(argv[2], "nccl-init-timeout") == 0) {
+        /* A TP peer that never joins NCCL's init: every rank's comm_init
+         * fails at its deadline with a sentence, instead of hanging. */
+        stagelink_status_t st = p->comm_init(&cfg, (stagelink_comm_t **)&comm);
+
+        CHECK(st == STAGELINK_ERR_TIMEOUT &&
+              strstr(p->last_error(NULL), "ncclCommInitRankConfig"),
+              "comm_init with NCCL's init in progress for ever: %s: %s",
+              stagelink_status_string(st), p->last_error(NULL));
+        CHECK(now_s() - start < 15, "comm_init returned after %.1f s, with "
+              "STAGELINK_TIMEOUT=3", now_s() - start);
+        free(arena);
+        return check_summary();
+    }
     if (p->comm_init(&cfg, (stagelink_comm_t **)&comm) != STAGELINK_SUCCESS) {
         fprintf(stderr, "init: %s\n", p->last_error(NULL));
         return 1;
     }
-    /* The fake GPU, then the NCCL gather over the fake NCCL (collective:
-     * every rank sets it up), as comm_init would on a GPU node. */
-    sl_progress_enter(comm);
-    comm->gpu        = &fake_gpu;
-    comm->gpu_usable = 1;
-    st = sl_gather_nccl_ops.init(comm, &state);
-    if (st == STAGELINK_SUCCESS && state != NULL) {
-        comm->gather_dev       = &sl_gather_nccl_ops;
-        comm->gather_dev_state = state;
-    }
-    sl_progress_leave(comm);
-    CHECK(st == STAGELINK_SUCCESS && state != NULL, "the NCCL gather over the "
-          "fake NCCL: %s", comm->err.msg);
+    CHECK(comm->gather_dev == &sl_gather_nccl_ops, "comm_init chose the %s "
+          "gather for device buffers, not NCCL's", comm->gather_dev->name);
+    CHECK(f_current == 1, "comm_init left device %d current", f_current);
     j.h.plugin = p;
     j.h.comm   = (stagelink_comm_t *)comm;
     p->comm_info(j.h.comm, &j.h.info);
@@ -906,6 +1183,14 @@ int main(int argc, char **argv)
         scenario_refused(&j);
     } else if (strcmp(argv[2], "consumer") == 0) {
         scenario_consumer(&j);
+    } else if (strcmp(argv[2], "device") == 0) {
+        scenario_device(&j);
+    } else if (strcmp(argv[2], "nccl-async-error") == 0) {
+        scenario_async_error(&j);
+    } else if (strcmp(argv[2], "nccl-peer-death") == 0) {
+        scenario_peer_death(&j);
+    } else if (strcmp(argv[2], "nccl-abort") == 0) {
+        scenario_abort(&j);
     } else if (seeded) {
         scenario_random(&j, strtoull(argv[3], NULL, 10));
     } else {
@@ -914,7 +1199,12 @@ int main(int argc, char **argv)
     printf("rank %d: %s: done\n", j.h.info.rank, argv[2]);
 
     p->comm_finalize(j.h.comm);
+    CHECK(f_current == 1, "comm_finalize left device %d current", f_current);
     f_stream_destroy(j.stream);
+    CHECK(atomic_load(&f_wrong) == 0, "rank %d: %d GPU calls on another "
+          "device than the current one (the first is said above)",
+          j.h.info.rank, atomic_load(&f_wrong));
+
     if (j.h.info.rank == 0) {
         char cmd[300];
 

@@ -19,6 +19,21 @@
  * FAKE_NCCL_COLLECTIVE=fail makes a collective fail as it is issued
  * (ncclSystemError), numbering nothing; FAKE_NCCL_DELAY_MS=N makes each
  * issued from then on take N ms more on its stream (a slow collective).
+ *
+ * NCCL's rules for failures, as stagelink must follow them:
+ *   - ncclCommInitRankConfig with blocking = 0 returns ncclInProgress, and
+ *     ncclCommGetAsyncError says when the init is done;
+ *     FAKE_NCCL_INIT=hang keeps every init in progress for ever (a TP peer
+ *     that never joins), and makes the blocking ncclCommInitRank hang
+ *     (60 s, then ncclSystemError);
+ *   - FAKE_NCCL_ASYNC_ERROR=N: the communicator's collective number N
+ *     (from 0) never ends on its stream, and ncclCommGetAsyncError then
+ *     reports ncclRemoteError, as NCCL does when a peer's proxy fails;
+ *   - a collective waits for every rank of its communicator, on its
+ *     stream, until they come or ncclCommAbort ends it (then it moves
+ *     nothing); after 60 s without either the process exits with 86,
+ *     naming the collective: a dead peer's collectives hang the stream
+ *     unless someone aborts.
  * SPDX-License-Identifier: MIT
  */
 #include "fake_stream.h"
@@ -74,6 +89,10 @@ struct ncclComm {
     uint64_t    seq;
     fake_shm_t *shm;
     char        name[64];
+    int         init_hangs;  /* FAKE_NCCL_INIT=hang: in progress for ever */
+    atomic_int  async_error; /* a collective failed on the stream */
+    atomic_int  aborted;     /* ncclCommAbort: collectives end at once */
+    atomic_int  running;     /* collectives inside fake_run */
 };
 
 typedef struct fake_op {
@@ -82,6 +101,7 @@ typedef struct fake_op {
     const void      *send;
     void            *recv;
     int              delay_ms; /**< FAKE_NCCL_DELAY_MS when issued */
+    int              fails;    /**< FAKE_NCCL_ASYNC_ERROR names it */
 } fake_op_t;
 
 static struct ncclComm fake_setup_comm; /* without shared memory */
@@ -157,6 +177,9 @@ static void fake_wait(fake_shm_t *shm, const fake_op_t *op, double end,
     until.tv_sec  = (time_t)t;
     until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
     pthread_cond_timedwait(&shm->cv, &shm->mu, &until);
+    if (atomic_load(&op->comm->aborted)) {
+        return;
+    }
     if (fake_now() > end) {
         fprintf(stderr, "fake NCCL: rank %d waited %d s for the other ranks "
                 "of %s to %s its collective %llu (device collective %llu): "
@@ -223,8 +246,18 @@ static void fake_run(void *arg)
         nanosleep(&ts, NULL);
     }
     pthread_mutex_lock(&shm->mu);
-    while (slot->seq != op->is.seq) {
+    if (op->fails) {
+        /* Never ends by itself; NCCL's proxy has seen the failure. */
+        atomic_store(&c->async_error, 1);
+        while (!atomic_load(&c->aborted)) {
+            fake_wait(shm, op, end, "abort after the failure of");
+        }
+    }
+    while (slot->seq != op->is.seq && !atomic_load(&c->aborted)) {
         fake_wait(shm, op, end, "free the slot of");
+    }
+    if (atomic_load(&c->aborted)) {
+        goto out;
     }
     slot->issued[c->rank] = op->is;
     if (op->is.root < 0 || op->is.root == c->rank) {
@@ -232,8 +265,11 @@ static void fake_run(void *arg)
     }
     ++slot->arrived;
     pthread_cond_broadcast(&shm->cv);
-    while (slot->arrived < c->nranks) {
+    while (slot->arrived < c->nranks && !atomic_load(&c->aborted)) {
         fake_wait(shm, op, end, "reach");
+    }
+    if (atomic_load(&c->aborted)) {
+        goto out;
     }
     for (r = 0; r < c->nranks; ++r) {
         fake_compare(c, &op->is, r, &slot->issued[r]);
@@ -250,7 +286,9 @@ static void fake_run(void *arg)
         slot->seq += FAKE_SLOTS;
         pthread_cond_broadcast(&shm->cv);
     }
+out:
     pthread_mutex_unlock(&shm->mu);
+    atomic_fetch_sub(&c->running, 1);
     free(op);
 }
 
@@ -265,9 +303,13 @@ static ncclResult_t fake_issue(struct ncclComm *c, const void *send,
 
     const char                  *fail = getenv("FAKE_NCCL_COLLECTIVE");
     const char                  *delay = getenv("FAKE_NCCL_DELAY_MS");
+    const char                  *async = getenv("FAKE_NCCL_ASYNC_ERROR");
 
-    if (c == NULL || c == &fake_setup_comm || bytes > FAKE_BYTES ||
-        root >= c->nranks) {
+    if (c == &fake_setup_comm) {
+        return ncclSuccess; /* setup tests: no data moves */
+    }
+    if (c == NULL || bytes > FAKE_BYTES || root >= c->nranks ||
+        atomic_load(&c->aborted)) {
         return ncclInvalidUsage;
     }
     if (fail != NULL && strcmp(fail, "fail") == 0) {
@@ -285,6 +327,8 @@ static ncclResult_t fake_issue(struct ncclComm *c, const void *send,
     op->is.bytes  = bytes;
     op->is.root   = root;
     op->delay_ms  = (delay != NULL) ? atoi(delay) : 0;
+    op->fails     = (async != NULL && strtoull(async, NULL, 10) == op->is.seq);
+    atomic_fetch_add(&c->running, 1);
     fake_announce(c, &op->is);
     if (enqueue == NULL && (fn = dlsym(RTLD_DEFAULT, FAKE_STREAM_ENQUEUE)) != NULL) {
         memcpy(&enqueue, &fn, sizeof(fn));
@@ -321,7 +365,14 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id,
+static int fake_init_hangs(void)
+{
+    const char *mode = getenv("FAKE_NCCL_INIT");
+
+    return mode != NULL && strcmp(mode, "hang") == 0;
+}
+
+static ncclResult_t fake_init(ncclComm_t *comm, int nranks, ncclUniqueId id,
                               int rank)
 {
     size_t i;
@@ -357,6 +408,47 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id,
     return ncclSuccess;
 }
 
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id,
+                              int rank)
+{
+    if (fake_init_hangs()) {
+        struct timespec ts = {FAKE_WAIT_S, 0};
+
+        nanosleep(&ts, NULL); /* a peer that never joins */
+        return ncclSystemError;
+    }
+    return fake_init(comm, nranks, id, rank);
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks,
+                                    ncclUniqueId id, int rank,
+                                    ncclConfig_t *config)
+{
+    static struct ncclComm hanging;
+    ncclResult_t           r;
+
+    if (config == NULL || config->blocking != 0) {
+        return ncclCommInitRank(comm, nranks, id, rank);
+    }
+    if (fake_init_hangs()) {
+        hanging.init_hangs = 1;
+        *comm              = &hanging;
+        return ncclInProgress;
+    }
+    r = fake_init(comm, nranks, id, rank);
+    return (r == ncclSuccess) ? ncclInProgress : r;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *state)
+{
+    if (comm == NULL || state == NULL) {
+        return ncclInvalidArgument;
+    }
+    *state = comm->init_hangs ? ncclInProgress
+           : atomic_load(&comm->async_error) ? ncclRemoteError : ncclSuccess;
+    return ncclSuccess;
+}
+
 ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
     if (comm == NULL) {
@@ -372,8 +464,27 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
     return ncclSuccess;
 }
 
+/* Ends the collectives in flight (their streams run on), then frees. */
 ncclResult_t ncclCommAbort(ncclComm_t comm)
 {
+    double end = fake_now() + FAKE_WAIT_S;
+
+    if (comm == NULL) {
+        return ncclInvalidArgument;
+    }
+    if (comm->init_hangs) {
+        return ncclSuccess;
+    }
+    atomic_store(&comm->aborted, 1);
+    while (comm != &fake_setup_comm && atomic_load(&comm->running) > 0 &&
+           fake_now() < end) {
+        struct timespec ts = {0, 1000000};
+
+        nanosleep(&ts, NULL);
+    }
+    if (atomic_load(&comm->running) > 0) {
+        return ncclSuccess; /* a stream is stuck inside: leave it mapped */
+    }
     return ncclCommDestroy(comm);
 }
 
@@ -423,6 +534,7 @@ const char *ncclGetErrorString(ncclResult_t result)
     case ncclSuccess: return "no error (fake NCCL)";
     case ncclSystemError: return "unhandled system error (fake NCCL)";
     case ncclInvalidArgument: return "invalid argument (fake NCCL)";
+    case ncclRemoteError: return "remote process exited or there was a network error (fake NCCL)";
     default: return "not implemented by the fake NCCL";
     }
 }

@@ -82,14 +82,42 @@ static sl_status_t fake_wait_flag(void *s, uint32_t *flag, uint32_t value,
     return STAGELINK_SUCCESS;
 }
 
+/* Init's warm-up collective: device memory and an event that is done at
+ * once (the fake NCCL's setup communicators move no data). */
+static sl_status_t fake_dev_alloc(size_t len, void **p, sl_errbuf_t *eb)
+{
+    (void)eb;
+    *p = malloc(len);
+    return STAGELINK_SUCCESS;
+}
+
+static sl_status_t fake_event_record(void *ev, void *s, sl_errbuf_t *eb)
+{
+    (void)ev, (void)s, (void)eb;
+    return STAGELINK_SUCCESS;
+}
+
+static int fake_event_query(void *ev, sl_status_t *st, sl_errbuf_t *eb)
+{
+    (void)ev, (void)eb;
+    *st = STAGELINK_SUCCESS;
+    return 1;
+}
+
 static sl_gpu_ops_t fake_gpu = {
     .name             = "fake",
     .pci_bus_ids      = fake_pci_bus_ids,
     .stream_create    = fake_stream_create,
     .stream_destroy   = fake_stream_destroy,
+    .event_create     = fake_stream_create,
+    .event_destroy    = fake_stream_destroy,
+    .event_record     = fake_event_record,
+    .event_query      = fake_event_query,
     .flags_alloc      = fake_flags_alloc,
     .flags_free       = fake_flags_free,
     .stream_wait_flag = fake_wait_flag,
+    .dev_alloc        = fake_dev_alloc,
+    .dev_free         = free,
 };
 
 static int thread_set(void *ctx, const char *key, const void *buf, size_t size)

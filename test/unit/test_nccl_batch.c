@@ -28,9 +28,10 @@ static int f_probe(char *why, size_t len)
     return 1;
 }
 
-static stagelink_mem_type_t f_classify(const void *p)
+static stagelink_mem_type_t f_classify(const void *p, int *device)
 {
     (void)p;
+    *device = 0;
     return STAGELINK_MEM_CUDA;
 }
 
