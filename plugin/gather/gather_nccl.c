@@ -174,6 +174,11 @@ static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
     why.msg[0] = '\0';
     if (!comm->gpu_usable) {
         snprintf(why.msg, sizeof(why.msg), "%s", comm->gpu_why);
+    } else if (comm->device < 0) {
+        /* NCCL would take whatever device the runtime falls back to. */
+        snprintf(why.msg, sizeof(why.msg), "no CUDA device was current at "
+                 "comm_init and the config names none (make the rank's "
+                 "device current first, or set STAGELINK_CONFIG_DEVICE_SET)");
     } else if (comm->gpu->flags_alloc == NULL ||
                comm->gpu->stream_wait_flag == NULL ||
                comm->gpu->dev_alloc == NULL) {

@@ -27,18 +27,24 @@ const sl_gpu_ops_t *sl_device_runtime = &sl_gpu_default_ops;
 
 sl_status_t sl_device_probe(sl_comm_t *comm, const stagelink_config_t *config)
 {
+    int saved;
+
     comm->gpu        = sl_device_runtime;
     comm->gpu_usable = comm->gpu->probe(comm->gpu_why, sizeof(comm->gpu_why));
     comm->device     = -1;
     if (config->flags & STAGELINK_CONFIG_DEVICE_SET) {
-        if (!comm->gpu_usable || comm->gpu->device_set == NULL) {
+        if (!comm->gpu_usable || comm->gpu->device_set == NULL ||
+            comm->gpu->device_current == NULL) {
             return sl_error(&comm->err, STAGELINK_ERR_CONFIG, "the config "
                             "names CUDA device %d (STAGELINK_CONFIG_DEVICE_SET), "
                             "but %s", config->device, comm->gpu_usable
                             ? "the GPU runtime cannot select a device"
                             : comm->gpu_why);
         }
+        /* Checked here, made current by each call (the caller's stays). */
+        saved = comm->gpu->device_current();
         SL_CHECK(comm->gpu->device_set(config->device, &comm->err));
+        comm->gpu->device_set(saved, &comm->err);
         comm->device = config->device;
     } else if (comm->gpu_usable && comm->gpu->device_current != NULL) {
         /* The host chose it (torch.cuda.set_device before init). */

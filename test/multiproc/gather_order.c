@@ -24,7 +24,8 @@
  *   refused  stage 1's NCCL fails the collective its receive issues at the
  *            post: the post fails at once with that sentence, nothing is
  *            left in flight, and the same tag then works;
- *   device   the communicator works on device 1 of a fake GPU of two,
+ *   device   the communicator works on device 1 of a fake GPU of two (the
+ *            config's, named while the host is on device 0),
  *            whose every call checks the current device: a tensor of
  *            device 0 is refused naming both, calls from a host thread on
  *            device 0 and from a thread without a context move device 1's
@@ -1146,6 +1147,12 @@ int main(int argc, char **argv)
      * come from comm_init as on a GPU node. */
     sl_device_runtime = &fake_gpu;
     f_current         = 1;
+    if (strcmp(argv[2], "device") == 0) {
+        /* Or the config names device 1 while the host is on device 0. */
+        f_current  = 0;
+        cfg.flags  = STAGELINK_CONFIG_DEVICE_SET;
+        cfg.device = 1;
+    }
     start = now_s();
     if (strcmp(argv[2], "nccl-init-timeout") == 0) {
         /* A TP peer that never joins NCCL's init: every rank's comm_init
@@ -1167,7 +1174,11 @@ int main(int argc, char **argv)
     }
     CHECK(comm->gather_dev == &sl_gather_nccl_ops, "comm_init chose the %s "
           "gather for device buffers, not NCCL's", comm->gather_dev->name);
-    CHECK(f_current == 1, "comm_init left device %d current", f_current);
+    CHECK(f_current == ((cfg.flags & STAGELINK_CONFIG_DEVICE_SET) ? 0 : 1),
+          "comm_init left device %d current", f_current);
+    CHECK(comm->device == 1, "the communicator works on device %d",
+          comm->device);
+    f_current = 1;
     j.h.plugin = p;
     j.h.comm   = (stagelink_comm_t *)comm;
     p->comm_info(j.h.comm, &j.h.info);
