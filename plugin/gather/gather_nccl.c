@@ -84,6 +84,7 @@ static int sl_nccl_shared_gpu(const sl_comm_t *comm, const sl_nccl_card_t *cards
 }
 
 static void sl_gather_nccl_cleanup(void *state);
+static void sl_gather_nccl_fault(void *state);
 
 /* The gather stream and the arrival flags, one per request slot. */
 static sl_status_t sl_gather_nccl_streams(sl_gather_nccl_t *g)
@@ -310,6 +311,9 @@ static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
     status = STAGELINK_SUCCESS;
 out:
     if (g != NULL) {
+        /* A failed init may leave the warm-up queued for a peer that never
+         * comes: destroying would wait for it, an abort ends it. */
+        sl_gather_nccl_fault(g);
         sl_gather_nccl_cleanup(g);
     }
     free(cards);
@@ -417,9 +421,14 @@ static sl_status_t sl_gather_nccl_issue(void *state, sl_req_t *req)
                                             comm->layout.tp_index,
                                             (cudaStream_t)g->stream,
                                             &comm->err), out);
-    SL_CHECK_GOTO(sl_nccl_settle(g->api, g->nccl, sl_deadline(comm->timeout),
-                                 "the NCCL gather's collective", &comm->err),
-                  out);
+    status = sl_nccl_settle(g->api, g->nccl, sl_deadline(comm->timeout),
+                            "the NCCL gather's collective", &comm->err);
+    if (status != STAGELINK_SUCCESS) {
+        /* The communicator is broken or stuck for the whole group: the
+         * fault path aborts it, so no TP peer waits for this one. */
+        sl_peer_group_failed(comm, "%s", comm->err.msg);
+        goto out;
+    }
     SL_CHECK_GOTO(sl_device_event_get(comm, &req->gather_event), out);
     SL_CHECK_GOTO(gpu->event_record(req->gather_event, g->stream, &comm->err),
                   out);
@@ -488,13 +497,13 @@ static void sl_gather_nccl_fault(void *state)
     }
     /* Gates first: a collective still behind one must reach NCCL's abort
      * flag, not wait for a shard that will never land. */
-    for (i = 0; i < g->comm->pool.capacity; ++i) {
+    for (i = 0; g->flags != NULL && i < g->comm->pool.capacity; ++i) {
         sl_gather_nccl_release(g, (size_t)i);
     }
     g->api->CommAbort(g->nccl);
     g->nccl = NULL;
-    SL_INFO(SL_SUBSYS_GATHER, "NCCL communicator of the TP group aborted: %s",
-            g->comm->fault_err.msg);
+    SL_INFO(SL_SUBSYS_GATHER, "NCCL communicator of the TP group aborted%s%s",
+            g->comm->fault_err.msg[0] ? ": " : "", g->comm->fault_err.msg);
 }
 
 /* While collectives run: NCCL's asynchronous errors become the

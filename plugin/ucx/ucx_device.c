@@ -41,6 +41,11 @@ sl_status_t sl_device_probe(sl_comm_t *comm, const stagelink_config_t *config)
                             ? "the GPU runtime cannot select a device"
                             : comm->gpu_why);
         }
+        if (config->device < 0) {
+            return sl_error(&comm->err, STAGELINK_ERR_CONFIG, "the config "
+                            "names CUDA device %d (STAGELINK_CONFIG_DEVICE_SET): "
+                            "give a device ordinal, 0 or more", config->device);
+        }
         /* Checked here, made current by each call (the caller's stays). */
         saved = comm->gpu->device_current();
         SL_CHECK(comm->gpu->device_set(config->device, &comm->err));

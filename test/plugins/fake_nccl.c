@@ -451,8 +451,22 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *state)
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
+    double end = fake_now() + FAKE_WAIT_S;
+
     if (comm == NULL) {
         return ncclInvalidArgument;
+    }
+    /* As NCCL's: after the work queued on the communicator has run. */
+    while (comm != &fake_setup_comm && atomic_load(&comm->running) > 0) {
+        struct timespec ts = {0, 1000000};
+
+        if (fake_now() > end) {
+            fprintf(stderr, "fake NCCL: ncclCommDestroy of %s waited %d s "
+                    "for its collectives (a peer never joined: abort it)\n",
+                    comm->name, FAKE_WAIT_S);
+            _exit(86);
+        }
+        nanosleep(&ts, NULL);
     }
     if (comm != &fake_setup_comm) {
         munmap(comm->shm, sizeof(*comm->shm));
