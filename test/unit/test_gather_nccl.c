@@ -219,6 +219,7 @@ static void *run_rank(void *arg)
     run->has_state = (state != NULL);
     snprintf(run->msg, sizeof(run->msg), "%s", comm->err.msg);
     sl_gather_nccl_ops.cleanup(state);
+    sl_device_cleanup(comm); /* the warm-up's event, kept for reuse */
     sl_layout_cleanup(&comm->layout);
     free(comm->tp_peers);
     free(comm);
