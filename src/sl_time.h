@@ -36,6 +36,16 @@ static inline double sl_deadline_earlier(double a, double b)
     return (a == 0.0 || (b != 0.0 && b < a)) ? b : a;
 }
 
+/** A blocking nap for a wait with nothing to sleep on (a GPU event, NCCL's
+ *  state): *ns from 50 us, doubled each time up to 1 ms. */
+static inline void sl_time_nap(long *ns)
+{
+    struct timespec ts = {0, (*ns > 0) ? *ns : 50000};
+
+    nanosleep(&ts, NULL);
+    *ns = (ts.tv_nsec < 1000000) ? ts.tv_nsec * 2 : 1000000;
+}
+
 static inline int sl_deadline_passed(double deadline)
 {
     return deadline != 0.0 && sl_time_now() >= deadline;

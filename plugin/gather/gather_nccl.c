@@ -37,7 +37,13 @@ typedef struct sl_gather_nccl {
     uint32_t            *gen;     /**< per slot: the value its gather waits for */
     void               **running; /**< events of collectives the GPU may still run */
     int                  nrunning, running_cap;
+    double               next_look; /**< of the progress hook at them */
 } sl_gather_nccl_t;
+
+/* How often collectives in flight are looked at for NCCL's asynchronous
+ * error: a sleeping progress thread wakes for it (as torch's NCCL watchdog
+ * does), and no wait polls in between. */
+#define SL_NCCL_LOOK_S 0.05
 
 static const sl_progress_hook_t sl_gather_nccl_hook;
 /* The one NCCL gather of each communicator, for its progress hook. */
@@ -106,9 +112,9 @@ static sl_status_t sl_gather_nccl_streams(sl_gather_nccl_t *g)
 static sl_status_t sl_gather_nccl_drain(sl_gather_nccl_t *g, void *event,
                                         double deadline, const char *what)
 {
-    sl_comm_t      *comm = g->comm;
-    struct timespec nap  = {0, 50000};
-    sl_status_t     status = STAGELINK_SUCCESS;
+    sl_comm_t  *comm   = g->comm;
+    sl_status_t status = STAGELINK_SUCCESS;
+    long        nap    = 0;
 
     while (!comm->gpu->event_query(event, &status, &comm->err)) {
         SL_CHECK(sl_nccl_async_error(g->api, g->nccl, &comm->err));
@@ -117,8 +123,7 @@ static sl_status_t sl_gather_nccl_drain(sl_gather_nccl_t *g, void *event,
                             "finish within STAGELINK_TIMEOUT (%.0f s): a TP "
                             "peer is not in it", what, comm->timeout);
         }
-        nanosleep(&nap, NULL);
-        nap.tv_nsec = (nap.tv_nsec < 1000000) ? nap.tv_nsec * 2 : 1000000;
+        sl_time_nap(&nap);
     }
     return status;
 }
@@ -389,6 +394,9 @@ static sl_status_t sl_gather_nccl_track(sl_gather_nccl_t *g)
         sl_device_event_put(comm, event);
         return STAGELINK_ERR_TRANSPORT;
     }
+    if (g->nrunning == 0) {
+        g->next_look = sl_time_now() + SL_NCCL_LOOK_S;
+    }
     g->running[g->nrunning++] = event;
     return STAGELINK_SUCCESS;
 }
@@ -506,17 +514,21 @@ static void sl_gather_nccl_fault(void *state)
             g->comm->fault_err.msg[0] ? ": " : "", g->comm->fault_err.msg);
 }
 
-/* While collectives run: NCCL's asynchronous errors become the
- * communicator's fault (a TP peer died or its link failed). */
+/* While collectives run, every SL_NCCL_LOOK_S: NCCL's asynchronous
+ * errors become the communicator's fault (a TP peer died or its link
+ * failed). */
 static void sl_gather_nccl_round(sl_comm_t *comm)
 {
     sl_gather_nccl_t *g = sl_gather_nccl_of(comm);
     sl_status_t       status = STAGELINK_SUCCESS;
     sl_errbuf_t       why;
+    double            now;
 
-    if (g == NULL || g->nccl == NULL) {
+    if (g == NULL || g->nccl == NULL || g->nrunning == 0 ||
+        (now = sl_time_now()) < g->next_look) {
         return;
     }
+    g->next_look = now + SL_NCCL_LOOK_S;
     while (g->nrunning > 0 &&
            comm->gpu->event_query(g->running[0], &status, &why)) {
         sl_device_event_put(comm, g->running[0]);
@@ -529,16 +541,17 @@ static void sl_gather_nccl_round(sl_comm_t *comm)
     }
 }
 
-static int sl_gather_nccl_busy(const sl_comm_t *comm)
+static double sl_gather_nccl_wake_at(const sl_comm_t *comm)
 {
     const sl_gather_nccl_t *g = sl_gather_nccl_of(comm);
 
-    return g != NULL && g->nccl != NULL && g->nrunning > 0;
+    return (g != NULL && g->nccl != NULL && g->nrunning > 0) ? g->next_look
+                                                             : 0.0;
 }
 
 static const sl_progress_hook_t sl_gather_nccl_hook = {
-    .round = sl_gather_nccl_round,
-    .busy  = sl_gather_nccl_busy,
+    .round   = sl_gather_nccl_round,
+    .wake_at = sl_gather_nccl_wake_at,
 };
 
 const sl_gather_ops_t sl_gather_nccl_ops = {

@@ -105,8 +105,8 @@ sl_status_t sl_nccl_check(const sl_nccl_api_t *api, ncclResult_t result,
 sl_status_t sl_nccl_settle(const sl_nccl_api_t *api, ncclComm_t comm,
                            double deadline, const char *what, sl_errbuf_t *eb)
 {
-    struct timespec nap = {0, 50000};
-    ncclResult_t    state;
+    ncclResult_t state;
+    long         nap = 0;
 
     for (;;) {
         SL_CHECK(sl_nccl_check(api, api->CommGetAsyncError(comm, &state), comm,
@@ -120,9 +120,7 @@ sl_status_t sl_nccl_settle(const sl_nccl_api_t *api, ncclComm_t comm,
                             "(it died, or its host never made the call); "
                             "check the other ranks' logs", what);
         }
-        /* A blocking nap: ranks may share cores with their peers. */
-        nanosleep(&nap, NULL);
-        nap.tv_nsec = (nap.tv_nsec < 1000000) ? nap.tv_nsec * 2 : 1000000;
+        sl_time_nap(&nap); /* ranks may share cores with their peers */
     }
 }
 

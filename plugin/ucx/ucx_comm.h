@@ -210,6 +210,9 @@ typedef struct sl_progress_hook {
     /** 1 while it has work whose completion does not wake the UCX event
      *  fd, so a wait polls instead of sleeping (NULL: never). */
     int  (*busy)(const struct stagelink_comm *comm);
+    /** When a sleep must end for its next round (0: no such time; NULL:
+     *  never): a periodic look at something no fd reports. */
+    double (*wake_at)(const struct stagelink_comm *comm);
 } sl_progress_hook_t;
 
 #define SL_MAX_PROGRESS_HOOKS 8

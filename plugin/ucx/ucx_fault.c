@@ -232,7 +232,9 @@ static void sl_fault_progress(sl_comm_t *comm);
  * peers keeps flowing, one call runs round after round, and a failure must
  * end every request within 100 ms (a clock read per round; the pidfds are
  * polled once a millisecond). */
-static const sl_progress_hook_t sl_fault_hook = {.round = sl_fault_progress};
+/* A fault held back for a direct sighting is applied when its grace ends. */
+static const sl_progress_hook_t sl_fault_hook = {.round   = sl_fault_progress,
+                                                 .wake_at = sl_peer_wake_at};
 
 void sl_peer_process_self(sl_peer_process_t *me)
 {

@@ -67,6 +67,20 @@ static int sl_progress_hooks_busy(const sl_comm_t *comm)
     return 0;
 }
 
+/* The earliest time a hook needs a round at (0: none). */
+static double sl_progress_hooks_wake_at(const sl_comm_t *comm)
+{
+    double wake = 0.0;
+    int    i;
+
+    for (i = 0; i < comm->nhooks; ++i) {
+        if (comm->hooks[i]->wake_at != NULL) {
+            wake = sl_deadline_earlier(wake, comm->hooks[i]->wake_at(comm));
+        }
+    }
+    return wake;
+}
+
 /* Whether an abort or a fault waits to be applied by a progress call. */
 static int sl_progress_fault_waits(const sl_comm_t *comm)
 {
@@ -189,9 +203,9 @@ sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake)
         return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
                         "ucp_worker_arm failed: %s", ucs_status_string(ucs));
     }
-    /* Same-node peers' pidfds wake it too when one of them dies; a fault
-     * held back for a direct sighting, when its grace ends. */
-    wake    = sl_deadline_earlier(wake, sl_peer_wake_at(comm));
+    /* Same-node peers' pidfds wake it too when one of them dies; a hook
+     * when its next look is due. */
+    wake    = sl_deadline_earlier(wake, sl_progress_hooks_wake_at(comm));
     tx      = sl_progress_tx_pending(comm);
     timeout = tx ? s->tx_ms : sl_deadline_ms(wake);
     if (thread) {
@@ -360,7 +374,8 @@ void sl_progress_leave(sl_comm_t *comm)
         kick = ucp_worker_progress(comm->worker) != 0 ||
                comm->callbacks != seen ||
                sl_progress_hooks_busy(comm) ||
-               (!comm->pt_timed && sl_progress_tx_pending(comm)) ||
+               (!comm->pt_timed && (sl_progress_tx_pending(comm) ||
+                                    sl_progress_hooks_wake_at(comm) != 0.0)) ||
                ucp_worker_arm(comm->worker) != UCS_OK ||
                sl_progress_fault_waits(comm);
         if (kick) {

@@ -475,6 +475,7 @@ typedef struct job {
     fstream_t *stream; /* the host's stream */
     char       dir[256];
     char      *next;   /* free arena */
+    const char *nccl;  /* the fake NCCL's path */
 } job_t;
 
 static void *dev_alloc(job_t *j, size_t n)
@@ -847,8 +848,9 @@ static void *sym(void *lib, const char *name)
 
 /* The host's own collective on a communicator of its own (Megatron's TP
  * group), through the same NCCL library the plugin loaded. */
-static void scenario_between(job_t *j, const char *nccl_path)
+static void scenario_between(job_t *j)
 {
+    const char          *nccl_path = j->nccl;
     size_t               n = 8 << 10; /* eager shards: sent before a post */
     char                *a = dev_alloc(j, n), *own = dev_alloc(j, 8192);
     stagelink_request_t *ra;
@@ -1113,17 +1115,24 @@ int main(int argc, char **argv)
     int                          seeded = (argc == 4 &&
                                            strcmp(argv[2], "random") == 0);
 
-    static const char *const names[] = {
-        "held", "skew", "between", "consumer", "refused", "device",
-        "nccl-init-timeout", "nccl-async-error", "nccl-peer-death",
-        "nccl-abort"};
+    /* nccl-init-timeout has no job: it is all in comm_init. */
+    static const struct {
+        const char *name;
+        void      (*run)(job_t *j);
+    } scenarios[] = {
+        {"held", scenario_held}, {"skew", scenario_skew},
+        {"between", scenario_between}, {"consumer", scenario_consumer},
+        {"refused", scenario_refused}, {"device", scenario_device},
+        {"nccl-init-timeout", NULL}, {"nccl-async-error", scenario_async_error},
+        {"nccl-peer-death", scenario_peer_death}, {"nccl-abort", scenario_abort}};
+    const size_t                 nscenarios = sizeof(scenarios) / sizeof(scenarios[0]);
     size_t                       k;
     double                       start;
 
-    for (k = 0; argc == 3 && k < sizeof(names) / sizeof(names[0]) &&
-                strcmp(argv[2], names[k]) != 0; ++k) {
+    for (k = 0; argc == 3 && k < nscenarios &&
+                strcmp(argv[2], scenarios[k].name) != 0; ++k) {
     }
-    if (!seeded && (argc != 3 || k == sizeof(names) / sizeof(names[0]))) {
+    if (!seeded && (argc != 3 || k == nscenarios)) {
         fprintf(stderr, "usage: gather_order FAKE_NCCL.so held|skew|between|"
                 "consumer|refused|device|nccl-init-timeout|nccl-async-error|"
                 "nccl-peer-death|nccl-abort|random SEED\n");
@@ -1188,28 +1197,13 @@ int main(int argc, char **argv)
     p->comm_info(j.h.comm, &j.h.info);
     j.stage    = j.h.info.pp_index;
     j.tp_index = j.h.info.tp_index;
+    j.nccl     = argv[1];
     f_stream_create((void **)&j.stream, NULL);
 
-    if (strcmp(argv[2], "held") == 0) {
-        scenario_held(&j);
-    } else if (strcmp(argv[2], "skew") == 0) {
-        scenario_skew(&j);
-    } else if (strcmp(argv[2], "refused") == 0) {
-        scenario_refused(&j);
-    } else if (strcmp(argv[2], "consumer") == 0) {
-        scenario_consumer(&j);
-    } else if (strcmp(argv[2], "device") == 0) {
-        scenario_device(&j);
-    } else if (strcmp(argv[2], "nccl-async-error") == 0) {
-        scenario_async_error(&j);
-    } else if (strcmp(argv[2], "nccl-peer-death") == 0) {
-        scenario_peer_death(&j);
-    } else if (strcmp(argv[2], "nccl-abort") == 0) {
-        scenario_abort(&j);
-    } else if (seeded) {
+    if (seeded) {
         scenario_random(&j, strtoull(argv[3], NULL, 10));
     } else {
-        scenario_between(&j, argv[1]);
+        scenarios[k].run(&j);
     }
     printf("rank %d: %s: done\n", j.h.info.rank, argv[2]);
 
