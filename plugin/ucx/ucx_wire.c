@@ -58,6 +58,7 @@ sl_status_t sl_wire_status(sl_ucx_peer_t *peer, ucs_status_t ucs,
     case UCS_ERR_CONNECTION_RESET:
     case UCS_ERR_ENDPOINT_TIMEOUT:
     case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_SHMEM_SEGMENT: /* a same-node peer's segment went with it */
         /* Seen on an operation before (or instead of) the endpoint's error
          * callback: the peer is down for every transfer. */
         sl_peer_down(peer, 0, "UCX reported \"%s\" on %s",
