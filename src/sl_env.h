@@ -26,6 +26,8 @@ typedef enum sl_env_id {
     SL_ENV_PROGRESS_THREAD,
     SL_ENV_FINALIZE_GRACE,
     SL_ENV_NET_DEVICES,
+    SL_ENV_IB_HCA,
+    SL_ENV_NIC_MIN_GBPS,
     SL_ENV_CHUNK,
     SL_ENV_STAGING_BUFFERS,
     SL_ENV_NCCL_LIBRARY,
@@ -38,6 +40,7 @@ typedef enum sl_env_id {
     SL_ENV_UCX,
     SL_ENV_CHECK,
     SL_ENV_UCX_NET_DEVICES,
+    SL_ENV_NCCL_IB_HCA,
     /* Read from launchers, in the order tried. */
     SL_ENV_RANK,
     SL_ENV_WORLD_SIZE,

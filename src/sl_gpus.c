@@ -1,8 +1,8 @@
 /*
- * GPUs in the PCI tree.  The UCX plugin asks CUDA for the PCI address of
- * each visible device (what CUDA_VISIBLE_DEVICES leaves) and adds them
- * here; without a usable CUDA (stagelink_info, a fake tree) the NVIDIA
- * display and 3D controllers of the PCI bus are the GPUs, in address order.
+ * GPUs in the PCI tree: the NVIDIA display and 3D controllers of the PCI
+ * bus, in address order, all of them whatever CUDA_VISIBLE_DEVICES shows
+ * (rails are shared out over the node's GPUs, not the process's).  CUDA
+ * tells only which of them this rank drives, by PCI address.
  * SPDX-License-Identifier: MIT
  */
 #include "sl_topo.h"
@@ -83,4 +83,32 @@ void sl_topo_discover_gpus(const char *root, sl_topo_t *t)
              n ? "PCI bus (NVIDIA display/3D controllers)"
                : "no GPU on the PCI bus",
              root[0] ? " of the sysfs tree" : "");
+}
+
+int sl_topo_place_gpu(sl_topo_t *t, const char *root, const char *bdf)
+{
+    char want[16];
+    int  i;
+
+    sl_topo_discover_gpus(root, t);
+    if (bdf == NULL || bdf[0] == '\0') {
+        return -1;
+    }
+    for (i = 0; bdf[i] != '\0' && i + 1 < (int)sizeof(want); ++i) {
+        want[i] = (char)tolower((unsigned char)bdf[i]);
+    }
+    want[i] = '\0';
+    for (i = 0; i < t->ngpus; ++i) {
+        if (strcmp(t->gpus[i].bdf, want) == 0) {
+            return i;
+        }
+    }
+    if (t->ngpus == SL_TOPO_MAX_GPUS) {
+        return -1;
+    }
+    sl_topo_gpu_add(t, root, want);
+    snprintf(t->gpu_source + strlen(t->gpu_source),
+             sizeof(t->gpu_source) - strlen(t->gpu_source),
+             "; %s from CUDA", want);
+    return t->ngpus - 1;
 }

@@ -433,6 +433,7 @@ size_t stagelink_system_report(char *buf, size_t len)
     const char     *root = sl_env_get(SL_ENV_SYSFS_ROOT);
     sl_gpudirect_t  gd;
     sl_topo_t      *topo;
+    sl_errbuf_t     eb;
     char            gpudirect[512];
     int             n;
 
@@ -454,6 +455,10 @@ size_t stagelink_system_report(char *buf, size_t len)
     }
     sl_topo_discover_nics(root, topo);
     sl_topo_discover_gpus(root, topo);
+    if (sl_topo_filter_nics(topo, &eb) != STAGELINK_SUCCESS) {
+        n += snprintf(buf + ((size_t)n < len ? (size_t)n : len),
+                      (size_t)n < len ? len - (size_t)n : 0, "%s\n", eb.msg);
+    }
     n += (int)sl_topo_report(topo, buf + ((size_t)n < len ? (size_t)n : len),
                              (size_t)n < len ? len - (size_t)n : 0);
     free(topo);

@@ -76,16 +76,17 @@ const char *sl_topo_distance_name(sl_topo_dist_t d)
     return names[d];
 }
 
-/* NICs worth using, in PCI order: the ones with an active port, else all. */
+/* NICs worth using, in PCI order: the ones the filter kept with an active
+ * port, else all it kept. */
 static int sl_topo_usable(const sl_topo_t *t, int *idx)
 {
     int i, j, n = 0, active = 0;
 
     for (i = 0; i < t->nnics; ++i) {
-        active |= t->nics[i].active;
+        active |= t->nics[i].active && t->nics[i].skip[0] == '\0';
     }
     for (i = 0; i < t->nnics; ++i) {
-        if (t->nics[i].active || !active) {
+        if (t->nics[i].skip[0] == '\0' && (t->nics[i].active || !active)) {
             for (j = n; j > 0 && strcmp(t->nics[idx[j - 1]].pci_path,
                                         t->nics[i].pci_path) > 0; --j) {
                 idx[j] = idx[j - 1];
@@ -128,10 +129,12 @@ void sl_topo_select(const sl_topo_t *t, int gpu, int local_rank,
     sl_topo_dist_t best, d;
 
     memset(c, 0, sizeof(*c));
-    c->gpu = (gpu >= 0 && gpu < t->ngpus) ? gpu : -1;
-    c->nic = -1;
+    c->gpu  = (gpu >= 0 && gpu < t->ngpus) ? gpu : -1;
+    c->nic  = -1;
+    c->rail = -1;
     if (nusable == 0) {
-        snprintf(c->why, sizeof(c->why), "%s: UCX chooses", t->nic_source);
+        snprintf(c->why, sizeof(c->why), "%s%s: UCX chooses", t->nic_source,
+                 t->nnics ? ", none usable" : "");
         return;
     }
     if (c->gpu < 0) {
@@ -153,10 +156,13 @@ void sl_topo_select(const sl_topo_t *t, int gpu, int local_rank,
         }
         c->nic = near[k % nnear];
         snprintf(c->why, sizeof(c->why), "GPU %d (%s): %d NIC%s on the %s, "
-                 "rail %d of them (%d GPU%s have the same nearest NICs)",
+                 "NIC %d of them (%d GPU%s have the same nearest NICs)",
                  gpu, t->gpus[gpu].bdf, nnear, nnear == 1 ? "" : "s",
                  sl_topo_distance_name(best), k % nnear, group,
                  group == 1 ? "" : "s");
+    }
+    for (g = 0; g < nusable; ++g) {
+        c->rail = (usable[g] == c->nic) ? g : c->rail;
     }
     snprintf(c->devices, sizeof(c->devices), "%s:%d", t->nics[c->nic].name,
              t->nics[c->nic].port);
@@ -164,15 +170,15 @@ void sl_topo_select(const sl_topo_t *t, int gpu, int local_rank,
 
 sl_status_t sl_topo_net_devices(const sl_topo_t *t, int gpu,
                                 const sl_locality_t *loc,
-                                char devices[SL_TOPO_DEVICES_LEN],
-                                char *why, size_t why_len, sl_errbuf_t *eb)
+                                sl_topo_choice_t *c, sl_errbuf_t *eb)
 {
-    const char      *value = sl_env_raw(SL_ENV_NET_DEVICES);
-    sl_topo_choice_t c;
+    const char *value = sl_env_raw(SL_ENV_NET_DEVICES);
 
-    devices[0] = '\0';
+    memset(c, 0, sizeof(*c));
+    c->gpu = gpu;
+    c->nic = c->rail = -1;
     if (sl_env_raw(SL_ENV_UCX_NET_DEVICES) != NULL) {
-        snprintf(why, why_len, "UCX_NET_DEVICES is set");
+        snprintf(c->why, sizeof(c->why), "UCX_NET_DEVICES is set");
         return STAGELINK_SUCCESS;
     }
     if (value != NULL) {
@@ -181,13 +187,11 @@ sl_status_t sl_topo_net_devices(const sl_topo_t *t, int gpu,
                             "STAGELINK_NET_DEVICES is longer than %d "
                             "characters", SL_TOPO_DEVICES_LEN - 1);
         }
-        snprintf(devices, SL_TOPO_DEVICES_LEN, "%s", value);
-        snprintf(why, why_len, "STAGELINK_NET_DEVICES");
+        snprintf(c->devices, sizeof(c->devices), "%s", value);
+        snprintf(c->why, sizeof(c->why), "STAGELINK_NET_DEVICES");
         return STAGELINK_SUCCESS;
     }
-    sl_topo_select(t, gpu, loc->local_rank, &c);
-    snprintf(devices, SL_TOPO_DEVICES_LEN, "%s", c.devices);
-    snprintf(why, why_len, "%s", c.why);
+    sl_topo_select(t, gpu, loc->local_rank, c);
     return STAGELINK_SUCCESS;
 }
 
@@ -222,10 +226,11 @@ size_t sl_topo_report(const sl_topo_t *t, char *buf, size_t len)
         const sl_topo_nic_t *n = &t->nics[i];
 
         sl_topo_put(buf, len, &used, "  %-8s port %d %-6s %-10s %-20s guid %s "
-                    "NUMA %d PCI %s\n", n->name, n->port,
+                    "NUMA %d PCI %s%s%s\n", n->name, n->port,
                     n->active ? "ACTIVE" : "down", n->link_layer, n->rate,
                     n->guid[0] ? n->guid : "?", n->numa,
-                    n->pci_path[0] ? n->pci_path : "?");
+                    n->pci_path[0] ? n->pci_path : "?",
+                    n->skip[0] ? "; left out: " : "", n->skip);
     }
     sl_topo_put(buf, len, &used, "GPUs: %d (%s)\n", t->ngpus, t->gpu_source);
     for (i = 0; i < t->ngpus; ++i) {

@@ -37,6 +37,7 @@ typedef struct sl_topo_nic {
     char   guid[24];                   /**< node GUID, xxxx:xxxx:xxxx:xxxx */
     char   pci_path[SL_TOPO_PATH_LEN];
     int    numa;
+    char   skip[160];                  /**< why rails leave it out; "" used */
 } sl_topo_nic_t;
 
 typedef struct sl_topo {
@@ -59,6 +60,8 @@ typedef enum sl_topo_dist {
 typedef struct sl_topo_choice {
     int  gpu;                          /**< index in gpus, -1 none */
     int  nic;                          /**< index in nics, -1: UCX chooses */
+    int  rail;                         /**< nic's place among the usable
+                                            NICs in PCI order, -1 none */
     char devices[SL_TOPO_DEVICES_LEN]; /**< UCX_NET_DEVICES value, "" none */
     char why[256];
 } sl_topo_choice_t;
@@ -82,6 +85,22 @@ void sl_topo_discover_gpus(const char *root, sl_topo_t *t);
 /** Adds a GPU known by its PCI address (from CUDA): its place from sysfs. */
 void sl_topo_gpu_add(sl_topo_t *t, const char *root, const char *bdf);
 
+/**
+ * The index in t->gpus of the GPU this rank drives, which CUDA knows by
+ * PCI address (`bdf`; NULL or "" none known).  Rails group every GPU of
+ * the PCI tree, whatever CUDA_VISIBLE_DEVICES leaves visible, so the tree
+ * is read first; a GPU the tree lacks (no /sys/bus/pci in a container) is
+ * added by its address.  -1 when no GPU is known.  (sl_gpus.c)
+ */
+int sl_topo_place_gpu(sl_topo_t *t, const char *root, const char *bdf);
+
+/**
+ * Marks the NICs rails leave out (skip): STAGELINK_IB_HCA (default
+ * NCCL_IB_HCA) and STAGELINK_NIC_MIN_GBPS.  Fails only on a malformed
+ * rate.  (sl_nic_filter.c)
+ */
+sl_status_t sl_topo_filter_nics(sl_topo_t *t, sl_errbuf_t *eb);
+
 sl_topo_dist_t sl_topo_distance(const sl_topo_gpu_t *gpu,
                                 const sl_topo_nic_t *nic);
 const char    *sl_topo_distance_name(sl_topo_dist_t d);
@@ -96,15 +115,14 @@ void sl_topo_select(const sl_topo_t *t, int gpu, int local_rank,
                     sl_topo_choice_t *c);
 
 /**
- * UCX device list for this rank's inter-node traffic, or "" to leave the
- * choice to UCX.  UCX_NET_DEVICES set by the user always wins; then
- * STAGELINK_NET_DEVICES; then the NIC nearest the rank's GPU.  `why` says
- * which rule decided.
+ * UCX device list for this rank's inter-node traffic (c->devices), or ""
+ * to leave the choice to UCX.  UCX_NET_DEVICES set by the user always
+ * wins; then STAGELINK_NET_DEVICES; then the NIC nearest the rank's GPU
+ * (the only rule that knows a rail).  c->why says which rule decided.
  */
 sl_status_t sl_topo_net_devices(const sl_topo_t *t, int gpu,
                                 const sl_locality_t *loc,
-                                char devices[SL_TOPO_DEVICES_LEN],
-                                char *why, size_t why_len, sl_errbuf_t *eb);
+                                sl_topo_choice_t *c, sl_errbuf_t *eb);
 
 /**
  * For humans (stagelink_info): the RDMA devices and ports, the GPUs, and

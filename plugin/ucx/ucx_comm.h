@@ -11,6 +11,7 @@
 #include "sl_layout.h"
 #include "sl_node.h"
 #include "sl_shard.h"
+#include "sl_topo.h"
 #include "staging.h"
 
 #include <stagelink/stagelink.h>
@@ -256,6 +257,8 @@ struct stagelink_comm {
     ucp_context_h               ucp_ctx;
     ucp_worker_h                worker;
     int                         efd;
+    int                         rail;         /**< the NIC's rail, -1 unknown (ucx_worker.c) */
+    char                        rail_nic[SL_TOPO_DEVICES_LEN]; /**< its UCX device, "" UCX chose */
     int                         net_sends;    /**< send subs to other nodes in flight */
     double                      net_quiet_at; /**< until then UCX may still hold
                                                    bytes of a completed one */
@@ -569,8 +572,9 @@ void        sl_device_leave(sl_comm_t *comm, sl_device_entry_t *e);
 sl_status_t sl_device_adopt(sl_comm_t *comm, int device);
 /** Which libucp runs, and whether that UCX was built with CUDA (1). */
 int         sl_device_ucx_build(char *out, size_t len);
-/** The node's GPUs into `t` (CUDA's visible devices, else the PCI bus);
- *  the index of this rank's GPU, -1 when none is known. */
+/** The node's GPUs into `t` (all of the PCI tree's, whatever CUDA shows);
+ *  the index of this rank's GPU (CUDA's current device, else local rank
+ *  i on GPU i), -1 when none is known. */
 int         sl_device_topo_gpus(sl_comm_t *comm, const char *root,
                                 struct sl_topo *t);
 /** What UCX can do with device memory (after the worker exists). */

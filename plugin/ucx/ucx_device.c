@@ -101,18 +101,16 @@ sl_status_t sl_device_adopt(sl_comm_t *comm, int device)
 int sl_device_topo_gpus(sl_comm_t *comm, const char *root, sl_topo_t *t)
 {
     char ids[SL_TOPO_MAX_GPUS][16];
-    int  n, i, current = -1;
+    int  current = -1;
 
-    if (comm->gpu_usable && root[0] == '\0' &&
-        (n = comm->gpu->pci_bus_ids(ids, SL_TOPO_MAX_GPUS, &current)) > 0) {
-        t->ngpus = 0;
-        for (i = 0; i < n; ++i) {
-            sl_topo_gpu_add(t, root, ids[i]);
-        }
-        snprintf(t->gpu_source, sizeof(t->gpu_source), "CUDA, %d visible", n);
-        return (current >= 0 && current < n) ? current : -1;
+    /* CUDA names this rank's GPU by PCI address; the node's GPUs come from
+     * the PCI tree, however few of them this process sees. */
+    if (comm->gpu_usable &&
+        comm->gpu->pci_bus_ids(ids, SL_TOPO_MAX_GPUS, &current) > current &&
+        current >= 0) {
+        return sl_topo_place_gpu(t, root, ids[current]);
     }
-    /* No usable runtime (or a fake tree): local rank i drives GPU i. */
+    /* No usable runtime: local rank i drives GPU i. */
     sl_topo_discover_gpus(root, t);
     return (t->ngpus > 0) ? comm->local_rank % t->ngpus : -1;
 }

@@ -23,12 +23,12 @@ typedef struct sl_rank_card {
     uint32_t full_len; /**< worker address with every transport */
     uint32_t net_len;  /**< network-only worker address */
     uint32_t direct;   /**< this rank's UCX moves device memory itself */
+    int32_t  rail;     /**< its NIC's rail, -1 unknown */
+    char     nic[SL_TOPO_DEVICES_LEN]; /**< that NIC, "" UCX chose */
 } sl_rank_card_t;
 
 /* The rail: the NIC nearest this rank's GPU, unless the user chose. */
-static sl_status_t sl_ucx_rail(sl_comm_t *comm,
-                               char devices[SL_TOPO_DEVICES_LEN], char *why,
-                               size_t why_len)
+static sl_status_t sl_ucx_rail(sl_comm_t *comm, sl_topo_choice_t *c)
 {
     const char   *root = sl_env_get(SL_ENV_SYSFS_ROOT);
     sl_locality_t loc  = {comm->local_rank, comm->local_size};
@@ -41,9 +41,12 @@ static sl_status_t sl_ucx_rail(sl_comm_t *comm,
                         "cannot allocate the topology");
     }
     sl_topo_discover_nics(root, topo);
-    gpu    = sl_device_topo_gpus(comm, root, topo);
-    status = sl_topo_net_devices(topo, gpu, &loc, devices, why, why_len,
-                                 &comm->err);
+    SL_CHECK_GOTO(sl_topo_filter_nics(topo, &comm->err), out);
+    gpu = sl_device_topo_gpus(comm, root, topo);
+    SL_CHECK_GOTO(sl_topo_net_devices(topo, gpu, &loc, c, &comm->err), out);
+    comm->rail = c->rail;
+    snprintf(comm->rail_nic, sizeof(comm->rail_nic), "%s", c->devices);
+out:
     free(topo);
     return status;
 }
@@ -53,10 +56,10 @@ sl_status_t sl_ucx_worker_create(sl_comm_t *comm)
     ucp_params_t        params;
     ucp_worker_params_t wparams;
     ucp_config_t       *config;
-    char                devices[SL_TOPO_DEVICES_LEN], why[256];
+    sl_topo_choice_t    rail;
     ucs_status_t        ucs;
 
-    SL_CHECK(sl_ucx_rail(comm, devices, why, sizeof(why)));
+    SL_CHECK(sl_ucx_rail(comm, &rail));
 
     ucs = ucp_config_read(NULL, NULL, &config);
     if (ucs != UCS_OK) {
@@ -64,19 +67,22 @@ sl_status_t sl_ucx_worker_create(sl_comm_t *comm)
                         "UCX cannot read its configuration: %s; check the "
                         "UCX_* variables", ucs_status_string(ucs));
     }
-    if (devices[0] != '\0') {
-        ucs = ucp_config_modify(config, "NET_DEVICES", devices);
+    /* A fake tree's NICs are fictions UCX cannot open: there the rail is
+     * chosen, logged and checked across nodes, and UCX picks devices. */
+    if (rail.devices[0] != '\0' &&
+        (rail.rail < 0 || sl_env_raw(SL_ENV_SYSFS_ROOT) == NULL)) {
+        ucs = ucp_config_modify(config, "NET_DEVICES", rail.devices);
         if (ucs != UCS_OK) {
             ucp_config_release(config);
             return sl_error(&comm->err, STAGELINK_ERR_CONFIG,
                             "network devices \"%s\" (%s) are not a valid UCX "
-                            "device list: %s", devices, why,
+                            "device list: %s", rail.devices, rail.why,
                             ucs_status_string(ucs));
         }
     }
     SL_INFO(SL_SUBSYS_NET, "local rank %d/%d: network devices %s (%s)",
             comm->local_rank, comm->local_size,
-            devices[0] ? devices : "chosen by UCX", why);
+            rail.devices[0] ? rail.devices : "chosen by UCX", rail.why);
 
     memset(&params, 0, sizeof(params));
     params.field_mask        = UCP_PARAM_FIELD_FEATURES |
@@ -225,6 +231,32 @@ static sl_status_t sl_ucx_part_check(sl_comm_t *comm, int rank,
     return STAGELINK_SUCCESS;
 }
 
+/*
+ * Both ends of a stage boundary on one rail, or a warning naming both: on
+ * a rail-optimised fabric each rail is a switch (often a subnet) of its
+ * own, so another rail means spine hops, or no route at all.  It happens
+ * when t·dp is not a multiple of the GPUs per node.
+ */
+static void sl_ucx_rail_check(const sl_comm_t *comm, const sl_ucx_peer_t *peer,
+                              const sl_boot_blob_t *part)
+{
+    sl_rank_card_t card;
+
+    memcpy(&card, part->data, sizeof(card));
+    card.nic[sizeof(card.nic) - 1] = '\0';
+    if (strcmp(peer->node_id, comm->node_id) == 0 || comm->rail < 0 ||
+        card.rail < 0 || card.rail == comm->rail) {
+        return;
+    }
+    SL_WARN(SL_SUBSYS_NET, "rank %d (node %s) uses NIC %s on rail %d, but "
+            "its stage peer rank %d (node %s) uses NIC %s on rail %d: their "
+            "traffic crosses rails (spine hops, or no route where rails are "
+            "separate subnets); make t*dp a multiple of the GPUs per node, "
+            "or give both ends the same rail with STAGELINK_NET_DEVICES",
+            comm->layout.rank, comm->node_id, comm->rail_nic, comm->rail,
+            peer->rank, peer->node_id, card.nic, (int)card.rail);
+}
+
 /* The endpoint slots of `rank` (sl_peer_at; this rank's own has none). */
 static sl_status_t sl_ucx_connect_rank(sl_comm_t *comm, int rank,
                                        const sl_boot_blob_t *part)
@@ -267,6 +299,8 @@ sl_status_t sl_ucx_connect(sl_comm_t *comm, sl_bootstrap_t *bs)
     card.full_len = (uint32_t)full_len;
     card.net_len  = (uint32_t)net_len;
     card.direct   = (uint32_t)(comm->gpu_usable && comm->ucx_cuda);
+    card.rail     = comm->rail;
+    snprintf(card.nic, sizeof(card.nic), "%s", comm->rail_nic);
     if (sizeof(card) + full_len + net_len > SL_BOOTSTRAP_MAX_BLOCK) {
         status = sl_error(&comm->err, STAGELINK_ERR_BOOTSTRAP,
                           "UCX worker addresses of %zu and %zu bytes exceed "
@@ -299,6 +333,12 @@ sl_status_t sl_ucx_connect(sl_comm_t *comm, sl_bootstrap_t *bs)
     for (i = 0; i < comm->npeers; ++i) {
         SL_CHECK_GOTO(sl_ucx_connect_rank(comm, comm->peer_ranks[i],
                                           &parts[i]), out);
+        if (comm->peer_ranks[i] == comm->prev.rank) {
+            sl_ucx_rail_check(comm, &comm->prev, &parts[i]);
+        }
+        if (comm->peer_ranks[i] == comm->next.rank) {
+            sl_ucx_rail_check(comm, &comm->next, &parts[i]);
+        }
     }
     status = STAGELINK_SUCCESS;
 out:

@@ -37,8 +37,9 @@ grep -q "^RDMA devices" "$out" && fail "-c printed more than the configuration"
 STAGELINK_SYSFS_ROOT=$topo/dgx-h100 "$info" >"$out" 2>/dev/null
 has "^RDMA devices: sysfs tree"
 has "mlx5_8 *port 1 down"
+has "mlx5_8 .*; left out: 100 Gb/s, below STAGELINK_NIC_MIN_GBPS=auto (200 Gb/s)"
 has "^GPUs: 8"
-has "local rank 2: mlx5_3:1 (GPU 2 (0000:23:00.0): 2 NICs on the same PCIe switch, rail 0"
+has "local rank 2: mlx5_3:1 (GPU 2 (0000:23:00.0): 2 NICs on the same PCIe switch, NIC 0"
 has "local rank 7: mlx5_6:1"
 
 STAGELINK_SYSFS_ROOT=$topo/empty "$info" >"$out" 2>/dev/null

@@ -8,6 +8,7 @@
 #include "check.h"
 #include "sl_topo.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -141,22 +142,173 @@ static void test_precedence(void)
     static sl_topo_t t;
     sl_locality_t    loc = {3, 8};
     sl_errbuf_t      eb;
-    char             dev[SL_TOPO_DEVICES_LEN], why[256], root[600];
+    sl_topo_choice_t c;
+    char             root[600];
 
     load("dgx-h100", &t, root, sizeof(root));
     unsetenv("UCX_NET_DEVICES");
     unsetenv("STAGELINK_NET_DEVICES");
-    CHECK(sl_topo_net_devices(&t, 3, &loc, dev, why, sizeof(why), &eb) == 0 &&
-          strcmp(dev, "mlx5_2:1") == 0, "affinity gave %s (%s)", dev, why);
+    CHECK(sl_topo_net_devices(&t, 3, &loc, &c, &eb) == 0 &&
+          strcmp(c.devices, "mlx5_2:1") == 0 && c.rail == 3,
+          "affinity gave %s rail %d (%s)", c.devices, c.rail, c.why);
     setenv("STAGELINK_NET_DEVICES", "mlx5_1:1", 1);
-    CHECK(sl_topo_net_devices(&t, 3, &loc, dev, why, sizeof(why), &eb) == 0 &&
-          strcmp(dev, "mlx5_1:1") == 0, "override gave %s", dev);
+    CHECK(sl_topo_net_devices(&t, 3, &loc, &c, &eb) == 0 &&
+          strcmp(c.devices, "mlx5_1:1") == 0 && c.rail == -1,
+          "override gave %s rail %d", c.devices, c.rail);
     setenv("UCX_NET_DEVICES", "mlx5_0:1", 1);
-    CHECK(sl_topo_net_devices(&t, 3, &loc, dev, why, sizeof(why), &eb) == 0 &&
-          dev[0] == '\0' && strstr(why, "UCX_NET_DEVICES"),
-          "UCX_NET_DEVICES must win: %s", why);
+    CHECK(sl_topo_net_devices(&t, 3, &loc, &c, &eb) == 0 &&
+          c.devices[0] == '\0' && strstr(c.why, "UCX_NET_DEVICES") &&
+          c.rail == -1, "UCX_NET_DEVICES must win: %s", c.why);
     unsetenv("UCX_NET_DEVICES");
     unsetenv("STAGELINK_NET_DEVICES");
+}
+
+/*
+ * One GPU visible per process (CUDA_VISIBLE_DEVICES=k, as Slurm and many
+ * launchers set it): CUDA names only that GPU, by address, yet rails are
+ * shared out over the node's GPUs, so GPU k still gets rail k.
+ */
+static void test_one_visible(void)
+{
+    static const char *const rails[] = {"mlx5_0", "mlx5_1", "mlx5_3",
+                                        "mlx5_2", "mlx5_4", "mlx5_5",
+                                        "mlx5_7", "mlx5_6"};
+    static sl_topo_t t, all;
+    sl_topo_choice_t c;
+    char             root[600], bdf[16];
+    int              g, gpu;
+    size_t           i;
+
+    load("dgx-h100", &all, root, sizeof(root));
+    for (g = 0; g < all.ngpus && g < 8; ++g) {
+        /* CUDA spells the address in upper case. */
+        for (i = 0; i < sizeof(bdf); ++i) {
+            bdf[i] = (char)toupper((unsigned char)all.gpus[g].bdf[i]);
+        }
+        memset(&t, 0, sizeof(t));
+        sl_topo_discover_nics(root, &t);
+        gpu = sl_topo_place_gpu(&t, root, bdf);
+        sl_topo_select(&t, gpu, 0, &c);
+        CHECK(t.ngpus == 8 && gpu == g, "CUDA_VISIBLE_DEVICES=%d: %d GPUs "
+              "grouped, this one at %d", g, t.ngpus, gpu);
+        CHECK(c.nic >= 0 && strcmp(t.nics[c.nic].name, rails[g]) == 0 &&
+              c.rail == g, "CUDA_VISIBLE_DEVICES=%d (%s): %s rail %d, want "
+              "%s rail %d (%s)", g, bdf, c.devices, c.rail, rails[g], g,
+              c.why);
+    }
+    /* A GPU the tree lacks (a container without its PCI functions). */
+    gpu = sl_topo_place_gpu(&t, root, "0000:C1:00.0");
+    CHECK(gpu == 8 && t.ngpus == 9 && strcmp(t.gpus[8].bdf, "0000:c1:00.0") == 0
+          && t.gpus[8].pci_path[0] == '\0', "GPU outside the tree: at %d of "
+          "%d (%s)", gpu, t.ngpus, t.gpu_source);
+    CHECK(sl_topo_place_gpu(&t, root, NULL) == -1 && t.ngpus == 8,
+          "no GPU named: -1 and the tree's 8");
+}
+
+/* The NICs left out: the one given, and the one too slow. */
+static int skipped(const sl_topo_t *t, const char *name, const char *why)
+{
+    int i;
+
+    for (i = 0; i < t->nnics; ++i) {
+        if (strcmp(t->nics[i].name, name) == 0) {
+            return why ? strstr(t->nics[i].skip, why) != NULL
+                       : t->nics[i].skip[0] != '\0';
+        }
+    }
+    return -1;
+}
+
+static int count_skipped(const sl_topo_t *t)
+{
+    int i, n = 0;
+
+    for (i = 0; i < t->nnics; ++i) {
+        n += t->nics[i].skip[0] != '\0';
+    }
+    return n;
+}
+
+static void filter(sl_topo_t *t, const char *stagelink, const char *nccl)
+{
+    sl_errbuf_t eb;
+
+    stagelink ? setenv("STAGELINK_IB_HCA", stagelink, 1)
+              : unsetenv("STAGELINK_IB_HCA");
+    nccl ? setenv("NCCL_IB_HCA", nccl, 1) : unsetenv("NCCL_IB_HCA");
+    CHECK(sl_topo_filter_nics(t, &eb) == STAGELINK_SUCCESS, "filter %s/%s: %s",
+          stagelink ? stagelink : "-", nccl ? nccl : "-", eb.msg);
+}
+
+static void test_filter(void)
+{
+    static sl_topo_t t;
+    sl_topo_choice_t c;
+    sl_errbuf_t      eb;
+    char             root[600], report[8192];
+    int              i;
+
+    load("dgx-h100", &t, root, sizeof(root));
+    unsetenv("STAGELINK_NIC_MIN_GBPS");
+    /* The storage NIC, active this time: 100 Gb/s against 400. */
+    for (i = 0; i < t.nnics; ++i) {
+        t.nics[i].active |= !strcmp(t.nics[i].name, "mlx5_8");
+        t.nics[i].gbps = !strcmp(t.nics[i].name, "mlx5_8") ? 100.0
+                                                             : t.nics[i].gbps;
+    }
+    filter(&t, NULL, NULL);
+    CHECK(count_skipped(&t) == 1 && skipped(&t, "mlx5_8", "below") == 1,
+          "auto speed floor: mlx5_8 (100 of 400 Gb/s) alone left out");
+    sl_topo_select(&t, -1, 8, &c);
+    CHECK(c.rail == 0 && strcmp(c.devices, "mlx5_0:1") == 0,
+          "no GPU, local rank 8 of 8 NICs wraps to the first: %s", c.devices);
+    sl_topo_report(&t, report, sizeof(report));
+    CHECK(strstr(report, "left out: 100 Gb/s, below STAGELINK_NIC_MIN_GBPS"),
+          "the report says why:\n%s", report);
+    setenv("STAGELINK_NIC_MIN_GBPS", "0", 1);
+    filter(&t, NULL, NULL);
+    CHECK(count_skipped(&t) == 0, "STAGELINK_NIC_MIN_GBPS=0 keeps all");
+    setenv("STAGELINK_NIC_MIN_GBPS", "fast", 1);
+    CHECK(sl_topo_filter_nics(&t, &eb) == STAGELINK_ERR_CONFIG &&
+          strstr(eb.msg, "\"fast\""), "a rate that is no number: %s", eb.msg);
+    unsetenv("STAGELINK_NIC_MIN_GBPS");
+
+    /* NCCL_IB_HCA's syntax: exact exclusion moves GPU 0 to its switch's
+     * other NIC. */
+    filter(&t, "^=mlx5_0", NULL);
+    CHECK(count_skipped(&t) == 2 && skipped(&t, "mlx5_0", "excluded by "
+          "STAGELINK_IB_HCA=^=mlx5_0") == 1, "^=mlx5_0 excludes mlx5_0");
+    sl_topo_select(&t, 0, 0, &c);
+    CHECK(strcmp(c.devices, "mlx5_1:1") == 0, "GPU 0 without mlx5_0: %s",
+          c.devices);
+    filter(&t, "mlx5_1,mlx5_2:1", NULL);
+    CHECK(count_skipped(&t) == 7 && skipped(&t, "mlx5_1", NULL) == 0 &&
+          skipped(&t, "mlx5_2", NULL) == 0 &&
+          skipped(&t, "mlx5_0", "not included") == 1,
+          "an include list of two, one with its port");
+    filter(&t, "=mlx5", NULL);
+    CHECK(count_skipped(&t) == 9, "=mlx5 matches no whole name");
+    filter(&t, "mlx5", NULL);
+    CHECK(count_skipped(&t) == 1, "mlx5 is a prefix of all (speed aside)");
+    filter(&t, "mlx5_0:2", NULL);
+    CHECK(skipped(&t, "mlx5_0", NULL) == 1, "mlx5_0:2 names a port it "
+          "does not use");
+    filter(&t, "^mlx5_1,mlx5_2", NULL);
+    CHECK(count_skipped(&t) == 3 && skipped(&t, "mlx5_1", "excluded") == 1 &&
+          skipped(&t, "mlx5_2", "excluded") == 1, "prefix exclusion");
+    /* NCCL's list is the default; stagelink's own wins. */
+    filter(&t, NULL, "^=mlx5_3");
+    CHECK(skipped(&t, "mlx5_3", "by NCCL_IB_HCA=^=mlx5_3") == 1 &&
+          count_skipped(&t) == 2, "NCCL_IB_HCA as the default");
+    filter(&t, "^=mlx5_4", "^=mlx5_3");
+    CHECK(skipped(&t, "mlx5_3", NULL) == 0 && skipped(&t, "mlx5_4", NULL) == 1,
+          "STAGELINK_IB_HCA over NCCL_IB_HCA");
+    /* Everything left out: UCX chooses, and says why. */
+    filter(&t, "=none", NULL);
+    sl_topo_select(&t, 0, 0, &c);
+    CHECK(c.nic == -1 && c.devices[0] == '\0' && strstr(c.why, "none usable"),
+          "nothing usable: %s", c.why);
+    filter(&t, NULL, NULL);
 }
 
 int main(int argc, char **argv)
@@ -171,5 +323,7 @@ int main(int argc, char **argv)
     test_empty();
     test_this_machine();
     test_precedence();
+    test_one_visible();
+    test_filter();
     return check_summary();
 }

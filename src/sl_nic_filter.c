@@ -1,0 +1,92 @@
+/*
+ * Which RDMA NICs rail selection may use: an include or exclude list in
+ * NCCL_IB_HCA's syntax, and a speed floor that keeps storage and
+ * management ports out of the training traffic.  A NIC left out keeps its
+ * place in the list with the reason, so stagelink_info shows why.
+ * SPDX-License-Identifier: MIT
+ */
+#include "sl_topo.h"
+#include "sl_env.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Does `nic` match one entry "name[:port]" of a list (exact or prefix)? */
+static int sl_hca_entry_match(const sl_topo_nic_t *nic, const char *entry,
+                              size_t len, int exact)
+{
+    const char *colon = memchr(entry, ':', len);
+    size_t      name_len = colon ? (size_t)(colon - entry) : len;
+
+    if (name_len == 0 || strncmp(nic->name, entry, name_len) != 0 ||
+        (exact && nic->name[name_len] != '\0')) {
+        return 0;
+    }
+    return colon == NULL || atoi(colon + 1) == nic->port;
+}
+
+/* Does `nic` match any entry of the comma list `list`? */
+static int sl_hca_list_match(const sl_topo_nic_t *nic, const char *list,
+                             int exact)
+{
+    while (*list != '\0') {
+        size_t len = strcspn(list, ",");
+
+        if (len > 0 && sl_hca_entry_match(nic, list, len, exact)) {
+            return 1;
+        }
+        list += len + (list[len] == ',');
+    }
+    return 0;
+}
+
+sl_status_t sl_topo_filter_nics(sl_topo_t *t, sl_errbuf_t *eb)
+{
+    const char *spec = sl_env_raw(SL_ENV_IB_HCA);
+    const char *from = "STAGELINK_IB_HCA";
+    const char *floor_text = sl_env_get(SL_ENV_NIC_MIN_GBPS);
+    const char *list;
+    double      floor_gbps, fastest = 0.0;
+    int         exclude = 0, exact = 0, i;
+    char       *end;
+
+    if (spec == NULL && (spec = sl_env_raw(SL_ENV_NCCL_IB_HCA)) != NULL) {
+        from = "NCCL_IB_HCA";
+    }
+    list = (spec != NULL) ? spec : "";
+    exclude = (list[0] == '^');
+    list += exclude;
+    exact = (list[0] == '=');
+    list += exact;
+    for (i = 0; i < t->nnics; ++i) {
+        if (t->nics[i].active && t->nics[i].gbps > fastest) {
+            fastest = t->nics[i].gbps;
+        }
+    }
+    if (strcmp(floor_text, "auto") == 0) {
+        floor_gbps = fastest / 2.0;
+    } else {
+        floor_gbps = strtod(floor_text, &end);
+        if (end == floor_text || *end != '\0' || !(floor_gbps >= 0.0)) {
+            return sl_error(eb, STAGELINK_ERR_CONFIG,
+                            "STAGELINK_NIC_MIN_GBPS=\"%s\" is neither auto "
+                            "nor a rate in Gb/s (0 keeps every NIC)",
+                            floor_text);
+        }
+    }
+    for (i = 0; i < t->nnics; ++i) {
+        sl_topo_nic_t *nic = &t->nics[i];
+
+        nic->skip[0] = '\0';
+        if (spec != NULL && sl_hca_list_match(nic, list, exact) == exclude) {
+            snprintf(nic->skip, sizeof(nic->skip), "%s by %s=%s",
+                     exclude ? "excluded" : "not included", from, spec);
+        } else if (nic->gbps > 0.0 && nic->gbps < floor_gbps) {
+            snprintf(nic->skip, sizeof(nic->skip), "%.0f Gb/s, below "
+                     "STAGELINK_NIC_MIN_GBPS=%s (%.0f Gb/s)", nic->gbps,
+                     floor_text, floor_gbps);
+        }
+    }
+    return STAGELINK_SUCCESS;
+}
