@@ -3,7 +3,8 @@
 # memcheck on the unit suite and on two- and four-rank transfers; README's
 # install and examples in a clean root; the Python tests from the wheel
 # `pip install .` builds; the unit and multiproc suites
-# against UCX with CUDA where one is built; then every suite again under
+# against UCX 1.13 with CUDA where one is built, and the unit, multiproc
+# and fault suites against UCX 1.22 (the libucx-cu13 wheel); then every suite again under
 # AddressSanitizer and UBSan (but fuzz: its target is built with both
 # sanitizers already; and python: the interpreter is not instrumented, so
 # an instrumented libstagelink cannot be loaded into it).  Each phase
@@ -11,7 +12,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 . tools/phase.sh
-rm -rf build-test build-sanitize build-ucx-cuda
+rm -rf build-test build-sanitize build-ucx-cuda build-ucx-wheel
 phase setup meson setup build-test -Dwarning_level=3 -Dwerror=true
 phase build ninja -C build-test
 phase test meson test -C build-test --print-errorlogs --num-processes 2
@@ -45,6 +46,24 @@ if [ -e "$ucx_cuda/lib/pkgconfig/ucx.pc" ]; then
     phase ucx-cuda ucx_cuda_pass
 else
     echo "SKIP: no UCX with CUDA in $ucx_cuda (tools/build-ucx-cuda.sh builds one)"
+fi
+
+# Against UCX 1.22 with CUDA (the libucx-cu13 wheel in .venv, pinned in
+# python/requirements-venv.txt): built with its headers, every C suite
+# that runs here but the two-node ones, on a UCX with neither verbs nor a
+# driver here, and stagelink_info must name that UCX.
+ucx_wheel=$(.venv/bin/python -c 'import libucx, os; print(os.path.dirname(libucx.__file__))' 2>/dev/null || true)
+ucx_wheel_pass() {
+    meson setup build-ucx-wheel -Ducx_prefix="$ucx_wheel" -Dwarning_level=3 -Dwerror=true &&
+    meson test -C build-ucx-wheel --print-errorlogs --num-processes 2 \
+        --suite unit --suite multiproc --suite fault &&
+    STAGELINK_PLUGIN_PATH=build-ucx-wheel/plugin build-ucx-wheel/tools/stagelink_info |
+        grep '^UCX 1\.22\..* at run time' | grep -q "$ucx_wheel/lib/libucp.so.*built with CUDA"
+}
+if [ -n "$ucx_wheel" ] && [ -e "$ucx_wheel/lib/pkgconfig/ucx.pc" ]; then
+    phase ucx-1.22 ucx_wheel_pass
+else
+    echo "SKIP: no libucx wheel in .venv (tools/make-venv.sh installs it)"
 fi
 
 phase sanitize-setup meson setup build-sanitize -Db_sanitize=address,undefined \

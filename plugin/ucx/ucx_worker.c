@@ -151,6 +151,76 @@ static void sl_ucx_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
                        ucs_status_string(status));
 }
 
+/* Transports that stay inside the node; any other one goes through a NIC. */
+static int sl_ucx_tl_local(const char *tl, size_t len)
+{
+    static const char *const local[] = {"self", "sysv", "posix", "cma",
+                                        "knem", "xpmem", "cuda_ipc",
+                                        "cuda_copy", "gdr_copy"};
+    size_t i;
+
+    for (i = 0; i < SL_ARRAY_SIZE(local); ++i) {
+        if (strlen(local[i]) == len && strncmp(tl, local[i], len) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/*
+ * The lanes UCX chose for a same-node endpoint, from ucp_ep_print_info
+ * ("lane[0]:  3:sysv/memory.0 md[2] ..."): logged at INFO, and a WARN
+ * when one is a network transport.  UCX 1.13 rates cuda_ipc below
+ * InfiniBand on Hopper (fixed in 1.14), so NVLink traffic can go through
+ * the NIC; a full worker address lets it.
+ */
+static void sl_ucx_same_node_lanes(const sl_ucx_peer_t *peer)
+{
+    char   *text = NULL, lanes[256] = "", network[128] = "";
+    size_t  size = 0, used = 0, net = 0;
+    FILE   *f = open_memstream(&text, &size);
+    char   *line, *save = NULL;
+
+    if (f == NULL) {
+        return;
+    }
+    ucp_ep_print_info(peer->ep, f);
+    fclose(f);
+    for (line = strtok_r(text, "\n", &save); line != NULL;
+         line = strtok_r(NULL, "\n", &save)) {
+        char  *lane = strstr(line, "lane["), *tl, *end;
+        size_t tl_len;
+        int    n;
+
+        if (lane == NULL || (tl = strchr(lane + 5, ':')) == NULL ||
+            (tl = strchr(tl + 1, ':')) == NULL) {
+            continue;
+        }
+        ++tl;
+        end    = tl + strcspn(tl, " ");
+        tl_len = strcspn(tl, "/");
+        n = snprintf(lanes + used, sizeof(lanes) - used, "%s%.*s",
+                     used ? " " : "", (int)(end - tl), tl);
+        used += (n > 0 && (size_t)n < sizeof(lanes) - used) ? (size_t)n : 0;
+        if (!sl_ucx_tl_local(tl, tl_len)) {
+            n = snprintf(network + net, sizeof(network) - net, "%s%.*s",
+                         net ? " " : "", (int)(end - tl), tl);
+            net += (n > 0 && (size_t)n < sizeof(network) - net) ? (size_t)n : 0;
+        }
+    }
+    free(text);
+    SL_INFO(SL_SUBSYS_NET, "endpoint to rank %d: same node over %s", peer->rank,
+            lanes[0] ? lanes : "(no lanes reported)");
+    if (network[0] != '\0') {
+        SL_WARN(SL_SUBSYS_NET, "the endpoint to rank %d, on this node, runs "
+                "over %s, a network transport: same-node bytes cross a NIC, "
+                "not shared memory or NVLink (UCX %s; UCX 1.13 underrates "
+                "cuda_ipc on Hopper, fixed in 1.14; or UCX_TLS leaves out "
+                "shared memory)", peer->rank, network,
+                ucp_get_version_string());
+    }
+}
+
 static sl_status_t sl_ucx_ep_create(sl_comm_t *comm, sl_ucx_peer_t *peer,
                                     const sl_boot_blob_t *part)
 {
@@ -190,9 +260,12 @@ static sl_status_t sl_ucx_ep_create(sl_comm_t *comm, sl_ucx_peer_t *peer,
                         "%s): %s", rank, peer->inter_node ? "other" : "same",
                         node, ucs_status_string(ucs));
     }
-    SL_INFO(SL_SUBSYS_NET, "endpoint to rank %d: %s", rank,
-            peer->inter_node ? "inter-node, network transports only"
-                             : "same node, all transports");
+    if (peer->inter_node) {
+        SL_INFO(SL_SUBSYS_NET, "endpoint to rank %d: inter-node, network "
+                "transports only", rank);
+    } else {
+        sl_ucx_same_node_lanes(peer);
+    }
     return STAGELINK_SUCCESS;
 }
 
