@@ -44,6 +44,8 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
         "Chunk of the wire format in bytes (equal on all ranks): device messages above it, and scatter_gather shards above it, go in chunks; a TP rank forwards each chunk of its shard to its peers as it lands; also the size of a pinned bounce buffer. auto: 16 MiB when every rank's UCX moves device memory itself (GPU-direct: each chunk costs a rendezvous, which at NVLink and HDR rates outweighs the copy of 1 MiB); else 1 MiB, and in scatter_gather with t > 1 a message above 1 MiB goes in sixteenths of it within 256 KiB to 1 MiB, so a relay trails its shard by little (both ends derive a message's chunk from its size; bounce buffers stay 1 MiB)."},
     [SL_ENV_STAGING_BUFFERS] = {"STAGELINK_STAGING_BUFFERS", "4",
         "Pinned bounce buffers per direction when UCX cannot reach device memory; also the chunks in flight per transfer."},
+    [SL_ENV_GPU_DIRECT] = {"STAGELINK_GPU_DIRECT", "auto",
+        "Device memory to and from other nodes. auto: handed to UCX where UCX's InfiniBand memory domain for the rail registers device memory (a peer-memory module UCX detects, or DMA-BUF), else staged through pinned host buffers; same-node peers take it over cuda_ipc. require: comm_init fails, with the reason, unless every path of the rank moves device memory directly. off: always staged to other nodes."},
     [SL_ENV_NCCL_LIBRARY] = {"STAGELINK_NCCL_LIBRARY", "",
         "NCCL library to open (default libnccl.so.2 by the loader's search, then the NCCL found at build time)."},
     [SL_ENV_SYSFS_ROOT] = {"STAGELINK_SYSFS_ROOT", "",

@@ -51,6 +51,12 @@ typedef struct sl_gpu_ops {
      *  owns, or the host's for the length of a call); -1 leaves the thread
      *  without a current context, as a thread that never used the GPU. */
     sl_status_t (*device_set)(int device, sl_errbuf_t *eb);
+    /** 1 when RDMA writes into `device`'s memory must be flushed before
+     *  its kernels read them (below compute capability 9.0, as NCCL does);
+     *  NULL: never. */
+    int         (*rdma_flush_needed)(int device);
+    /** Makes RDMA writes so far visible to the current device's work. */
+    sl_status_t (*rdma_flush)(sl_errbuf_t *eb);
     /** Device memory on the current device (NCCL's warm-up buffer). */
     sl_status_t (*dev_alloc)(size_t len, void **ptr, sl_errbuf_t *eb);
     void        (*dev_free)(void *ptr);

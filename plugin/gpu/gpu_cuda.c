@@ -150,6 +150,33 @@ static sl_status_t sl_cuda_device_set(int device, sl_errbuf_t *eb)
     return STAGELINK_SUCCESS;
 }
 
+/* Below Hopper, an RDMA write the NIC completed may not yet be visible to
+ * the GPU's kernels; the driver flushes it on request (NCCL does the same
+ * below compute capability 9.0). */
+static int sl_cuda_rdma_flush_needed(int device)
+{
+    int major = 0, options = 0;
+
+    if (device < 0 ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                               device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&options,
+                               cudaDevAttrGPUDirectRDMAFlushWritesOptions,
+                               device) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return major < 9 && (options & cudaFlushGPUDirectRDMAWritesOptionHost);
+}
+
+static sl_status_t sl_cuda_rdma_flush(sl_errbuf_t *eb)
+{
+    return sl_cuda_check(cudaDeviceFlushGPUDirectRDMAWrites(
+                             cudaFlushGPUDirectRDMAWritesTargetCurrentDevice,
+                             cudaFlushGPUDirectRDMAWritesToOwner),
+                         "cudaDeviceFlushGPUDirectRDMAWrites", eb);
+}
+
 static sl_status_t sl_cuda_dev_alloc(size_t len, void **ptr, sl_errbuf_t *eb)
 {
     return sl_cuda_check(cudaMalloc(ptr, len), "cudaMalloc", eb);
@@ -209,7 +236,9 @@ static void *sl_cuda_host_alloc(size_t len, void *ctx)
     void *ptr = NULL;
 
     (void)ctx;
-    return (cudaHostAlloc(&ptr, len, cudaHostAllocDefault) == cudaSuccess)
+    /* Portable: pinned for every context, not only the allocating one's
+     * (the host may switch devices or contexts between calls). */
+    return (cudaHostAlloc(&ptr, len, cudaHostAllocPortable) == cudaSuccess)
                ? ptr : NULL;
 }
 
@@ -297,6 +326,8 @@ const sl_gpu_ops_t sl_gpu_default_ops = {
     .copy_async        = sl_cuda_copy_async,
     .device_current    = sl_cuda_device_current,
     .device_set        = sl_cuda_device_set,
+    .rdma_flush_needed = sl_cuda_rdma_flush_needed,
+    .rdma_flush        = sl_cuda_rdma_flush,
     .dev_alloc         = sl_cuda_dev_alloc,
     .dev_free          = sl_cuda_dev_free,
     .flags_alloc       = sl_cuda_flags_alloc,

@@ -525,7 +525,7 @@ sl_status_t sl_chunked_sub_prepare(sl_sub_t *sub, void *buf, size_t len,
 {
     sl_req_t    *req    = sub->req;
     sl_comm_t   *comm   = req->comm;
-    int          direct = !req->device || comm->ucx_cuda;
+    int          direct = !req->device || sl_device_path_direct(comm, sub->peer);
     sl_staged_t *st;
 
     if (!direct) {

@@ -280,7 +280,11 @@ struct stagelink_comm {
     const sl_gpu_ops_t         *gpu;
     int                         gpu_usable;   /**< a device answered the probe */
     char                        gpu_why[160];
-    int                         ucx_cuda;     /**< UCX moves CUDA memory itself */
+    int                         ucx_cuda;     /**< UCX knows CUDA memory */
+    int                         ucx_ipc;      /**< ...and moves it between a node's GPUs (cuda_ipc) */
+    int                         ucx_gdr;      /**< ...and its InfiniBand domain registers it (GPU-direct RDMA) */
+    int                         gdr_flush;    /**< RDMA writes into device memory need a flush (cc < 9.0) */
+    char                        gdr_domain[32]; /**< that domain ("mlx5_0"), "" none */
     size_t                      chunk;        /**< STAGELINK_CHUNK: the wire's largest chunk (0: auto, until agreed) */
     size_t                      chunk_min;    /**< the smallest (= chunk unless auto picks per message) */
     int                         all_direct;   /**< this rank's UCX moves device memory itself,
@@ -579,6 +583,14 @@ int         sl_device_topo_gpus(sl_comm_t *comm, const char *root,
                                 struct sl_topo *t);
 /** What UCX can do with device memory (after the worker exists). */
 sl_status_t sl_device_init(sl_comm_t *comm);
+/** Whether device memory to or from `peer` goes to UCX as it is (else it
+ *  is staged): cuda_ipc on the node, GPU-direct RDMA to other nodes. */
+int         sl_device_path_direct(const sl_comm_t *comm, const sl_ucx_peer_t *peer);
+/** This rank has a GPU and every one of its paths is direct. */
+int         sl_device_all_direct(const sl_comm_t *comm);
+/** After RDMA wrote a device buffer, before the GPU reads it: the flush
+ *  GPUs below compute capability 9.0 need (none elsewhere). */
+sl_status_t sl_device_rdma_landed(sl_comm_t *comm, const sl_ucx_peer_t *peer);
 void        sl_device_cleanup(sl_comm_t *comm);
 /** Post-time work of a device request: stream event, and deferral until
  *  the work queued on the host's stream before it is done, reported

@@ -13,9 +13,12 @@
  */
 #include "ucx_comm.h"
 
+#include "sl_env.h"
+#include "sl_gpudirect.h"
+#include "sl_log.h"
 #include "sl_topo.h"
 
-#include "sl_log.h"
+#include <uct/api/uct.h>
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -156,25 +159,213 @@ int sl_device_ucx_build(char *out, size_t len)
 
 static const sl_progress_hook_t sl_device_hook;
 
+typedef enum sl_gdr_mode {
+    SL_GDR_AUTO,
+    SL_GDR_REQUIRE,
+    SL_GDR_OFF,
+} sl_gdr_mode_t;
+
+/* Whether UCX's memory domain `name` of `component` registers device
+ * memory, as UCX decided when it opened it (peer-memory module, DMA-BUF,
+ * UCX_IB_GPU_DIRECT_RDMA). */
+static int sl_device_md_regs_cuda(uct_component_h component, const char *name)
+{
+    uct_md_config_t *config;
+    uct_md_attr_t    attr;
+    uct_md_h         md;
+    int              yes = 0;
+
+    if (uct_md_config_read(component, NULL, NULL, &config) != UCS_OK) {
+        return 0;
+    }
+    if (uct_md_open(component, name, config, &md) == UCS_OK) {
+        yes = uct_md_query(md, &attr) == UCS_OK &&
+              (attr.cap.reg_mem_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA));
+        uct_md_close(md);
+    }
+    uct_config_release(config);
+    return yes;
+}
+
+/* An InfiniBand domain ("mlx5_0") of the rail ("mlx5_0:1"; "" any). */
+static int sl_device_md_on_rail(const char *rail, const char *md)
+{
+    size_t len = strcspn(rail, ":,");
+
+    return rail[0] == '\0' || (strlen(md) == len && strncmp(rail, md, len) == 0);
+}
+
+/*
+ * What UCX's transports do with device memory: cuda_ipc moves it between
+ * the GPUs of a node, and an InfiniBand domain that registers it is
+ * GPU-direct RDMA.  UCX's CUDA memory type alone promises neither: without
+ * them UCX pipelines through host memory of its own, quietly.
+ */
+static void sl_device_ucx_domains(sl_comm_t *comm)
+{
+    uct_component_h     *components = NULL;
+    uct_component_attr_t attr;
+    unsigned             n = 0, i, m;
+
+    if (!comm->ucx_cuda || uct_query_components(&components, &n) != UCS_OK) {
+        return;
+    }
+    for (i = 0; i < n; ++i) {
+        memset(&attr, 0, sizeof(attr));
+        attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME |
+                          UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
+        if (uct_component_query(components[i], &attr) != UCS_OK ||
+            attr.md_resource_count == 0) {
+            continue;
+        }
+        if (strcmp(attr.name, "cuda_ipc") == 0) {
+            comm->ucx_ipc = 1;
+            continue;
+        }
+        if (strcmp(attr.name, "ib") != 0 ||
+            (attr.md_resources = calloc(attr.md_resource_count,
+                                        sizeof(*attr.md_resources))) == NULL) {
+            continue;
+        }
+        attr.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
+        for (m = 0; uct_component_query(components[i], &attr) == UCS_OK &&
+                    m < attr.md_resource_count && !comm->ucx_gdr; ++m) {
+            const char *md = attr.md_resources[m].md_name;
+
+            if (sl_device_md_on_rail(comm->rail_nic, md) &&
+                sl_device_md_regs_cuda(components[i], md)) {
+                comm->ucx_gdr = 1;
+                snprintf(comm->gdr_domain, sizeof(comm->gdr_domain), "%s", md);
+            }
+        }
+        free(attr.md_resources);
+    }
+    uct_release_component_list(components);
+}
+
+static int sl_device_remote(const sl_comm_t *comm, const sl_ucx_peer_t *peer)
+{
+    return strcmp(peer->node_id, comm->node_id) != 0;
+}
+
+int sl_device_path_direct(const sl_comm_t *comm, const sl_ucx_peer_t *peer)
+{
+    return comm->ucx_cuda &&
+           (sl_device_remote(comm, peer) ? comm->ucx_gdr : comm->ucx_ipc);
+}
+
+int sl_device_all_direct(const sl_comm_t *comm)
+{
+    int k, all = comm->gpu_usable && comm->ucx_cuda;
+
+    for (k = 0; k < sl_peer_count(comm) && all; ++k) {
+        const sl_ucx_peer_t *peer = sl_peer_at((sl_comm_t *)comm, k);
+
+        all = peer->rank < 0 || peer->rank == comm->layout.rank ||
+              sl_device_path_direct(comm, peer);
+    }
+    return all;
+}
+
+/* Whether a peer of this rank sits on another node (`remote`) or on this
+ * one. */
+static int sl_device_has_peer(sl_comm_t *comm, int remote)
+{
+    int k;
+
+    for (k = 0; k < sl_peer_count(comm); ++k) {
+        const sl_ucx_peer_t *peer = sl_peer_at(comm, k);
+
+        if (peer->rank >= 0 && peer->rank != comm->layout.rank &&
+            sl_device_remote(comm, peer) == remote) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* STAGELINK_GPU_DIRECT=require: every path of the rank direct, or why not. */
+static sl_status_t sl_device_require(sl_comm_t *comm, const char *build)
+{
+    sl_gpudirect_t gd;
+    char           peers[400];
+
+    if (!comm->gpu_usable) {
+        return sl_error(&comm->err, STAGELINK_ERR_CONFIG, "STAGELINK_GPU_DIRECT="
+                        "require, but this rank has no usable GPU (%s)",
+                        comm->gpu_why);
+    }
+    if (!comm->ucx_cuda) {
+        return sl_error(&comm->err, STAGELINK_ERR_CONFIG, "STAGELINK_GPU_DIRECT="
+                        "require, but UCX %s (%s) reports no CUDA memory type: "
+                        "use a UCX built with CUDA, and keep cuda in UCX_TLS",
+                        ucp_get_version_string(), build);
+    }
+    if (sl_device_has_peer(comm, 0) && !comm->ucx_ipc) {
+        return sl_error(&comm->err, STAGELINK_ERR_CONFIG, "STAGELINK_GPU_DIRECT="
+                        "require, but UCX %s has no cuda_ipc transport for the "
+                        "peers on this node (UCX_TLS, or a UCX without it)",
+                        ucp_get_version_string());
+    }
+    if (sl_device_has_peer(comm, 1) && !comm->ucx_gdr) {
+        sl_gpudirect_detect(sl_env_get(SL_ENV_SYSFS_ROOT), &gd);
+        sl_gpudirect_describe(&gd, peers, sizeof(peers));
+        return sl_error(&comm->err, STAGELINK_ERR_CONFIG, "STAGELINK_GPU_DIRECT="
+                        "require, but no InfiniBand memory domain of UCX %s%s%s "
+                        "registers device memory, so device memory to other "
+                        "nodes would go through host memory.  %s.  Load "
+                        "nvidia_peermem (UCX 1.13 sees only nv_peer_mem), or "
+                        "use UCX 1.14 or newer with DMA-BUF; "
+                        "STAGELINK_GPU_DIRECT=auto stages instead",
+                        ucp_get_version_string(),
+                        comm->rail_nic[0] ? " on the rail " : "",
+                        comm->rail_nic, peers);
+    }
+    return STAGELINK_SUCCESS;
+}
+
 sl_status_t sl_device_init(sl_comm_t *comm)
 {
+    static const char *const modes[] = {"auto", "require", "off", NULL};
     ucp_context_attr_t attr;
     char               build[PATH_MAX + 64];
+    int                mode = SL_GDR_AUTO, gdr;
 
     sl_ucx_progress_register(comm, &sl_device_hook);
+    SL_CHECK(sl_env_parse_choice(SL_ENV_GPU_DIRECT, modes, &mode, &comm->err));
     /* An explicit UCX_TLS without cuda hides CUDA from this bitmap too. */
     memset(&attr, 0, sizeof(attr));
     attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
     if (ucp_context_query(comm->ucp_ctx, &attr) == UCS_OK) {
         comm->ucx_cuda = !!(attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA));
     }
+    sl_device_ucx_domains(comm);
+    gdr = comm->ucx_gdr;
+    comm->ucx_gdr   = comm->ucx_gdr && mode != SL_GDR_OFF;
+    comm->gdr_flush = comm->ucx_gdr && comm->gpu_usable &&
+                      comm->gpu->rdma_flush_needed != NULL &&
+                      comm->gpu->rdma_flush_needed(comm->device);
     sl_device_ucx_build(build, sizeof(build));
     SL_INFO(SL_SUBSYS_INIT, "GPU runtime %s: %s; UCX %s (%s), memory types "
-            "0x%llx (CUDA %s)", comm->gpu->name, comm->gpu_why,
-            ucp_get_version_string(), build,
+            "0x%llx: device memory on this node %s, to other nodes %s%s%s%s",
+            comm->gpu->name, comm->gpu_why, ucp_get_version_string(), build,
             (unsigned long long)attr.memory_types,
-            comm->ucx_cuda ? "yes: GPU-direct" : "no: device buffers are staged");
-    return STAGELINK_SUCCESS;
+            (comm->ucx_cuda && comm->ucx_ipc) ? "over cuda_ipc" : "staged",
+            comm->ucx_gdr ? "GPU-direct RDMA through " : "staged",
+            comm->ucx_gdr ? comm->gdr_domain : "",
+            (gdr && !comm->ucx_gdr) ? " (STAGELINK_GPU_DIRECT=off)" : "",
+            comm->gdr_flush ? ", flushed after each receive (compute "
+                              "capability below 9.0)" : "");
+    return (mode == SL_GDR_REQUIRE) ? sl_device_require(comm, build)
+                                    : STAGELINK_SUCCESS;
+}
+
+sl_status_t sl_device_rdma_landed(sl_comm_t *comm, const sl_ucx_peer_t *peer)
+{
+    if (!comm->gdr_flush || !sl_device_remote(comm, peer)) {
+        return STAGELINK_SUCCESS;
+    }
+    return comm->gpu->rdma_flush(&comm->err);
 }
 
 void sl_device_cleanup(sl_comm_t *comm)
@@ -230,7 +421,8 @@ sl_status_t sl_device_prepare(sl_req_t *req)
     if (!comm->path_logged) {
         comm->path_logged = 1;
         SL_INFO(SL_SUBSYS_NET, "device buffers: %s", comm->ucx_cuda
-                ? "GPU-direct, UCX reports CUDA memory"
+                ? "to UCX as they are on direct paths (see the GPU runtime "
+                  "line), else staged through pinned host buffers"
                 : "staged through pinned host buffers, UCX reports no CUDA "
                   "memory type (built without CUDA, or UCX_TLS leaves out "
                   "cuda)");

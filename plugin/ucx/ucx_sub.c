@@ -77,9 +77,14 @@ static void sl_sub_chunked_end(sl_sub_t *sub, sl_status_t status,
 {
     if (notice != STAGELINK_SUCCESS) {
         sl_sub_finish_notice(sub, notice);
-    } else {
-        sl_sub_finish(sub, status, length, why);
+        return;
     }
+    if (status == STAGELINK_SUCCESS && sub->req->device &&
+        sl_sub_is_recv(sub) && sl_device_path_direct(sub->req->comm, sub->peer)) {
+        status = sl_device_rdma_landed(sub->req->comm, sub->peer);
+        why    = (status != STAGELINK_SUCCESS) ? sub->req->comm->err.msg : why;
+    }
+    sl_sub_finish(sub, status, length, why);
 }
 
 /* UCX's outcome of one operation, in stagelink's terms. */

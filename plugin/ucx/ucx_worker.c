@@ -371,7 +371,7 @@ sl_status_t sl_ucx_connect(sl_comm_t *comm, sl_bootstrap_t *bs)
     memset(&card, 0, sizeof(card));
     card.full_len = (uint32_t)full_len;
     card.net_len  = (uint32_t)net_len;
-    card.direct   = (uint32_t)(comm->gpu_usable && comm->ucx_cuda);
+    card.direct   = (uint32_t)sl_device_all_direct(comm);
     card.rail     = comm->rail;
     snprintf(card.nic, sizeof(card.nic), "%s", comm->rail_nic);
     if (sizeof(card) + full_len + net_len > SL_BOOTSTRAP_MAX_BLOCK) {

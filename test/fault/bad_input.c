@@ -281,6 +281,9 @@ static const struct {
     {"MASTER_PORT", "http", STAGELINK_ERR_CONFIG},
     {"WORLD_SIZE", "zero", STAGELINK_ERR_CONFIG},
     {"LOCAL_RANK", "-1", STAGELINK_ERR_CONFIG},
+    {"STAGELINK_GPU_DIRECT", "sometimes", STAGELINK_ERR_CONFIG},
+    {"STAGELINK_GPU_DIRECT", "require", STAGELINK_ERR_CONFIG}, /* no GPU */
+    {"STAGELINK_NIC_MIN_GBPS", "fast", STAGELINK_ERR_CONFIG},
 };
 
 int main(void)

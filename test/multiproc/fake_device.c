@@ -184,6 +184,18 @@ int main(void)
     memset(&cfg, 0, sizeof(cfg));
     cfg.struct_size = sizeof(cfg);
     cfg.tp_size     = 2;
+    /* GPU-direct demanded of a rank with a GPU but a UCX without CUDA: every
+     * rank refuses at init, naming what is missing. */
+    sl_device_runtime = &fake_gpu;
+    setenv("STAGELINK_GPU_DIRECT", "require", 1);
+    st = p->comm_init(&cfg, &comm);
+    CHECK(st == STAGELINK_ERR_CONFIG &&
+          strstr(p->last_error(NULL), "STAGELINK_GPU_DIRECT=require, but UCX") &&
+          strstr(p->last_error(NULL), "reports no CUDA memory type"),
+          "STAGELINK_GPU_DIRECT=require without CUDA in UCX: %s: %s",
+          stagelink_status_string(st), p->last_error(NULL));
+    unsetenv("STAGELINK_GPU_DIRECT");
+    sl_device_runtime = &sl_gpu_default_ops;
     if (p->comm_init(&cfg, &comm) != STAGELINK_SUCCESS) {
         fprintf(stderr, "init: %s\n", p->last_error(NULL));
         return 1;
