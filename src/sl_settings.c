@@ -96,7 +96,11 @@ sl_status_t sl_settings_parse(const stagelink_config_t *config,
     } else {
         SL_CHECK(sl_env_parse_u64(SL_ENV_CHUNK, 4096, 1ull << 30, &chunk, eb));
     }
-    SL_CHECK(sl_env_parse_u64(SL_ENV_STAGING_BUFFERS, 1, 64, &nbufs, eb));
+    if (strcmp(sl_env_get(SL_ENV_STAGING_BUFFERS), "auto") == 0) {
+        nbufs = 0; /* sized once the ranks of the node are known */
+    } else {
+        SL_CHECK(sl_env_parse_u64(SL_ENV_STAGING_BUFFERS, 1, 64, &nbufs, eb));
+    }
     SL_CHECK(sl_env_parse_u64(SL_ENV_PROGRESS_THREAD, 0, 1, &thread, eb));
     SL_CHECK(sl_env_parse_seconds(SL_ENV_FINALIZE_GRACE, &s->grace, eb));
     if (s->timeout > 0 && s->grace > s->timeout) {
@@ -119,6 +123,13 @@ const char *sl_mode_name(stagelink_mode_t mode)
     case STAGELINK_MODE_DEFAULT:        break;
     }
     return "default";
+}
+
+int sl_settings_auto_buffers(int local_ranks)
+{
+    int n = SL_STAGING_NODE_BUFFERS / (local_ranks > 0 ? local_ranks : 1);
+
+    return (n < 4) ? 4 : (n > 16) ? 16 : n;
 }
 
 double sl_settings_auto_spin(int local_ranks)

@@ -15,7 +15,7 @@ typedef struct sl_settings {
     double           spin;         /**< seconds of polling before sleeping; <0: auto */
     int              max_requests;
     size_t           chunk;        /**< device transfers' chunk */
-    int              nbufs;        /**< staging buffers per direction */
+    int              nbufs;        /**< staging buffers per direction, 0 auto */
     int              progress_thread; /**< a thread progresses between calls */
     double           grace;        /**< seconds finalize lets sends finish */
 } sl_settings_t;
@@ -40,5 +40,15 @@ const char *sl_mode_name(stagelink_mode_t mode);
  * CPUs this process may run on.
  */
 double sl_settings_auto_spin(int local_ranks);
+
+/** Pinned bounce buffers of one chunk per direction, node-wide, for auto. */
+#define SL_STAGING_NODE_BUFFERS 64
+
+/**
+ * Bounce buffers per direction for `auto`: the node's share of
+ * SL_STAGING_NODE_BUFFERS (64 MiB a direction at 1 MiB chunks), at least 4
+ * and at most 16 a rank.
+ */
+int sl_settings_auto_buffers(int local_ranks);
 
 #endif

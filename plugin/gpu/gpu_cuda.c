@@ -6,9 +6,14 @@
 
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include <linux/mempolicy.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define SL_NUMA_MASK_WORDS 16 /* node masks of 1,024 nodes, as the kernel's */
 
 static sl_status_t sl_cuda_check(cudaError_t err, const char *what,
                                  sl_errbuf_t *eb)
@@ -231,15 +236,36 @@ static sl_status_t sl_cuda_stream_wait_flag(void *stream, uint32_t *flag,
     return STAGELINK_SUCCESS;
 }
 
+/*
+ * Pinned memory on NUMA node *ctx (an int, -1 anywhere): the calling
+ * thread prefers that node while the driver allocates, so the bounce
+ * buffers sit beside the GPU's PCIe root, not across the socket link.
+ * Portable: pinned for every context, not only the allocating one's (the
+ * host may switch devices or contexts between calls).
+ */
 static void *sl_cuda_host_alloc(size_t len, void *ctx)
 {
-    void *ptr = NULL;
+    const int    *numa = ctx;
+    unsigned long want[SL_NUMA_MASK_WORDS] = {0}, old[SL_NUMA_MASK_WORDS];
+    int           mode = MPOL_DEFAULT, placed = 0;
+    void         *ptr  = NULL;
 
-    (void)ctx;
-    /* Portable: pinned for every context, not only the allocating one's
-     * (the host may switch devices or contexts between calls). */
-    return (cudaHostAlloc(&ptr, len, cudaHostAllocPortable) == cudaSuccess)
-               ? ptr : NULL;
+    if (numa != NULL && *numa >= 0 && *numa < SL_NUMA_MASK_WORDS * 64 &&
+        syscall(SYS_get_mempolicy, &mode, old, SL_NUMA_MASK_WORDS * 64, NULL,
+                0) == 0) {
+        want[*numa / 64] = 1ul << (*numa % 64);
+        placed = syscall(SYS_set_mempolicy, MPOL_PREFERRED, want,
+                         SL_NUMA_MASK_WORDS * 64) == 0;
+    }
+    if (cudaHostAlloc(&ptr, len, cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError();
+        ptr = NULL;
+    }
+    if (placed) {
+        syscall(SYS_set_mempolicy, mode, mode == MPOL_DEFAULT ? NULL : old,
+                SL_NUMA_MASK_WORDS * 64);
+    }
+    return ptr;
 }
 
 static void sl_cuda_host_free(void *ptr, void *ctx)

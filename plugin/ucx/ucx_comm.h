@@ -291,7 +291,8 @@ struct stagelink_comm {
                                                    and with STAGELINK_CHUNK=auto its peers' alike */
     int                         nbufs;        /**< STAGELINK_STAGING_BUFFERS */
     sl_staging_pool_t           staging;      /**< made at the first staged transfer */
-    void                       *copy_stream;
+    void                       *copy_streams[2]; /**< staging copies: [0] to host (sends), [1] to the device (receives) */
+    int                         gpu_numa;     /**< NUMA node of the rank's GPU, -1 unknown (ucx_worker.c) */
     void                      **events;       /**< free copy events */
     int                         nevents, events_cap;
     sl_staged_t                *staged_active, *staged_free;

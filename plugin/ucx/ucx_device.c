@@ -378,12 +378,15 @@ void sl_device_cleanup(sl_comm_t *comm)
     free(comm->events);
     comm->events  = NULL;
     comm->nevents = comm->events_cap = 0;
-    if (comm->copy_stream != NULL) {
-        comm->gpu->stream_destroy(comm->copy_stream);
-        comm->copy_stream = NULL;
+    for (i = 0; i < 2; ++i) {
+        if (comm->copy_streams[i] != NULL) {
+            comm->gpu->stream_destroy(comm->copy_streams[i]);
+            comm->copy_streams[i] = NULL;
+        }
     }
     if (comm->staging.bufs[0] != NULL) {
-        sl_staging_pool_cleanup(&comm->staging, comm->gpu->host_free, NULL);
+        sl_staging_pool_cleanup(&comm->staging, comm->gpu->host_free,
+                                &comm->gpu_numa);
     }
 }
 
@@ -461,14 +464,17 @@ sl_status_t sl_device_copy_start(void *ctx, sl_staging_xfer_t *x,
                                      void *dst, const void *src, size_t len,
                                      int to_device, void **token)
 {
-    sl_comm_t  *comm = ctx;
+    sl_comm_t  *comm   = ctx;
+    void       *stream = comm->copy_streams[!!to_device];
     sl_status_t status;
 
-    (void)x, (void)to_device;
+    (void)x;
+    /* One stream a direction: a receive's copy never queues behind a
+     * send's, so both directions of 1F1B overlap. */
     SL_CHECK(sl_device_event_get(comm, token));
-    status = comm->gpu->copy_async(dst, src, len, comm->copy_stream, &comm->err);
+    status = comm->gpu->copy_async(dst, src, len, stream, &comm->err);
     if (status == STAGELINK_SUCCESS) {
-        status = comm->gpu->event_record(*token, comm->copy_stream, &comm->err);
+        status = comm->gpu->event_record(*token, stream, &comm->err);
     }
     if (status != STAGELINK_SUCCESS) {
         sl_device_event_put(comm, *token);
@@ -497,22 +503,35 @@ sl_status_t sl_device_staging_ready(sl_comm_t *comm)
         return STAGELINK_SUCCESS;
     }
     sl_status_t status;
+    int         i;
 
-    SL_CHECK(comm->gpu->stream_create(&comm->copy_stream, &comm->err));
-    status = sl_staging_pool_init(&comm->staging, comm->chunk, comm->nbufs,
-                                  comm->gpu->host_alloc, NULL, &comm->err);
+    status = comm->gpu->stream_create(&comm->copy_streams[0], &comm->err);
+    if (status == STAGELINK_SUCCESS) {
+        status = comm->gpu->stream_create(&comm->copy_streams[1], &comm->err);
+    }
+    if (status == STAGELINK_SUCCESS) {
+        status = sl_staging_pool_init(&comm->staging, comm->chunk, comm->nbufs,
+                                      comm->gpu->host_alloc, &comm->gpu_numa,
+                                      &comm->err);
+    }
     if (status != STAGELINK_SUCCESS) {
         /* Half a pool must not pass for a ready one (bufs[0] is the test). */
-        sl_staging_pool_cleanup(&comm->staging, comm->gpu->host_free, NULL);
-        comm->gpu->stream_destroy(comm->copy_stream);
-        comm->copy_stream = NULL;
+        sl_staging_pool_cleanup(&comm->staging, comm->gpu->host_free,
+                                &comm->gpu_numa);
+        for (i = 0; i < 2; ++i) {
+            if (comm->copy_streams[i] != NULL) {
+                comm->gpu->stream_destroy(comm->copy_streams[i]);
+                comm->copy_streams[i] = NULL;
+            }
+        }
         /* Chunks moved in place still size their window by the pool. */
         comm->staging.chunk = comm->chunk;
         comm->staging.nbufs = comm->nbufs;
         return status;
     }
-    SL_INFO(SL_SUBSYS_NET, "staging pool: 2 x %d pinned buffers of %zu bytes",
-            comm->nbufs, comm->chunk);
+    SL_INFO(SL_SUBSYS_NET, "staging pool: 2 x %d pinned buffers of %zu bytes "
+            "(NUMA node %d), a copy stream each way", comm->nbufs, comm->chunk,
+            comm->gpu_numa);
     return STAGELINK_SUCCESS;
 }
 

@@ -43,6 +43,7 @@ static sl_status_t sl_ucx_rail(sl_comm_t *comm, sl_topo_choice_t *c)
     sl_topo_discover_nics(root, topo);
     SL_CHECK_GOTO(sl_topo_filter_nics(topo, &comm->err), out);
     gpu = sl_device_topo_gpus(comm, root, topo);
+    comm->gpu_numa = (gpu >= 0) ? topo->gpus[gpu].numa : -1;
     SL_CHECK_GOTO(sl_topo_net_devices(topo, gpu, &loc, c, &comm->err), out);
     comm->rail = c->rail;
     snprintf(comm->rail_nic, sizeof(comm->rail_nic), "%s", c->devices);
