@@ -47,10 +47,15 @@ typedef struct sl_gpu_ops {
     /** The calling thread's device, -1 when it has no current context
      *  (NULL: no device). */
     int         (*device_current)(void);
-    /** Makes `device` current on the calling thread (a thread stagelink
-     *  owns, or the host's for the length of a call); -1 leaves the thread
-     *  without a current context, as a thread that never used the GPU. */
+    /** Makes `device` (its primary context) current on the calling thread;
+     *  -1 leaves the thread without a current context. */
     sl_status_t (*device_set)(int device, sl_errbuf_t *eb);
+    /** The calling thread's current context (CUcontext), NULL: none.  A
+     *  host may run a context of its own (cuCtxCreate, green contexts), so
+     *  contexts, not device numbers, are what a call saves and gives back. */
+    void       *(*context_current)(void);
+    /** Makes `ctx` current on the calling thread (NULL: none). */
+    sl_status_t (*context_set)(void *ctx, sl_errbuf_t *eb);
     /** 1 when RDMA writes into `device`'s memory must be flushed before
      *  its kernels read them (below compute capability 9.0, as NCCL does);
      *  NULL: never. */

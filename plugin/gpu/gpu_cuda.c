@@ -114,15 +114,38 @@ static void sl_cuda_resolve(void)
     sl_cuda_entry("cuStreamWaitValue32", 12000, &sl_cu_stream_wait_value32);
 }
 
-static int sl_cuda_thread_on_gpu(void)
+static void *sl_cuda_context_current(void)
 {
     CUcontext ctx = NULL;
 
     pthread_once(&sl_cu_once, sl_cuda_resolve);
-    if (sl_cu_ctx_get_current == NULL) {
-        return 1; /* cannot tell */
+    if (sl_cu_ctx_get_current == NULL || sl_cu_ctx_get_current(&ctx) != CUDA_SUCCESS) {
+        return NULL;
     }
-    return sl_cu_ctx_get_current(&ctx) == CUDA_SUCCESS && ctx != NULL;
+    return ctx;
+}
+
+static int sl_cuda_thread_on_gpu(void)
+{
+    pthread_once(&sl_cu_once, sl_cuda_resolve);
+    return sl_cu_ctx_get_current == NULL || sl_cuda_context_current() != NULL;
+}
+
+static sl_status_t sl_cuda_context_set(void *ctx, sl_errbuf_t *eb)
+{
+    CUresult res;
+
+    pthread_once(&sl_cu_once, sl_cuda_resolve);
+    if (sl_cu_ctx_set_current == NULL) {
+        return sl_error(eb, STAGELINK_ERR_TRANSPORT, "the CUDA driver has no "
+                        "cuCtxSetCurrent");
+    }
+    res = sl_cu_ctx_set_current((CUcontext)ctx);
+    if (res != CUDA_SUCCESS) {
+        return sl_error(eb, STAGELINK_ERR_TRANSPORT, "cuCtxSetCurrent(%p) "
+                        "failed with CUresult %d", ctx, (int)res);
+    }
+    return STAGELINK_SUCCESS;
 }
 
 static int sl_cuda_device_current(void)
@@ -138,21 +161,10 @@ static int sl_cuda_device_current(void)
 
 static sl_status_t sl_cuda_device_set(int device, sl_errbuf_t *eb)
 {
-    CUresult res;
-
-    if (device >= 0) {
-        return sl_cuda_check(cudaSetDevice(device), "cudaSetDevice", eb);
+    if (device < 0) {
+        return sl_cuda_context_set(NULL, eb);
     }
-    pthread_once(&sl_cu_once, sl_cuda_resolve);
-    if (sl_cu_ctx_set_current == NULL) {
-        return STAGELINK_SUCCESS; /* the context stays; harmless */
-    }
-    res = sl_cu_ctx_set_current(NULL);
-    if (res != CUDA_SUCCESS) {
-        return sl_error(eb, STAGELINK_ERR_TRANSPORT, "cuCtxSetCurrent(NULL) "
-                        "failed with CUresult %d", (int)res);
-    }
-    return STAGELINK_SUCCESS;
+    return sl_cuda_check(cudaSetDevice(device), "cudaSetDevice", eb);
 }
 
 /* Below Hopper, an RDMA write the NIC completed may not yet be visible to
@@ -352,6 +364,8 @@ const sl_gpu_ops_t sl_gpu_default_ops = {
     .copy_async        = sl_cuda_copy_async,
     .device_current    = sl_cuda_device_current,
     .device_set        = sl_cuda_device_set,
+    .context_current   = sl_cuda_context_current,
+    .context_set       = sl_cuda_context_set,
     .rdma_flush_needed = sl_cuda_rdma_flush_needed,
     .rdma_flush        = sl_cuda_rdma_flush,
     .dev_alloc         = sl_cuda_dev_alloc,

@@ -242,6 +242,8 @@ struct stagelink_comm {
     _Atomic double              host_left_at; /**< when the host's last call returned */
     struct pollfd              *pt_pfds;     /**< the thread's copy of pfds */
     int                         device;      /**< CUDA device it works on, -1: none yet (ucx_device.c) */
+    void                       *context;     /**< and its context (the host's at init, else the
+                                                  device's primary), NULL: none yet */
     double                      grace;       /**< STAGELINK_FINALIZE_GRACE */
     int                         abandoned;   /**< requests finalize ended unfinished */
     sl_errbuf_t                 err;
@@ -393,7 +395,7 @@ typedef struct sl_sleep {
     int            tx_ms;      /**< the next short sleep while sends are out */
     struct pollfd *pfds;       /**< the progress thread's copy; NULL: the host */
     int            locked;     /**< the caller holds the lock after the step */
-    int            device;     /**< the thread's current CUDA device, -1 */
+    void          *context;    /**< the thread's current CUDA context, NULL none */
     sl_errbuf_t    host_err;   /**< the host's sentence, while the thread holds */
 } sl_sleep_t;
 sl_status_t sl_progress_init(sl_comm_t *comm);
@@ -565,9 +567,8 @@ extern const sl_gpu_ops_t *sl_device_runtime;
 sl_status_t sl_device_probe(sl_comm_t *comm, const stagelink_config_t *config);
 /** What a host call found current, to give back on return. */
 typedef struct sl_device_entry {
-    const sl_gpu_ops_t *gpu;   /**< NULL: no device is touched */
-    int                 saved; /**< the caller's device, -1: no context */
-    int                 set;   /**< the communicator's, for a leave after it is gone */
+    const sl_gpu_ops_t *gpu;   /**< NULL: no context is touched */
+    void               *saved; /**< the caller's context, NULL: none */
 } sl_device_entry_t;
 /** The communicator's device becomes current on the calling thread ... */
 void        sl_device_enter(sl_comm_t *comm, sl_device_entry_t *e);

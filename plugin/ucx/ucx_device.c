@@ -28,16 +28,26 @@
 
 const sl_gpu_ops_t *sl_device_runtime = &sl_gpu_default_ops;
 
+/* A runtime that can say and set the calling thread's context. */
+static int sl_device_contexts(const sl_comm_t *comm)
+{
+    const sl_gpu_ops_t *g = comm->gpu;
+
+    return comm->gpu_usable && g->device_current != NULL &&
+           g->device_set != NULL && g->context_current != NULL &&
+           g->context_set != NULL;
+}
+
 sl_status_t sl_device_probe(sl_comm_t *comm, const stagelink_config_t *config)
 {
-    int saved;
+    void *saved;
 
     comm->gpu        = sl_device_runtime;
     comm->gpu_usable = comm->gpu->probe(comm->gpu_why, sizeof(comm->gpu_why));
     comm->device     = -1;
+    comm->context    = NULL;
     if (config->flags & STAGELINK_CONFIG_DEVICE_SET) {
-        if (!comm->gpu_usable || comm->gpu->device_set == NULL ||
-            comm->gpu->device_current == NULL) {
+        if (!sl_device_contexts(comm)) {
             return sl_error(&comm->err, STAGELINK_ERR_CONFIG, "the config "
                             "names CUDA device %d (STAGELINK_CONFIG_DEVICE_SET), "
                             "but %s", config->device, comm->gpu_usable
@@ -49,13 +59,17 @@ sl_status_t sl_device_probe(sl_comm_t *comm, const stagelink_config_t *config)
                             "names CUDA device %d (STAGELINK_CONFIG_DEVICE_SET): "
                             "give a device ordinal, 0 or more", config->device);
         }
-        /* Checked here, made current by each call (the caller's stays). */
-        saved = comm->gpu->device_current();
+        /* Its primary context, made current by each call (the caller's
+         * stays). */
+        saved = comm->gpu->context_current();
         SL_CHECK(comm->gpu->device_set(config->device, &comm->err));
-        comm->gpu->device_set(saved, &comm->err);
+        comm->context = comm->gpu->context_current();
+        comm->gpu->context_set(saved, &comm->err);
         comm->device = config->device;
-    } else if (comm->gpu_usable && comm->gpu->device_current != NULL) {
-        /* The host chose it (torch.cuda.set_device before init). */
+    } else if (sl_device_contexts(comm) &&
+               (comm->context = comm->gpu->context_current()) != NULL) {
+        /* The host chose it (torch.cuda.set_device before init), and the
+         * context it runs, its own or the device's primary. */
         comm->device = comm->gpu->device_current();
     }
     return STAGELINK_SUCCESS;
@@ -63,39 +77,39 @@ sl_status_t sl_device_probe(sl_comm_t *comm, const stagelink_config_t *config)
 
 void sl_device_enter(sl_comm_t *comm, sl_device_entry_t *e)
 {
-    e->gpu   = comm->gpu;
-    e->saved = -1;
-    e->set   = comm->device;
-    if (comm->gpu == NULL || comm->gpu->device_current == NULL ||
-        comm->gpu->device_set == NULL || !comm->gpu_usable) {
-        e->gpu = NULL;
+    e->gpu   = sl_device_contexts(comm) ? comm->gpu : NULL;
+    e->saved = NULL;
+    if (e->gpu == NULL) {
         return;
     }
-    e->saved = comm->gpu->device_current();
-    if (comm->device >= 0 && e->saved != comm->device) {
+    e->saved = comm->gpu->context_current();
+    if (comm->context != NULL && e->saved != comm->context) {
         /* A failure shows in the call's own CUDA work, with its sentence. */
-        comm->gpu->device_set(comm->device, &comm->err);
+        comm->gpu->context_set(comm->context, &comm->err);
     }
 }
 
 void sl_device_leave(sl_comm_t *comm, sl_device_entry_t *e)
 {
     sl_errbuf_t drop;
-    int         set = (comm != NULL) ? comm->device : e->set;
 
-    /* The caller's device (or none) again, as it was before the call. */
-    if (e->gpu != NULL && set >= 0 && e->saved != set) {
-        e->gpu->device_set(e->saved, &drop);
+    (void)comm;
+    /* The caller's context (or none) again, exactly as before the call,
+     * whatever the call made current (an adopted device's, CUDA's implicit
+     * one). */
+    if (e->gpu != NULL && e->gpu->context_current() != e->saved) {
+        e->gpu->context_set(e->saved, &drop);
     }
 }
 
 sl_status_t sl_device_adopt(sl_comm_t *comm, int device)
 {
-    if (comm->gpu->device_set == NULL) {
+    if (!sl_device_contexts(comm)) {
         return STAGELINK_SUCCESS; /* a runtime with no device to choose */
     }
     SL_CHECK(comm->gpu->device_set(device, &comm->err));
-    comm->device = device;
+    comm->context = comm->gpu->context_current();
+    comm->device  = device;
     SL_INFO(SL_SUBSYS_INIT, "CUDA device %d (of the first device tensor: no "
             "device was current at comm_init)", device);
     return STAGELINK_SUCCESS;

@@ -94,7 +94,7 @@ void sl_progress_sleep_init(sl_sleep_t *s, struct pollfd *own_pfds)
     s->tx_ms      = SL_TX_POLL_MIN_MS;
     s->pfds       = own_pfds;
     s->locked     = 1;
-    s->device     = -1;
+    s->context    = NULL;
 }
 
 static void sl_progress_nap(long ns)
@@ -121,12 +121,12 @@ static int sl_progress_take(sl_comm_t *comm, sl_sleep_t *s)
         return 0;
     }
     s->host_err = comm->err;
-    /* The communicator's device (taken at its first device post when none
-     * was current at init). */
-    if (comm->device >= 0 && s->device != comm->device &&
-        comm->gpu->device_set != NULL &&
-        comm->gpu->device_set(comm->device, &comm->err) == STAGELINK_SUCCESS) {
-        s->device = comm->device;
+    /* The communicator's context (taken at its first device post when
+     * none was current at init). */
+    if (comm->context != NULL && s->context != comm->context &&
+        comm->gpu->context_set != NULL &&
+        comm->gpu->context_set(comm->context, &comm->err) == STAGELINK_SUCCESS) {
+        s->context = comm->context;
     }
     return 1;
 }

@@ -77,13 +77,24 @@
 static char *arena;
 
 /*
- * The calling thread's current device, -1 while it has no context.  As the
- * CUDA runtime does, a GPU call from a thread without one makes device 0
- * current; a GPU call on a stream or memory of another device than the
- * current one is what the plugin must never make (counted, first said).
+ * The calling thread's current context, NULL while it has none: a device's
+ * primary one, or one the host made itself on device 0 (cuCtxCreate).  As
+ * the CUDA runtime does, a GPU call from a thread without one makes device
+ * 0's primary current; a GPU call on a stream or memory of another device
+ * than the current one is what the plugin must never make (counted, first
+ * said).
  */
-static __thread int f_current = -1;
-static atomic_int   f_wrong;
+typedef struct fctx {
+    int device;
+} fctx_t;
+
+static fctx_t            f_primary[NDEV] = {{0}, {1}};
+static fctx_t            f_own           = {0};
+static __thread fctx_t  *f_ctx;
+static atomic_int        f_wrong;
+
+static int  f_dev(void) { return f_ctx ? f_ctx->device : -1; }
+static void f_use(int device) { f_ctx = (device < 0) ? NULL : &f_primary[device]; }
 
 static int f_dev_of(const void *p)
 {
@@ -93,13 +104,13 @@ static int f_dev_of(const void *p)
 
 static void f_on(const char *what, int device)
 {
-    if (f_current < 0) {
-        f_current = 0; /* the runtime's implicit context */
+    if (f_ctx == NULL) {
+        f_use(0); /* the runtime's implicit context */
     }
-    if (device >= 0 && device != f_current &&
+    if (device >= 0 && device != f_dev() &&
         atomic_fetch_add(&f_wrong, 1) == 0) {
         fprintf(stderr, "fake GPU: %s of device %d from a thread whose "
-                "current device is %d\n", what, device, f_current);
+                "current device is %d\n", what, device, f_dev());
     }
 }
 
@@ -233,7 +244,7 @@ static sl_status_t f_stream_create(void **out, sl_errbuf_t *eb)
 
     (void)eb;
     f_on("stream create", -1);
-    s->device = f_current;
+    s->device = f_dev();
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_create(&s->thread, NULL, fstream_main, s);
@@ -401,8 +412,16 @@ static stagelink_mem_type_t f_classify(const void *p, int *device)
     return (*device >= 0) ? STAGELINK_MEM_CUDA : STAGELINK_MEM_HOST;
 }
 
-static int  f_device_current(void) { return f_current; }
-static int  f_thread_on_gpu(void) { return f_current >= 0; }
+static int   f_device_current(void) { return f_dev(); }
+static int   f_thread_on_gpu(void) { return f_ctx != NULL; }
+static void *f_context_current(void) { return f_ctx; }
+
+static sl_status_t f_context_set(void *ctx, sl_errbuf_t *eb)
+{
+    (void)eb;
+    f_ctx = ctx;
+    return STAGELINK_SUCCESS;
+}
 
 static sl_status_t f_device_set(int device, sl_errbuf_t *eb)
 {
@@ -410,7 +429,7 @@ static sl_status_t f_device_set(int device, sl_errbuf_t *eb)
         return sl_error(eb, STAGELINK_ERR_TRANSPORT, "fake GPU: no device %d",
                         device);
     }
-    f_current = device;
+    f_use(device);
     return STAGELINK_SUCCESS;
 }
 
@@ -438,7 +457,7 @@ static int f_pci_bus_ids(char (*ids)[16], int max, int *current)
         snprintf(ids[d], 16, "0000:%02x:00.0",
                  1 + NDEV * (rank ? atoi(rank) : 0) + d);
     }
-    *current = f_current;
+    *current = f_dev();
     return d;
 }
 
@@ -463,6 +482,8 @@ static const sl_gpu_ops_t fake_gpu = {
     .thread_on_gpu     = f_thread_on_gpu,
     .device_current    = f_device_current,
     .device_set        = f_device_set,
+    .context_current   = f_context_current,
+    .context_set       = f_context_set,
     .dev_alloc         = f_dev_alloc,
     .dev_free          = f_dev_free,
 };
@@ -934,7 +955,7 @@ typedef struct device_job {
     char    *buf;
     size_t   n;
     uint32_t mb;
-    int      before, after; /* the thread's current device around the calls */
+    fctx_t  *before, *after; /* the thread's current context around the calls */
 } device_job_t;
 
 /* One transfer of device 1's memory, from a thread whose current device
@@ -943,13 +964,13 @@ static void device_transfer(device_job_t *d)
 {
     stagelink_request_t *req;
 
-    d->before = f_current;
+    d->before = f_ctx;
     req       = post(d->j, d->buf, d->n, d->mb);
-    CHECK(f_current == d->before, "rank %d: the post left device %d "
-          "current, the caller's was %d", d->j->h.info.rank, f_current,
-          d->before);
+    CHECK(f_ctx == d->before, "rank %d: the post left device %d's context "
+          "%s current, the caller's was another", d->j->h.info.rank, f_dev(),
+          f_ctx == &f_own ? "(the host's own)" : "(a primary one)");
     finish(d->j, req, d->buf, d->n, d->mb);
-    d->after = f_current;
+    d->after = f_ctx;
 }
 
 static void *device_thread(void *arg)
@@ -964,7 +985,7 @@ static void scenario_device(job_t *j)
     stagelink_xfer_t     x = xfer_of(j, other, 8192, 40);
     stagelink_request_t *req = NULL;
     stagelink_status_t   st;
-    device_job_t         d = {j, dev_alloc(j, 96 << 10), 96 << 10, 41, 0, 0};
+    device_job_t         d = {j, dev_alloc(j, 96 << 10), 96 << 10, 41, NULL, NULL};
     pthread_t            t;
     const char          *msg;
     int                  i;
@@ -983,18 +1004,26 @@ static void scenario_device(job_t *j)
               msg);
     }
     /* The host works on device 0 between its calls. */
-    f_current = 0;
+    f_use(0);
     device_transfer(&d);
-    CHECK(d.after == 0, "rank %d: device %d current after the calls, the "
-          "host's was 0", j->h.info.rank, d.after);
-    f_current = 1;
+    CHECK(d.after == &f_primary[0], "rank %d: device %d current after the "
+          "calls, the host's was 0", j->h.info.rank, f_dev());
+    /* ... in a context of its own on device 0: that very context again,
+     * not device 0's primary one. */
+    f_ctx = &f_own;
+    d.mb  = 43;
+    device_transfer(&d);
+    CHECK(d.after == &f_own, "rank %d: after the calls the host's own "
+          "context was replaced by %s", j->h.info.rank,
+          d.after ? "a primary one" : "none");
+    f_use(1);
     /* A thread without a context. */
     d.mb = 42;
     CHECK(pthread_create(&t, NULL, device_thread, &d) == 0, "pthread_create");
     pthread_join(t, NULL);
-    CHECK(d.before == -1 && d.after == -1, "rank %d: a thread without a "
+    CHECK(d.before == NULL && d.after == NULL, "rank %d: a thread without a "
           "context had device %d current after the calls", j->h.info.rank,
-          d.after);
+          d.after ? d.after->device : -1);
 }
 
 /* ---- NCCL's failures: nothing may leave a stream hanging ---- */
@@ -1159,10 +1188,10 @@ int main(int argc, char **argv)
      * communicator, its streams and the NCCL gather over the fake NCCL
      * come from comm_init as on a GPU node. */
     sl_device_runtime = &fake_gpu;
-    f_current         = 1;
+    f_use(1);
     if (strcmp(argv[2], "device") == 0) {
         /* Or the config names device 1 while the host is on device 0. */
-        f_current  = 0;
+        f_use(0);
         cfg.flags  = STAGELINK_CONFIG_DEVICE_SET;
         cfg.device = 1;
     }
@@ -1187,11 +1216,11 @@ int main(int argc, char **argv)
     }
     CHECK(comm->gather_dev == &sl_gather_nccl_ops, "comm_init chose the %s "
           "gather for device buffers, not NCCL's", comm->gather_dev->name);
-    CHECK(f_current == ((cfg.flags & STAGELINK_CONFIG_DEVICE_SET) ? 0 : 1),
-          "comm_init left device %d current", f_current);
+    CHECK(f_dev() == ((cfg.flags & STAGELINK_CONFIG_DEVICE_SET) ? 0 : 1),
+          "comm_init left device %d current", f_dev());
     CHECK(comm->device == 1, "the communicator works on device %d",
           comm->device);
-    f_current = 1;
+    f_use(1);
     j.h.plugin = p;
     j.h.comm   = (stagelink_comm_t *)comm;
     p->comm_info(j.h.comm, &j.h.info);
@@ -1208,7 +1237,7 @@ int main(int argc, char **argv)
     printf("rank %d: %s: done\n", j.h.info.rank, argv[2]);
 
     p->comm_finalize(j.h.comm);
-    CHECK(f_current == 1, "comm_finalize left device %d current", f_current);
+    CHECK(f_dev() == 1, "comm_finalize left device %d current", f_dev());
     f_stream_destroy(j.stream);
     CHECK(atomic_load(&f_wrong) == 0, "rank %d: %d GPU calls on another "
           "device than the current one (the first is said above)",
