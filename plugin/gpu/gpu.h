@@ -78,4 +78,23 @@ typedef struct sl_gpu_ops {
 /** CUDA where the build has it, else the host-only table. */
 extern const sl_gpu_ops_t sl_gpu_default_ops;
 
+/* gpu_context.c: a call's context, for either plugin. */
+
+/** What a call found current, to give back on return. */
+typedef struct sl_gpu_entry {
+    const sl_gpu_ops_t *gpu;   /**< NULL: no context is touched */
+    void               *saved; /**< the caller's context, NULL: none */
+} sl_gpu_entry_t;
+
+/** The runtime can say and set the calling thread's context. */
+int         sl_gpu_has_contexts(const sl_gpu_ops_t *g);
+/** `device`'s primary context; the caller's stays current. */
+sl_status_t sl_gpu_context_of(const sl_gpu_ops_t *g, int device, void **ctx,
+                              sl_errbuf_t *eb);
+/** `ctx` (NULL: leave the thread's) becomes current on the calling thread ... */
+void        sl_gpu_enter(const sl_gpu_ops_t *g, void *ctx, sl_gpu_entry_t *e,
+                         sl_errbuf_t *eb);
+/** ... and the caller's comes back. */
+void        sl_gpu_leave(sl_gpu_entry_t *e);
+
 #endif

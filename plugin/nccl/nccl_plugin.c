@@ -56,6 +56,8 @@ struct stagelink_comm {
     int                  prev_inter, next_inter; /**< neighbour on another node */
     sl_bootstrap_t       bootstrap;
     const sl_gpu_ops_t  *gpu;
+    int                  device;   /**< the CUDA device it works on */
+    void                *context;  /**< its context, current in every call */
     const sl_nccl_api_t *api;
     ncclComm_t           tp, prev, next;  /**< NULL where none */
     struct stagelink_request *reqs;
@@ -157,8 +159,10 @@ out:
 
 static void sl_ncomm_destroy(sl_ncomm_t *c)
 {
-    int i;
+    sl_gpu_entry_t entry;
+    int            i;
 
+    sl_gpu_enter(c->gpu, c->context, &entry, &c->err);
     if (c->api != NULL) {
         /* After an abort the peers may never answer: NCCL's abort does not
          * wait for them. */
@@ -174,11 +178,43 @@ static void sl_ncomm_destroy(sl_ncomm_t *c)
             c->gpu->event_destroy(c->reqs[i].event);
         }
     }
+    sl_gpu_leave(&entry);
     free(c->reqs);
     free(c->peer_ranks);
     sl_bootstrap_cleanup(&c->bootstrap);
     sl_layout_cleanup(&c->layout);
     free(c);
+}
+
+/*
+ * The device and context of every call, as the UCX plugin takes them: the
+ * config's device (its primary context), else the host's current context
+ * at init; CUDA's implicit device 0 where the host has none (NCCL needs a
+ * device).  Calls make it current and give the caller's back.
+ */
+static sl_status_t sl_nccl_device(sl_ncomm_t *c, const stagelink_config_t *config)
+{
+    c->device = -1;
+    if (!sl_gpu_has_contexts(c->gpu)) {
+        return STAGELINK_SUCCESS;
+    }
+    if (config->flags & STAGELINK_CONFIG_DEVICE_SET) {
+        if (config->device < 0) {
+            return sl_error(&c->err, STAGELINK_ERR_CONFIG, "the config names "
+                            "CUDA device %d (STAGELINK_CONFIG_DEVICE_SET): give "
+                            "a device ordinal, 0 or more", config->device);
+        }
+        c->device = config->device;
+        return sl_gpu_context_of(c->gpu, c->device, &c->context, &c->err);
+    }
+    c->context = c->gpu->context_current();
+    if (c->context == NULL) {
+        return sl_gpu_context_of(c->gpu, 0, &c->context, &c->err)
+                   == STAGELINK_SUCCESS ? (c->device = 0, STAGELINK_SUCCESS)
+                                        : STAGELINK_ERR_TRANSPORT;
+    }
+    c->device = c->gpu->device_current();
+    return STAGELINK_SUCCESS;
 }
 
 static stagelink_status_t sl_nccl_comm_init(const stagelink_config_t *host_config,
@@ -187,6 +223,7 @@ static stagelink_status_t sl_nccl_comm_init(const stagelink_config_t *host_confi
     const stagelink_config_t *config = host_config;
     stagelink_config_t        copy;
     sl_launcher_t launcher;
+    sl_gpu_entry_t entry;
     sl_ncomm_t   *c;
     sl_status_t   status;
     char          why[160];
@@ -215,6 +252,7 @@ static stagelink_status_t sl_nccl_comm_init(const stagelink_config_t *host_confi
                           "use STAGELINK_PLUGIN=ucx", why);
         goto err;
     }
+    SL_CHECK_GOTO(sl_nccl_device(c, config), err);
     SL_CHECK_GOTO(sl_nccl_api_get(&c->api, &c->err), err);
     SL_CHECK_GOTO(sl_launcher_detect(config, &launcher, &c->err), err);
     sl_log_set_rank(launcher.rank);
@@ -236,11 +274,17 @@ static stagelink_status_t sl_nccl_comm_init(const stagelink_config_t *host_confi
     }
     SL_CHECK_GOTO(sl_bootstrap_init(&c->bootstrap, config, &launcher,
                                     c->set.timeout, &c->err), err);
-    SL_CHECK_GOTO(sl_ncomm_connect(c), err);
+    sl_gpu_enter(c->gpu, c->context, &entry, &c->err);
+    status = sl_ncomm_connect(c);
+    sl_gpu_leave(&entry);
+    if (status != STAGELINK_SUCCESS) {
+        goto err;
+    }
     SL_CHECK_GOTO(sl_registry_add(&sl_live, c, &c->err), err);
-    SL_INFO(SL_SUBSYS_INIT, "NCCL plugin: rank %d/%d tp %d/%d, mode %s",
-            c->layout.rank, c->layout.world_size, c->layout.tp_index,
-            c->layout.tp_size, sl_mode_name(c->set.mode));
+    SL_INFO(SL_SUBSYS_INIT, "NCCL plugin: rank %d/%d tp %d/%d, mode %s, "
+            "CUDA device %d", c->layout.rank, c->layout.world_size,
+            c->layout.tp_index, c->layout.tp_size, sl_mode_name(c->set.mode),
+            c->device);
     *out = c;
     return STAGELINK_SUCCESS;
 
@@ -336,17 +380,26 @@ static void sl_nccl_route(const sl_ncomm_t *c, const stagelink_xfer_t *x,
 static sl_status_t sl_nccl_check_xfer(sl_ncomm_t *c, stagelink_op_kind_t kind,
                                       const stagelink_xfer_t *x)
 {
-    int backward, i, device;
+    int backward, i, device = -1;
+
+    stagelink_mem_type_t type;
 
     SL_CHECK(sl_xfer_check(&c->layout, kind, x, &backward, &c->err));
+    type = (x->nbytes > 0) ? c->gpu->classify(x->buf, &device) : x->mem_type;
     if (x->nbytes > 0 &&
         (x->mem_type == STAGELINK_MEM_HOST ||
-         (x->mem_type == STAGELINK_MEM_AUTO &&
-          c->gpu->classify(x->buf, &device) == STAGELINK_MEM_HOST))) {
+         (x->mem_type == STAGELINK_MEM_AUTO && type == STAGELINK_MEM_HOST))) {
         return sl_error(&c->err, STAGELINK_ERR_UNSUPPORTED,
                         "%s: the NCCL plugin moves device memory only; use "
                         "STAGELINK_PLUGIN=ucx for host buffers",
                         (kind == STAGELINK_OP_SEND) ? "send" : "receive");
+    }
+    if (x->nbytes > 0 && device >= 0 && c->device >= 0 && device != c->device) {
+        return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG, "%s: the tensor "
+                        "at %p is on CUDA device %d, but the communicator "
+                        "works on device %d; move it there first",
+                        (kind == STAGELINK_OP_SEND) ? "send" : "receive",
+                        x->buf, device, c->device);
     }
     for (i = 0; i < c->set.max_requests; ++i) {
         const sl_nreq_t *r = &c->reqs[i];
@@ -441,10 +494,8 @@ static sl_status_t sl_nccl_aborted(sl_ncomm_t *c)
                     "aborted (comm_abort); finalize it");
 }
 
-static stagelink_status_t sl_nccl_post_batch(stagelink_comm_t *c,
-                                             const stagelink_op_t *ops,
-                                             size_t n,
-                                             stagelink_request_t **reqs)
+static sl_status_t sl_nccl_post(sl_ncomm_t *c, const stagelink_op_t *ops,
+                                size_t n, stagelink_request_t **reqs)
 {
     const sl_nccl_api_t *api;
     ncclComm_t           pair;
@@ -452,7 +503,6 @@ static stagelink_status_t sl_nccl_post_batch(stagelink_comm_t *c,
     int                  peer, sg;
     size_t               i, j;
 
-    SL_LIVE(c, "post_batch");
     SL_CHECK(sl_nccl_aborted(c));
     api = c->api;
     if (n > 0 && (ops == NULL || reqs == NULL)) {
@@ -514,6 +564,21 @@ static stagelink_status_t sl_nccl_post_batch(stagelink_comm_t *c,
     return status;
 }
 
+static stagelink_status_t sl_nccl_post_batch(stagelink_comm_t *c,
+                                             const stagelink_op_t *ops,
+                                             size_t n,
+                                             stagelink_request_t **reqs)
+{
+    sl_gpu_entry_t entry;
+    sl_status_t    status;
+
+    SL_LIVE(c, "post_batch");
+    sl_gpu_enter(c->gpu, c->context, &entry, &c->err);
+    status = sl_nccl_post(c, ops, n, reqs);
+    sl_gpu_leave(&entry);
+    return status;
+}
+
 static stagelink_status_t sl_nccl_isend(stagelink_comm_t *c,
                                         const stagelink_xfer_t *x,
                                         stagelink_request_t **req)
@@ -555,12 +620,10 @@ static sl_status_t sl_nccl_req_check(sl_ncomm_t *c, sl_nreq_t *r)
     return STAGELINK_SUCCESS;
 }
 
-static stagelink_status_t sl_nccl_test(stagelink_comm_t *c,
-                                       stagelink_request_t *r, int *done)
+static sl_status_t sl_nccl_poll(sl_ncomm_t *c, sl_nreq_t *r, int *done)
 {
     sl_status_t status = STAGELINK_SUCCESS;
 
-    SL_LIVE(c, "test");
     if (done == NULL) {
         return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG, "test: done is NULL");
     }
@@ -582,32 +645,51 @@ static stagelink_status_t sl_nccl_test(stagelink_comm_t *c,
     return status;
 }
 
+static stagelink_status_t sl_nccl_test(stagelink_comm_t *c,
+                                       stagelink_request_t *r, int *done)
+{
+    sl_gpu_entry_t entry;
+    sl_status_t    status;
+
+    SL_LIVE(c, "test");
+    sl_gpu_enter(c->gpu, c->context, &entry, &c->err);
+    status = sl_nccl_poll(c, r, done);
+    sl_gpu_leave(&entry);
+    return status;
+}
+
 /* Until done, `deadline` (TIMEOUT) or `slice_end` (IN_PROGRESS); 0 = none.
  * The device's event has no fd to sleep on: short naps. */
 static sl_status_t sl_nccl_wait_until(sl_ncomm_t *c, sl_nreq_t *r,
                                       double deadline, double slice_end)
 {
     struct timespec nap = {0, 50000};
+    sl_gpu_entry_t  entry;
     sl_status_t     status;
     int             done = 0;
 
+    sl_gpu_enter(c->gpu, c->context, &entry, &c->err);
     for (;;) {
-        status = sl_nccl_test(c, r, &done);
+        status = sl_nccl_poll(c, r, &done);
         if (done || status != STAGELINK_SUCCESS) {
-            return status;
+            break;
         }
         if (sl_deadline_passed(slice_end) && !sl_deadline_passed(deadline)) {
-            return STAGELINK_IN_PROGRESS;
+            status = STAGELINK_IN_PROGRESS;
+            break;
         }
         if (sl_deadline_passed(deadline)) {
-            return sl_error(&c->err, STAGELINK_ERR_TIMEOUT,
-                            "transfer of microbatch %u chunk %u did not "
-                            "complete in %.1f s (NCCL matches by posting "
-                            "order: check that both stages post alike)",
-                            r->tag.microbatch, r->tag.chunk, c->set.timeout);
+            status = sl_error(&c->err, STAGELINK_ERR_TIMEOUT,
+                              "transfer of microbatch %u chunk %u did not "
+                              "complete in %.1f s (NCCL matches by posting "
+                              "order: check that both stages post alike)",
+                              r->tag.microbatch, r->tag.chunk, c->set.timeout);
+            break;
         }
         nanosleep(&nap, NULL);
     }
+    sl_gpu_leave(&entry);
+    return status;
 }
 
 static stagelink_status_t sl_nccl_wait(stagelink_comm_t *c,

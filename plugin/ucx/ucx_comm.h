@@ -565,15 +565,9 @@ extern const sl_gpu_ops_t *sl_device_runtime;
 /** Whether a GPU is usable, known before any exchange, and the device:
  *  the config's (made current), else the calling thread's, else -1. */
 sl_status_t sl_device_probe(sl_comm_t *comm, const stagelink_config_t *config);
-/** What a host call found current, to give back on return. */
-typedef struct sl_device_entry {
-    const sl_gpu_ops_t *gpu;   /**< NULL: no context is touched */
-    void               *saved; /**< the caller's context, NULL: none */
-} sl_device_entry_t;
-/** The communicator's device becomes current on the calling thread ... */
-void        sl_device_enter(sl_comm_t *comm, sl_device_entry_t *e);
-/** ... and the caller's comes back (comm NULL: it is gone by now). */
-void        sl_device_leave(sl_comm_t *comm, sl_device_entry_t *e);
+/** The communicator's context becomes current on the calling thread (the
+ *  caller's comes back with sl_gpu_leave). */
+void        sl_device_enter(sl_comm_t *comm, sl_gpu_entry_t *e);
 /** A communicator without a device takes that of its first device tensor. */
 sl_status_t sl_device_adopt(sl_comm_t *comm, int device);
 /** Which libucp runs, and whether that UCX was built with CUDA (1). */

@@ -28,20 +28,14 @@
 
 const sl_gpu_ops_t *sl_device_runtime = &sl_gpu_default_ops;
 
-/* A runtime that can say and set the calling thread's context. */
+/* A usable runtime that can say and set the calling thread's context. */
 static int sl_device_contexts(const sl_comm_t *comm)
 {
-    const sl_gpu_ops_t *g = comm->gpu;
-
-    return comm->gpu_usable && g->device_current != NULL &&
-           g->device_set != NULL && g->context_current != NULL &&
-           g->context_set != NULL;
+    return comm->gpu_usable && sl_gpu_has_contexts(comm->gpu);
 }
 
 sl_status_t sl_device_probe(sl_comm_t *comm, const stagelink_config_t *config)
 {
-    void *saved;
-
     comm->gpu        = sl_device_runtime;
     comm->gpu_usable = comm->gpu->probe(comm->gpu_why, sizeof(comm->gpu_why));
     comm->device     = -1;
@@ -61,10 +55,8 @@ sl_status_t sl_device_probe(sl_comm_t *comm, const stagelink_config_t *config)
         }
         /* Its primary context, made current by each call (the caller's
          * stays). */
-        saved = comm->gpu->context_current();
-        SL_CHECK(comm->gpu->device_set(config->device, &comm->err));
-        comm->context = comm->gpu->context_current();
-        comm->gpu->context_set(saved, &comm->err);
+        SL_CHECK(sl_gpu_context_of(comm->gpu, config->device, &comm->context,
+                                   &comm->err));
         comm->device = config->device;
     } else if (sl_device_contexts(comm) &&
                (comm->context = comm->gpu->context_current()) != NULL) {
@@ -75,31 +67,10 @@ sl_status_t sl_device_probe(sl_comm_t *comm, const stagelink_config_t *config)
     return STAGELINK_SUCCESS;
 }
 
-void sl_device_enter(sl_comm_t *comm, sl_device_entry_t *e)
+void sl_device_enter(sl_comm_t *comm, sl_gpu_entry_t *e)
 {
-    e->gpu   = sl_device_contexts(comm) ? comm->gpu : NULL;
-    e->saved = NULL;
-    if (e->gpu == NULL) {
-        return;
-    }
-    e->saved = comm->gpu->context_current();
-    if (comm->context != NULL && e->saved != comm->context) {
-        /* A failure shows in the call's own CUDA work, with its sentence. */
-        comm->gpu->context_set(comm->context, &comm->err);
-    }
-}
-
-void sl_device_leave(sl_comm_t *comm, sl_device_entry_t *e)
-{
-    sl_errbuf_t drop;
-
-    (void)comm;
-    /* The caller's context (or none) again, exactly as before the call,
-     * whatever the call made current (an adopted device's, CUDA's implicit
-     * one). */
-    if (e->gpu != NULL && e->gpu->context_current() != e->saved) {
-        e->gpu->context_set(e->saved, &drop);
-    }
+    sl_gpu_enter(sl_device_contexts(comm) ? comm->gpu : NULL, comm->context, e,
+                 &comm->err);
 }
 
 sl_status_t sl_device_adopt(sl_comm_t *comm, int device)

@@ -38,7 +38,7 @@ static __thread sl_errbuf_t sl_thread_err;
 /* A host call: the communicator's mutex, and its device current. */
 typedef struct sl_ucx_entry {
     sl_comm_t        *comm;
-    sl_device_entry_t device;
+    sl_gpu_entry_t    device;
 } sl_ucx_entry_t;
 
 static sl_ucx_entry_t sl_ucx_enter(sl_comm_t *comm)
@@ -52,7 +52,7 @@ static sl_ucx_entry_t sl_ucx_enter(sl_comm_t *comm)
 
 static void sl_ucx_leave(sl_ucx_entry_t *e)
 {
-    sl_device_leave(e->comm, &e->device);
+    sl_gpu_leave(&e->device);
     sl_progress_leave(e->comm);
 }
 
@@ -298,7 +298,7 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *host_config
     sl_launcher_t launcher;
     sl_comm_t    *comm;
     sl_status_t   status;
-    sl_device_entry_t device = {.gpu = NULL};
+    sl_gpu_entry_t    device = {.gpu = NULL};
     int           k;
 
     if (config == NULL || comm_out == NULL) {
@@ -382,20 +382,20 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *host_config
             comm->gather->name, comm->node_id, comm->local_rank,
             comm->local_size);
     SL_CHECK_GOTO(sl_registry_add(&sl_live, comm, &comm->err), err_destroy);
-    sl_device_leave(comm, &device);
+    sl_gpu_leave(&device);
     *comm_out = comm;
     return STAGELINK_SUCCESS;
 
 err_destroy:
     sl_thread_err = comm->err;
     sl_comm_destroy(comm);
-    sl_device_leave(NULL, &device);
+    sl_gpu_leave(&device);
     return status;
 }
 
 static stagelink_status_t sl_ucx_comm_finalize(stagelink_comm_t *comm)
 {
-    sl_device_entry_t device;
+    sl_gpu_entry_t    device;
     sl_errbuf_t       drop;
     sl_status_t       status;
     double            grace_end;
@@ -435,7 +435,7 @@ static stagelink_status_t sl_ucx_comm_finalize(stagelink_comm_t *comm)
     }
     sl_progress_leave_query(comm);
     sl_comm_destroy(comm);
-    sl_device_leave(NULL, &device);
+    sl_gpu_leave(&device);
     return status;
 }
 

@@ -29,6 +29,7 @@ MODES = {"default": 0, "scatter_gather": 1, "full": 2, "sharded": 3}
 PEERS = {"next": 0, "prev": 1}
 MEM_HOST, MEM_CUDA = 1, 2
 CONFIG_RANK_SET = 0x1
+CONFIG_DEVICE_SET = 0x2
 TAG_MAX_MICROBATCH = 0xFFFFFFFF
 TAG_MAX_CHUNK = 0x7FF
 OP_SEND, OP_RECV = 0, 1
@@ -77,7 +78,8 @@ class Config(ctypes.Structure):
                 ("flags", ctypes.c_uint32),
                 ("store_set", STORE_SET), ("store_get", STORE_GET),
                 ("store_ctx", ctypes.c_void_p),
-                ("gather", GATHER), ("gather_ctx", ctypes.c_void_p)]
+                ("gather", GATHER), ("gather_ctx", ctypes.c_void_p),
+                ("device", ctypes.c_int)]
 
 
 class Info(ctypes.Structure):

@@ -335,6 +335,12 @@ class Communicator:
       communicator beside the host's).  Every rank of the group must then
       complete its gathered receives in the same order, as with any
       collective.  STAGELINK_GATHER=ucx or nccl overrides it.
+    device: the CUDA device the communicator works on (an index,
+      "cuda:1" or a torch.device); default: torch's current device where
+      torch has initialized CUDA, else the device of the first CUDA tensor.
+      Every call runs on it, from any thread, and leaves the caller's
+      current device as it was; a tensor of another device raises
+      StagelinkError (ERR_INVALID_ARG) naming both.
     mode: "default" (STAGELINK_MODE, else scatter_gather),
       "scatter_gather", "full" or "sharded" (see stagelink.h); another
       mode than "default" and a STAGELINK_MODE naming a different one
@@ -349,7 +355,7 @@ class Communicator:
                  world_size: Optional[int] = None,
                  placement: Optional["Placement"] = None,
                  store: Any = None, plugin: Optional[str] = None,
-                 tp_group: Any = None) -> None:
+                 tp_group: Any = None, device: Any = None) -> None:
         tp_size = _index(tp_size, "tp_size", 1, 1 << 30)
         pp_size = _index(pp_size, "pp_size", 0, 1 << 30)
         mode_value = _choice(mode, "mode", _lib.MODES)
@@ -374,6 +380,10 @@ class Communicator:
         if rank is not None:
             cfg.rank, cfg.world_size = rank, world_size
             cfg.flags = _lib.CONFIG_RANK_SET
+        device = _device_index(device)
+        if device is not None:
+            cfg.device = device
+            cfg.flags |= _lib.CONFIG_DEVICE_SET
         keep = None
         if placement is not None:
             if not isinstance(placement, Placement):
@@ -449,7 +459,7 @@ class Communicator:
                 "descriptors from host memory, which the %s plugin cannot "
                 "move; unset STAGELINK_CHECK or use the ucx plugin"
                 % self.plugin)
-        self._device = _cuda_device()
+        self._device = device
         self._sliced = self._vt.struct_size >= (
             _lib.PluginV1.wait_for.offset + ctypes.sizeof(ctypes.c_void_p))
         self._helper = threading.Thread(target=self._serve, daemon=True,
@@ -910,13 +920,31 @@ class Communicator:
                           exc_type.__name__, e)
 
 
-def _cuda_device():
-    """The current CUDA device when torch has initialized CUDA, else None
-    (never initializes CUDA itself)."""
+def _device_index(device):
+    """The CUDA ordinal of `device` (an int, "cuda:N", a torch.device);
+    None: torch's current device when torch has initialized CUDA, else
+    None (CUDA is never initialized here)."""
     torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_initialized():
-        return None
-    return torch.cuda.current_device()
+    if device is None:
+        if torch is None or not torch.cuda.is_initialized():
+            return None
+        return torch.cuda.current_device()
+    if isinstance(device, bool):
+        raise TypeError("device must be a CUDA device index, \"cuda:N\" or "
+                        "a torch.device, not %r" % (device,))
+    if isinstance(device, int):
+        if device < 0:
+            raise ValueError("device=%d: give a CUDA device index, 0 or more"
+                             % device)
+        return device
+    if torch is None:
+        raise TypeError("device=%r: without torch, give a CUDA device index"
+                        % (device,))
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        raise ValueError("device=%r is not a CUDA device: stagelink moves "
+                         "host tensors without one" % (device,))
+    return dev.index if dev.index is not None else torch.cuda.current_device()
 
 
 def _env_rank():

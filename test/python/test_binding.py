@@ -93,4 +93,20 @@ with stagelink.Communicator(tp_size=world // 2) as comm:
         comm.info["rank"], stage, comm.plugin, stagelink.version(),
         "all checks passed" if not failures else "%d failed" % len(failures)))
 
+# device=: checked here, then handed to comm_init (STAGELINK_CONFIG_DEVICE_SET),
+# which refuses it where no GPU is usable, with the library's reason.
+for bad, kind in ((-1, ValueError), ("cpu", ValueError), (True, TypeError)):
+    try:
+        stagelink.Communicator(tp_size=world // 2, device=bad)
+        check(False, "device=%r was accepted" % (bad,))
+    except kind:
+        pass
+if not torch.cuda.is_available():
+    try:
+        stagelink.Communicator(tp_size=world // 2, device=0)
+        check(False, "device=0 was accepted without a usable GPU")
+    except stagelink.StagelinkError as e:
+        check(e.status == "ERR_CONFIG" and "CUDA device 0" in str(e)
+              and "STAGELINK_CONFIG_DEVICE_SET" in str(e), str(e))
+
 sys.exit(1 if failures else 0)

@@ -11,7 +11,10 @@
  *   - the same microbatch and chunk in another direction or kind is fine;
  *   - a batch that cannot get all its request slots, or whose NCCL group
  *     cannot be started, leaves every reqs[i] NULL and no slot taken; a
- *     failed event creation keeps its status.
+ *     failed event creation keeps its status;
+ *   - a tensor of another device than the communicator's is refused,
+ *     naming both; NCCL is called in the communicator's context, and the
+ *     caller's own context is current again after each call.
  * SPDX-License-Identifier: MIT
  */
 #include "check.h"
@@ -28,11 +31,31 @@ static int f_probe(char *why, size_t len)
     return 1;
 }
 
+static int buf_device; /* the device f_classify places every buffer on */
+
 static stagelink_mem_type_t f_classify(const void *p, int *device)
 {
     (void)p;
-    *device = 0;
+    *device = buf_device;
     return STAGELINK_MEM_CUDA;
+}
+
+/* Contexts: device 0's and 1's primary ones, and one the host made. */
+static int           f_ctx[3];
+static int          *f_cur;    /* current; NULL none */
+static int          *f_at_send; /* what was current when NCCL was called */
+
+static int   f_device_current(void) { return f_cur ? *f_cur : -1; }
+static void *f_context_current(void) { return f_cur; }
+static sl_status_t f_context_set(void *ctx, sl_errbuf_t *eb)
+{
+    (void)eb;
+    f_cur = ctx;
+    return STAGELINK_SUCCESS;
+}
+static sl_status_t f_device_set(int device, sl_errbuf_t *eb)
+{
+    return f_context_set(device < 0 ? NULL : &f_ctx[device], eb);
 }
 
 static sl_status_t f_event_create(void **ev, sl_errbuf_t *eb)
@@ -69,6 +92,20 @@ static const sl_gpu_ops_t fake_gpu = {
     .event_query   = f_event_query,
 };
 
+static const sl_gpu_ops_t fake_gpu_ctx = {
+    .name            = "fake with contexts",
+    .probe           = f_probe,
+    .classify        = f_classify,
+    .event_create    = f_event_create,
+    .event_destroy   = f_event_destroy,
+    .event_record    = f_event_record,
+    .event_query     = f_event_query,
+    .device_current  = f_device_current,
+    .device_set      = f_device_set,
+    .context_current = f_context_current,
+    .context_set     = f_context_set,
+};
+
 static ncclResult_t n_ok(void) { return ncclSuccess; }
 static ncclResult_t n_group_start(void)
 {
@@ -80,6 +117,7 @@ static ncclResult_t n_send(const void *buf, size_t count, ncclDataType_t type,
                            int peer, ncclComm_t comm, cudaStream_t stream)
 {
     (void)buf, (void)count, (void)type, (void)peer, (void)comm, (void)stream;
+    f_at_send = f_cur;
     ++sends;
     return ncclSuccess;
 }
@@ -308,6 +346,46 @@ int main(void)
           "event creation failure: %s (%s), %d slots in use",
           stagelink_status_string(st), c->err.msg, in_use(c));
     fail_events = 0;
+    sl_registry_remove(&sl_live, c);
+    sl_ncomm_destroy(c);
+
+    /* The communicator works on device 1 (the config's); the host runs a
+     * context of its own between calls. */
+    f_ctx[0] = 0, f_ctx[1] = 1, f_ctx[2] = 0;
+    c          = make_comm(2);
+    c->gpu     = &fake_gpu_ctx;
+    {
+        stagelink_config_t cfg = {.struct_size = sizeof(cfg),
+                                  .flags = STAGELINK_CONFIG_DEVICE_SET,
+                                  .device = 1};
+
+        f_cur = &f_ctx[2];
+        CHECK(sl_nccl_device(c, &cfg) == STAGELINK_SUCCESS && c->device == 1 &&
+              c->context == &f_ctx[1] && f_cur == &f_ctx[2],
+              "device of the config: %d, context %p, the host's kept: %d",
+              c->device, c->context, f_cur == &f_ctx[2]);
+    }
+    buf_device = 0;
+    ops[0]     = op(STAGELINK_OP_SEND, STAGELINK_PEER_NEXT, 1, 0);
+    st         = p->isend(c, &ops[0].xfer, &reqs[0]);
+    CHECK(st == STAGELINK_ERR_INVALID_ARG && strstr(c->err.msg, "device 0") &&
+          strstr(c->err.msg, "device 1"), "a tensor of device 0 on a "
+          "communicator of device 1: %s (%s)", stagelink_status_string(st),
+          c->err.msg);
+    buf_device = 1;
+    f_at_send  = NULL;
+    st         = p->isend(c, &ops[0].xfer, &reqs[0]);
+    CHECK(st == STAGELINK_SUCCESS && f_at_send == &f_ctx[1],
+          "ncclSend called in context %p, want device 1's (%s)",
+          (void *)f_at_send, c->err.msg);
+    CHECK(f_cur == &f_ctx[2], "after isend the host's own context is gone");
+    complete(c, reqs, 1);
+    CHECK(f_cur == &f_ctx[2], "after wait the host's own context is gone");
+    f_cur = NULL;
+    st    = p->isend(c, &ops[0].xfer, &reqs[0]);
+    complete(c, reqs, 1);
+    CHECK(st == STAGELINK_SUCCESS && f_cur == NULL, "a thread without a "
+          "context has one after the calls");
     sl_registry_remove(&sl_live, c);
     sl_ncomm_destroy(c);
     return check_summary();
