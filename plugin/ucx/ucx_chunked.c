@@ -43,7 +43,8 @@ static uint64_t sl_chunk_tag(const sl_staged_t *st, size_t index)
  * anyway on its copies, but that at NVLink or HDR rates outweighs moving
  * 1 MiB (on an H200, two processes: 1 MiB chunks carried a 64 MiB tensor at
  * 107 GB/s, 16 MiB chunks at 1.3 TB/s, UCX's own limit 1.7 TB/s).  So where
- * every rank's UCX moves device memory itself, chunks are 16 MiB.
+ * every rank's UCX moves device memory directly on every path
+ * (sl_device_all_direct), chunks are 16 MiB.
  *
  * Elsewhere, in scatter_gather, the chunk is also the unit a TP rank
  * relays: it forwards chunk k of its shard only once chunk k has landed,
@@ -78,7 +79,7 @@ void sl_chunked_size_agree(sl_comm_t *comm)
     if (comm->all_direct) {
         comm->chunk = comm->chunk_min = SL_CHUNK_DIRECT;
         SL_INFO(SL_SUBSYS_NET, "chunk %zu bytes (STAGELINK_CHUNK=auto: every "
-                "rank's UCX moves device memory itself)", comm->chunk);
+                "rank's UCX moves device memory directly)", comm->chunk);
     } else if (sl_chunked_relayed(comm)) {
         comm->chunk     = SL_CHUNK_STAGED;
         comm->chunk_min = SL_CHUNK_STAGED_MIN;

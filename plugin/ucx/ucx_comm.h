@@ -582,7 +582,9 @@ sl_status_t sl_device_init(sl_comm_t *comm);
 /** Whether device memory to or from `peer` goes to UCX as it is (else it
  *  is staged): cuda_ipc on the node, GPU-direct RDMA to other nodes. */
 int         sl_device_path_direct(const sl_comm_t *comm, const sl_ucx_peer_t *peer);
-/** This rank has a GPU and every one of its paths is direct. */
+/** This rank has a GPU and UCX moves its device memory directly on every
+ *  path it could have: cuda_ipc, and GPU-direct RDMA unless the job is on
+ *  one node (alike on alike nodes: the chunk size follows it). */
 int         sl_device_all_direct(const sl_comm_t *comm);
 /** After RDMA wrote a device buffer, before the GPU reads it: the flush
  *  GPUs below compute capability 9.0 need (none elsewhere). */

@@ -241,15 +241,11 @@ int sl_device_path_direct(const sl_comm_t *comm, const sl_ucx_peer_t *peer)
 
 int sl_device_all_direct(const sl_comm_t *comm)
 {
-    int k, all = comm->gpu_usable && comm->ucx_cuda;
-
-    for (k = 0; k < sl_peer_count(comm) && all; ++k) {
-        const sl_ucx_peer_t *peer = sl_peer_at((sl_comm_t *)comm, k);
-
-        all = peer->rank < 0 || peer->rank == comm->layout.rank ||
-              sl_device_path_direct(comm, peer);
-    }
-    return all;
+    /* Of the rank's means, not of its peers' places, so that alike nodes
+     * agree: a rank next to a stage on another node and one among its own
+     * node's ranks answer the same. */
+    return comm->gpu_usable && comm->ucx_cuda && comm->ucx_ipc &&
+           (comm->ucx_gdr || comm->local_size == comm->layout.world_size);
 }
 
 /* Whether a peer of this rank sits on another node (`remote`) or on this

@@ -22,7 +22,7 @@
 typedef struct sl_rank_card {
     uint32_t full_len; /**< worker address with every transport */
     uint32_t net_len;  /**< network-only worker address */
-    uint32_t direct;   /**< this rank's UCX moves device memory itself */
+    uint32_t direct;   /**< sl_device_all_direct */
     int32_t  rail;     /**< its NIC's rail, -1 unknown */
     char     nic[SL_TOPO_DEVICES_LEN]; /**< that NIC, "" UCX chose */
 } sl_rank_card_t;
@@ -295,10 +295,12 @@ static sl_status_t sl_ucx_part_check(sl_comm_t *comm, int rank,
      * and its peers are all it can ask. */
     if (comm->chunk == 0 && (int)card.direct != direct) {
         return sl_error(&comm->err, STAGELINK_ERR_CONFIG,
-                        "rank %d's UCX %s device memory itself and this "
-                        "rank's %s, so STAGELINK_CHUNK=auto cannot pick one "
-                        "chunk size for both: give every rank the same GPU "
-                        "and UCX, or set STAGELINK_CHUNK alike on every rank",
+                        "rank %d's UCX %s device memory directly on every "
+                        "path and this rank's %s, so STAGELINK_CHUNK=auto "
+                        "cannot pick one chunk size for both: give every "
+                        "rank the same GPU, UCX, GPU-direct RDMA support and "
+                        "STAGELINK_GPU_DIRECT, or set STAGELINK_CHUNK alike "
+                        "on every rank",
                         rank, card.direct ? "moves" : "does not move",
                         direct ? "does" : "does not");
     }
