@@ -7,7 +7,7 @@
  * tensor is checked byte by byte.  Launch under stagelink_run, torchrun or
  * mpirun with 2t ranks.
  *
- *   stagelink_perftest -t TP [-k boundary|shard|gather] [-M MODE]
+ *   stagelink_perftest -t TP [-k boundary|shard|gather|stream|duplex|pipeline] [-M MODE]
  *                      [-m host|cuda] [-b MIN -e MAX -f FACTOR | -s LIST]
  *                      [-n ITERS] [-w WARMUP] [-c 0|1] [--csv] [--corrupt]
  *
@@ -17,6 +17,8 @@
  * stream (bandwidth, as ucx_perftest's tag_bw: stage 0 streams ITERS
  * tensors forward with 4 in flight, stage 1 answers once at the end; the
  * time is the total over ITERS, and the link carries one direction only),
+ * duplex (the same stream both ways at once: stage 1 streams ITERS
+ * tensors back meanwhile; the time is per tensor and direction),
  * pipeline (one training step of Megatron's 1F1B schedule: -B microbatches
  * of -V virtual chunks, activations forward and gradients back, posted in
  * batches as send_forward_recv_backward; the time is the step's).
@@ -43,7 +45,8 @@
 #include <time.h>
 
 typedef enum perf_kind {
-    PERF_BOUNDARY, PERF_SHARD, PERF_GATHER, PERF_STREAM, PERF_PIPELINE
+    PERF_BOUNDARY, PERF_SHARD, PERF_GATHER, PERF_STREAM, PERF_PIPELINE,
+    PERF_DUPLEX
 } perf_kind_t;
 
 #define PERF_WINDOW 4
@@ -84,7 +87,7 @@ static int cmp_double(const void *a, const void *b)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: stagelink_perftest -t TP [-k boundary|shard|gather|stream|pipeline]\n"
+            "usage: stagelink_perftest -t TP [-k boundary|shard|gather|stream|duplex|pipeline]\n"
             "         [-B MICROBATCHES] [-V CHUNKS] (pipeline; default 16, 1)\n"
             "         [-M scatter_gather|full|sharded] [-m host|cuda] [--corrupt]\n"
             "         [-b MIN -e MAX -f FACTOR | -s SIZE,SIZE,...] [-n ITERS]\n"
@@ -128,11 +131,13 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
                 o->kind = PERF_GATHER;
             } else if (strcmp(optarg, "stream") == 0) {
                 o->kind = PERF_STREAM;
+            } else if (strcmp(optarg, "duplex") == 0) {
+                o->kind = PERF_DUPLEX;
             } else if (strcmp(optarg, "pipeline") == 0) {
                 o->kind = PERF_PIPELINE;
             } else {
-                fprintf(stderr, "-k takes boundary, shard, gather, stream or "
-                        "pipeline, not %s\n", optarg);
+                fprintf(stderr, "-k takes boundary, shard, gather, stream, "
+                        "duplex or pipeline, not %s\n", optarg);
                 return -1;
             }
             break;
@@ -258,25 +263,32 @@ static int round_trip(const perf_opts_t *o, sl_host_t *h, unsigned char *send,
  * stage 0 times the whole.  Every tensor carries its own microbatch tag.
  */
 static int stream(sl_host_t *h, unsigned char *send, unsigned char *recv,
-                  size_t n, uint32_t first, int count, double *us)
+                  size_t n, uint32_t first, int count, int duplex, double *us)
 {
-    stagelink_request_t *reqs[PERF_WINDOW];
+    stagelink_request_t *reqs[2][PERF_WINDOW];
     stagelink_xfer_t     x;
-    int                  i, rc = 0, s0 = (h->info.pp_index == 0);
+    int                  i, d, rc = 0, s0 = (h->info.pp_index == 0);
     unsigned char        ack = 1;
     double               t0 = now_us();
 
+    /* Direction 0 forward (stage 0 sends), 1 backward (duplex only). */
     for (i = 0; i < count + PERF_WINDOW && rc == 0; ++i) {
-        if (i >= PERF_WINDOW) {
-            rc = sl_host_report(h, h->plugin->wait(h->comm, reqs[i % PERF_WINDOW]),
-                                "wait") ? -1 : 0;
-        }
-        if (i < count && rc == 0) {
-            x = perf_xfer(s0 ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV,
-                          s0 ? send : recv, n, first + (uint32_t)i, 0);
-            rc = sl_host_report(h, s0 ? h->plugin->isend(h->comm, &x, &reqs[i % PERF_WINDOW])
-                                      : h->plugin->irecv(h->comm, &x, &reqs[i % PERF_WINDOW]),
-                                s0 ? "isend" : "irecv") ? -1 : 0;
+        for (d = 0; d <= duplex && rc == 0; ++d) {
+            int sends = (s0 == (d == 0));
+
+            if (i >= PERF_WINDOW) {
+                rc = sl_host_report(h, h->plugin->wait(h->comm,
+                                                       reqs[d][i % PERF_WINDOW]),
+                                    "wait") ? -1 : 0;
+            }
+            if (i < count && rc == 0) {
+                x = perf_xfer(s0 ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV,
+                              sends ? send : recv, n, first + (uint32_t)i, 0);
+                rc = sl_host_report(h, sends
+                                           ? h->plugin->isend(h->comm, &x, &reqs[d][i % PERF_WINDOW])
+                                           : h->plugin->irecv(h->comm, &x, &reqs[d][i % PERF_WINDOW]),
+                                    sends ? "isend" : "irecv") ? -1 : 0;
+            }
         }
     }
     if (rc == 0) {
@@ -422,15 +434,16 @@ static int run_size(sl_host_t *h, const perf_opts_t *o, size_t n,
         free(steps);
         goto stats;
     }
-    if (o->kind == PERF_STREAM) {
-        double total = 0;
+    if (o->kind == PERF_STREAM || o->kind == PERF_DUPLEX) {
+        int    duplex = (o->kind == PERF_DUPLEX);
+        double total  = 0;
 
         /* Warm-up, then the measured stream; stage 1 checks the last tensor. */
-        rc = stream(h, send, recv, n, 0, o->warmup + 1, &total);
+        rc = stream(h, send, recv, n, 0, o->warmup + 1, duplex, &total);
         h->plugin->get_counters(h->comm, &c0);
         if (rc == 0) {
             rc = stream(h, send, recv, n, (uint32_t)o->warmup + 1, o->iters,
-                        &total);
+                        duplex, &total);
         }
         h->plugin->get_counters(h->comm, &c1);
         res->p50_us = res->avg_us = res->max_us = total / o->iters;
@@ -499,7 +512,7 @@ out:
 }
 
 static const char *const perf_kind_names[] = {"boundary", "shard", "gather",
-                                              "stream", "pipeline"};
+                                              "stream", "pipeline", "duplex"};
 
 static void print_header(const sl_host_t *h, const perf_opts_t *o)
 {
@@ -518,6 +531,8 @@ static void print_header(const sl_host_t *h, const perf_opts_t *o)
            o->check ? "on" : "off",
            (o->kind == PERF_STREAM)
                ? "per tensor of a one-way stream (4 in flight)"
+           : (o->kind == PERF_DUPLEX)
+               ? "per tensor and direction of a stream both ways at once (4 in flight each)"
            : (o->kind == PERF_PIPELINE)
                ? "one 1F1B training step (all microbatches, forward and back)"
                : "one-way boundary time = round trip / 2 (tensor forward, "

@@ -32,5 +32,10 @@ rows=$(awk -F, 'NR > 1 && NF == 11 && $1 ~ /^[0-9]+$/ && $4 ~ /^[0-9.]+$/ && $11
     fail "-k pipeline failed: $(cat "$1/perftest.err")"
 [ "$(awk -F, 'NR > 1 && $5 > 0' "$1/perftest.pipe" | wc -l)" = 2 ] || fail "-k pipeline rows: $(cat "$1/perftest.pipe")"
 
+# Both ways at once, every received tensor of the last round checked.
+"$run" -n 4 -T 60 -- "$perf" -t 2 -k duplex -s 4K,1M -n 4 -w 1 --csv >"$1/perftest.duplex" 2>"$1/perftest.err" ||
+    fail "-k duplex failed: $(cat "$1/perftest.err")"
+[ "$(awk -F, 'NR > 1 && $5 > 0 && $11 == 0' "$1/perftest.duplex" | wc -l)" = 2 ] || fail "-k duplex rows: $(cat "$1/perftest.duplex")"
+
 [ $failed = 0 ] && echo "perftest checks passed"
 exit $failed
