@@ -1,11 +1,16 @@
 """What the Megatron tests share: the check list, and the model of
 tanh(Linear) layers, one per virtual stage, with its data and the
 single-process reference.  A case carries p, t, v, m, sp and varlen.
+STAGELINK_TEST_DEVICE=cuda puts the model and the data on the rank's
+GPU (drawn on the CPU, so both devices see the same numbers).
 SPDX-License-Identifier: MIT
 """
+import os
+
 import torch
 
 H, B, DTYPE = 16, 2, torch.float64
+DEVICE = torch.device(os.environ.get("STAGELINK_TEST_DEVICE", "cpu"))
 failures = []
 
 
@@ -21,14 +26,14 @@ def seq_len(k, case):
 
 def layer(g):
     torch.manual_seed(1000 + g)
-    return torch.nn.Linear(H, H).to(DTYPE)
+    return torch.nn.Linear(H, H).to(DTYPE).to(DEVICE)
 
 
 def batch(k, case):
     g = torch.Generator().manual_seed(2000 + k)
     shape = (seq_len(k, case), B, H)
-    return (torch.randn(shape, generator=g, dtype=DTYPE),
-            torch.randn(shape, generator=g, dtype=DTYPE))
+    return (torch.randn(shape, generator=g, dtype=DTYPE).to(DEVICE),
+            torch.randn(shape, generator=g, dtype=DTYPE).to(DEVICE))
 
 
 def my_slice(x, case, tp_index):

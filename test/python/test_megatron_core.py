@@ -19,7 +19,9 @@ all_gather_into_tensor rebuilds the boundary).
 
 CPU shim (megatron_cpu.token_counter, the only change): schedules.py's
 `total_num_tokens = torch.zeros([], dtype=torch.int, device="cuda")` (in
-both schedules) goes to the CPU.
+both schedules) goes to the CPU.  With STAGELINK_TEST_DEVICE=cuda the
+model, the data and every boundary tensor are on the rank's GPU instead
+(LOCAL_RANK modulo the GPUs), with no shim (tools/gpu-check runs it).
 
 Usage (p = WORLD_SIZE / t): stagelink_run -n 4 -- python test_megatron_core.py T
 SPDX-License-Identifier: MIT
@@ -47,10 +49,17 @@ import stagelink
 import stagelink.megatron
 
 import megatron_cpu
-from tanh_pipeline import (B, DTYPE, H, batch, check, failures, layer,
-                           my_slice, reference, seq_len)
+from tanh_pipeline import (B, DEVICE, DTYPE, H, batch, check, failures,
+                           layer, my_slice, reference, seq_len)
 
-megatron_cpu.token_counter()
+if DEVICE.type == "cuda":
+    if not torch.cuda.is_available():
+        print("SKIP: STAGELINK_TEST_DEVICE=cuda, but torch sees no GPU")
+        sys.exit(77)
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) %
+                          torch.cuda.device_count())
+else:
+    megatron_cpu.token_counter()
 
 
 class Stage(torch.nn.Module):
