@@ -4,7 +4,8 @@
 # install and examples in a clean root; the Python tests from the wheel
 # `pip install .` builds; the unit and multiproc suites
 # against UCX 1.13 with CUDA where one is built, and the unit, multiproc
-# and fault suites against UCX 1.22 (the libucx-cu13 wheel); then every suite again under
+# and fault suites against UCX 1.22 (the libucx-cu13 wheel); tools/gpu-check
+# prepared and run (every GPU step skipped here, with the reason); then every suite again under
 # AddressSanitizer and UBSan (but fuzz: its target is built with both
 # sanitizers already; and python: the interpreter is not instrumented, so
 # an instrumented libstagelink cannot be loaded into it).  Each phase
@@ -64,6 +65,21 @@ if [ -n "$ucx_wheel" ] && [ -e "$ucx_wheel/lib/pkgconfig/ucx.pc" ]; then
     phase ucx-1.22 ucx_wheel_pass
 else
     echo "SKIP: no libucx wheel in .venv (tools/make-venv.sh installs it)"
+fi
+
+# tools/gpu-check as the GPU machine gets it: its set prepared (under 64
+# MiB) and run; without a GPU every GPU step is skipped with the reason
+# and it exits 77, which here is the pass.
+gpu_check_pass() {
+    rm -rf build-gpu-check-set
+    tools/gpu-check prepare -u "$ucx_cuda" build-gpu-check-set &&
+    { OUT=build-gpu-check-set/out tools/gpu-check run build-gpu-check-set; rc=$?
+      [ $rc = 0 ] || [ $rc = 77 ]; }
+}
+if [ -e "$ucx_cuda/lib/pkgconfig/ucx.pc" ] && [ -n "$ucx_wheel" ]; then
+    phase gpu-check gpu_check_pass
+else
+    echo "SKIP: tools/gpu-check needs the UCX with CUDA and .venv"
 fi
 
 phase sanitize-setup meson setup build-sanitize -Db_sanitize=address,undefined \
