@@ -125,11 +125,13 @@ const char *sl_mode_name(stagelink_mode_t mode)
     return "default";
 }
 
-int sl_settings_auto_buffers(int local_ranks)
+int sl_settings_auto_buffers(int local_ranks, size_t chunk)
 {
-    int n = SL_STAGING_NODE_BUFFERS / (local_ranks > 0 ? local_ranks : 1);
+    size_t per = (size_t)(local_ranks > 0 ? local_ranks : 1) *
+                 (chunk > 0 ? chunk : 1);
+    size_t n   = SL_STAGING_NODE_BYTES / per;
 
-    return (n < 4) ? 4 : (n > 16) ? 16 : n;
+    return (n < 4) ? 4 : (n > 16) ? 16 : (int)n;
 }
 
 double sl_settings_auto_spin(int local_ranks)

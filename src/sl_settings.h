@@ -41,14 +41,14 @@ const char *sl_mode_name(stagelink_mode_t mode);
  */
 double sl_settings_auto_spin(int local_ranks);
 
-/** Pinned bounce buffers of one chunk per direction, node-wide, for auto. */
-#define SL_STAGING_NODE_BUFFERS 64
+/** Pinned bounce-buffer bytes per direction, node-wide, for auto. */
+#define SL_STAGING_NODE_BYTES ((size_t)64 << 20)
 
 /**
- * Bounce buffers per direction for `auto`: the node's share of
- * SL_STAGING_NODE_BUFFERS (64 MiB a direction at 1 MiB chunks), at least 4
- * and at most 16 a rank.
+ * Bounce buffers (chunks in flight) per direction for `auto`: the rank's
+ * share of SL_STAGING_NODE_BYTES in chunks of `chunk`, at least 4 and at
+ * most 16 (8 at 1 MiB with 8 ranks a node; 4 at 16 MiB).
  */
-int sl_settings_auto_buffers(int local_ranks);
+int sl_settings_auto_buffers(int local_ranks, size_t chunk);
 
 #endif

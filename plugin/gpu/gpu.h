@@ -56,6 +56,10 @@ typedef struct sl_gpu_ops {
     void       *(*context_current)(void);
     /** Makes `ctx` current on the calling thread (NULL: none). */
     sl_status_t (*context_set)(void *ctx, sl_errbuf_t *eb);
+    /** 1 when device memory at `ptr` can be shared through CUDA's legacy
+     *  IPC (cudaMalloc), as UCX's cuda_ipc shares it; 0 for the virtual
+     *  memory API and memory pools (NULL: always 1). */
+    int         (*ipc_capable)(const void *ptr);
     /** 1 when RDMA writes into `device`'s memory must be flushed before
      *  its kernels read them (below compute capability 9.0, as NCCL does);
      *  NULL: never. */

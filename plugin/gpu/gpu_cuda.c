@@ -86,6 +86,9 @@ static stagelink_mem_type_t sl_cuda_classify(const void *ptr, int *device)
 static CUresult (*sl_cu_ctx_get_current)(CUcontext *ctx);
 /* And its setter: NULL leaves a thread without a context again. */
 static CUresult (*sl_cu_ctx_set_current)(CUcontext ctx);
+static CUresult (*sl_cu_pointer_get_attribute)(void *data,
+                                               CUpointer_attribute attr,
+                                               CUdeviceptr ptr);
 /* A stream memory operation: the gather stream waits on a flag the host
  * sets when the shard has landed (the runtime has no such call). */
 static CUresult (*sl_cu_stream_wait_value32)(CUstream stream, CUdeviceptr addr,
@@ -110,6 +113,7 @@ static void sl_cuda_entry(const char *name, int version, void *out)
 static void sl_cuda_resolve(void)
 {
     sl_cuda_entry("cuCtxGetCurrent", 4000, &sl_cu_ctx_get_current);
+    sl_cuda_entry("cuPointerGetAttribute", 4000, &sl_cu_pointer_get_attribute);
     sl_cuda_entry("cuCtxSetCurrent", 4000, &sl_cu_ctx_set_current);
     sl_cuda_entry("cuStreamWaitValue32", 12000, &sl_cu_stream_wait_value32);
 }
@@ -129,6 +133,23 @@ static int sl_cuda_thread_on_gpu(void)
 {
     pthread_once(&sl_cu_once, sl_cuda_resolve);
     return sl_cu_ctx_get_current == NULL || sl_cuda_context_current() != NULL;
+}
+
+/* Memory of cudaMalloc is; memory of the virtual-memory API (PyTorch's
+ * expandable_segments) and of stream-ordered pools (cudaMallocAsync) is
+ * not, and cuda_ipc would fail on it, or worse. */
+static int sl_cuda_ipc_capable(const void *ptr)
+{
+    int capable = 1;
+
+    pthread_once(&sl_cu_once, sl_cuda_resolve);
+    if (sl_cu_pointer_get_attribute != NULL &&
+        sl_cu_pointer_get_attribute(&capable,
+                                    CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                                    (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS) {
+        capable = 1; /* an old driver cannot say: as before */
+    }
+    return capable;
 }
 
 static sl_status_t sl_cuda_context_set(void *ctx, sl_errbuf_t *eb)
@@ -366,6 +387,7 @@ const sl_gpu_ops_t sl_gpu_default_ops = {
     .device_set        = sl_cuda_device_set,
     .context_current   = sl_cuda_context_current,
     .context_set       = sl_cuda_context_set,
+    .ipc_capable       = sl_cuda_ipc_capable,
     .rdma_flush_needed = sl_cuda_rdma_flush_needed,
     .rdma_flush        = sl_cuda_rdma_flush,
     .dev_alloc         = sl_cuda_dev_alloc,

@@ -14,6 +14,7 @@
 #include "ucx_comm.h"
 
 #include "sl_log.h"
+#include "sl_settings.h"
 #include "sl_tag.h"
 
 #include <stdio.h>
@@ -70,7 +71,19 @@ int sl_chunked_relayed(const sl_comm_t *comm)
            comm->layout.tp_size > 1;
 }
 
-void sl_chunked_size_agree(sl_comm_t *comm)
+/* The chunk, then the bounce buffers of that chunk (auto: by bytes). */
+static void sl_chunked_buffers(sl_comm_t *comm)
+{
+    if (comm->nbufs == 0) {
+        comm->nbufs = sl_settings_auto_buffers(comm->local_size, comm->chunk);
+        SL_INFO(SL_SUBSYS_NET, "%d chunks in flight per transfer, as many "
+                "bounce buffers a direction when staging (auto: %d ranks on "
+                "this node, %zu-byte chunks)", comm->nbufs, comm->local_size,
+                comm->chunk);
+    }
+}
+
+static void sl_chunked_decide(sl_comm_t *comm)
 {
     if (comm->chunk != 0) {
         comm->chunk_min = comm->chunk; /* set by the user: every message */
@@ -91,6 +104,12 @@ void sl_chunked_size_agree(sl_comm_t *comm)
         SL_INFO(SL_SUBSYS_NET, "chunk %zu bytes (STAGELINK_CHUNK=auto: some "
                 "rank stages device memory, or has no GPU)", comm->chunk);
     }
+}
+
+void sl_chunked_size_agree(sl_comm_t *comm)
+{
+    sl_chunked_decide(comm);
+    sl_chunked_buffers(comm);
 }
 
 size_t sl_chunked_size(const sl_comm_t *comm, size_t len)
@@ -526,7 +545,8 @@ sl_status_t sl_chunked_sub_prepare(sl_sub_t *sub, void *buf, size_t len,
 {
     sl_req_t    *req    = sub->req;
     sl_comm_t   *comm   = req->comm;
-    int          direct = !req->device || sl_device_path_direct(comm, sub->peer);
+    int          direct = !req->device ||
+                          sl_device_buffer_direct(comm, sub->peer, buf);
     sl_staged_t *st;
 
     if (!direct) {

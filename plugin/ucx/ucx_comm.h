@@ -301,6 +301,7 @@ struct stagelink_comm {
     sl_staged_t                *staged_detached; /**< see sl_staged_t.detached */
     struct stagelink_request   *deferred;
     int                         path_logged;
+    int                         vmm_logged;   /**< a buffer cuda_ipc cannot share was logged */
     uint64_t                    staged_chunks; /**< chunks moved through bounce buffers */
     void                       *scratch;  /**< the largest chunk, where mismatched chunks are dropped */
     struct sl_bootstrap        *bootstrap;
@@ -582,6 +583,10 @@ sl_status_t sl_device_init(sl_comm_t *comm);
 /** Whether device memory to or from `peer` goes to UCX as it is (else it
  *  is staged): cuda_ipc on the node, GPU-direct RDMA to other nodes. */
 int         sl_device_path_direct(const sl_comm_t *comm, const sl_ucx_peer_t *peer);
+/** The same for one device buffer: memory cuda_ipc cannot share (the
+ *  virtual memory API, pools) is staged to same-node peers. */
+int         sl_device_buffer_direct(sl_comm_t *comm, const sl_ucx_peer_t *peer,
+                                    const void *buf);
 /** This rank has a GPU and UCX moves its device memory directly on every
  *  path it could have: cuda_ipc, and GPU-direct RDMA unless the job is on
  *  one node (alike on alike nodes: the chunk size follows it). */

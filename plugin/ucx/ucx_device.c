@@ -239,6 +239,29 @@ int sl_device_path_direct(const sl_comm_t *comm, const sl_ucx_peer_t *peer)
            (sl_device_remote(comm, peer) ? comm->ucx_gdr : comm->ucx_ipc);
 }
 
+int sl_device_buffer_direct(sl_comm_t *comm, const sl_ucx_peer_t *peer,
+                            const void *buf)
+{
+    if (!sl_device_path_direct(comm, peer)) {
+        return 0;
+    }
+    if (sl_device_remote(comm, peer) || comm->gpu->ipc_capable == NULL ||
+        comm->gpu->ipc_capable(buf)) {
+        return 1;
+    }
+    /* UCX's cuda_ipc takes only legacy-IPC memory (1.13 calls
+     * cuIpcGetMemHandle on it, and its cache aborts the process on some
+     * failures; later ones export only a VMM region's first chunk). */
+    if (!comm->vmm_logged) {
+        comm->vmm_logged = 1;
+        SL_INFO(SL_SUBSYS_NET, "device memory at %p is not shareable through "
+                "CUDA's legacy IPC (expandable_segments, cudaMallocAsync): "
+                "to same-node peers it is staged, not handed to cuda_ipc",
+                buf);
+    }
+    return 0;
+}
+
 int sl_device_all_direct(const sl_comm_t *comm)
 {
     /* Of the rank's means, not of its peers' places, so that alike nodes

@@ -251,9 +251,6 @@ static sl_status_t sl_comm_facts(sl_comm_t *comm, const sl_launcher_t *launcher)
                                          &theirs[i]), out);
     }
     SL_CHECK_GOTO(sl_comm_locality(comm, launcher), out);
-    if (comm->nbufs == 0) {
-        comm->nbufs = sl_settings_auto_buffers(comm->local_size);
-    }
     if (comm->spin < 0) {
         comm->spin = sl_settings_auto_spin(comm->local_size);
         SL_INFO(SL_SUBSYS_INIT, "polling %.0f us before sleeping (%d ranks "

@@ -7,7 +7,9 @@
  * the staging buffers.  Also: memory type given or classified, gather of
  * device shards, odd sizes around the chunk size, and a device sender
  * with a receiver in host memory (scatter_gather chunks host shards too),
- * and a declared memory type that contradicts the buffer, refused.
+ * and a declared memory type that contradicts the buffer, refused; and
+ * with UCX claiming cuda_ipc, memory cuda_ipc cannot share (as PyTorch's
+ * expandable_segments) still staged.
  * Run with stagelink_run -n 4 (t = 2, p = 2), STAGELINK_CHUNK=4096 or auto.
  * SPDX-License-Identifier: MIT
  */
@@ -71,8 +73,12 @@ static int f_pci_bus_ids(char (*ids)[16], int max, int *current)
     return 0;
 }
 
+/* Like PyTorch's expandable_segments memory: not for CUDA's legacy IPC. */
+static int f_ipc_capable(const void *p) { return !f_on_device(p); }
+
 static const sl_gpu_ops_t fake_gpu = {
     .name              = "fake",
+    .ipc_capable       = f_ipc_capable,
     .probe             = f_probe,
     .pci_bus_ids       = f_pci_bus_ids,
     .classify          = f_classify,
@@ -245,6 +251,44 @@ int main(void)
         }
     }
     CHECK(copied > 0, "the copy engine was never used");
+
+    /* UCX claims cuda_ipc now, but the tensors are memory cuda_ipc cannot
+     * share: still staged (handed to UCX, the no-access mapping would kill
+     * the rank), and whole. */
+    sl_progress_enter(comm);
+    comm->ucx_cuda = comm->ucx_ipc = 1;
+    sl_progress_leave(comm);
+    for (i = 0; i < 2; ++i) {
+        size_t   n    = (i == 0) ? 5 * 4096 + 3 : 300001;
+        uint64_t seed = sl_pattern_seed(0, (uint32_t)(200 + i), 0, 0);
+
+        if (stage == 0) {
+            sl_pattern_fill(alias, 0, n, seed);
+        } else {
+            memset(alias, 0xee, n);
+        }
+        x = sl_host_xfer(stage == 0 ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV,
+                         dev, n, 1, (uint32_t)(200 + i), 0);
+        x.mem_type    = STAGELINK_MEM_CUDA;
+        chunks_before = comm->staged_chunks;
+        st = (stage == 0) ? p->isend(comm, &x, &req) : p->irecv(comm, &x, &req);
+        if (st == STAGELINK_SUCCESS) {
+            st = p->wait(comm, req);
+        }
+        CHECK(st == STAGELINK_SUCCESS && comm->staged_chunks > chunks_before,
+              "%zu bytes not shareable by cuda_ipc: %s, %llu chunks staged: %s",
+              n, stagelink_status_string(st),
+              (unsigned long long)(comm->staged_chunks - chunks_before),
+              p->last_error(comm));
+        if (stage == 1 && st == STAGELINK_SUCCESS) {
+            bad = sl_pattern_check(alias, 0, n, seed);
+            CHECK(bad == SIZE_MAX, "%zu bytes not shareable by cuda_ipc: "
+                  "device byte %zu wrong", n, bad);
+        }
+    }
+    sl_progress_enter(comm);
+    comm->ucx_cuda = comm->ucx_ipc = 0;
+    sl_progress_leave(comm);
 
     /* A device sender and a receiver in host memory: the same chunks. */
     x = sl_host_xfer(stage == 0 ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV,
