@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* Does `nic` match one entry "name[:port]" of a list (exact or prefix)? */
 static int sl_hca_entry_match(const sl_topo_nic_t *nic, const char *entry,
@@ -41,16 +42,33 @@ static int sl_hca_list_match(const sl_topo_nic_t *nic, const char *list,
     return 0;
 }
 
+sl_status_t sl_nic_floor(double *gbps, sl_errbuf_t *eb)
+{
+    const char *text = sl_env_get(SL_ENV_NIC_MIN_GBPS);
+    char       *end;
+
+    if (strcasecmp(text, "auto") == 0) {
+        *gbps = -1.0;
+        return STAGELINK_SUCCESS;
+    }
+    *gbps = strtod(text, &end);
+    if (end == text || *end != '\0' || !(*gbps >= 0.0)) {
+        return sl_error(eb, STAGELINK_ERR_CONFIG, "STAGELINK_NIC_MIN_GBPS="
+                        "\"%s\" is neither auto nor a rate in Gb/s (0 keeps "
+                        "every NIC)", text);
+    }
+    return STAGELINK_SUCCESS;
+}
+
 sl_status_t sl_topo_filter_nics(sl_topo_t *t, sl_errbuf_t *eb)
 {
     const char *spec = sl_env_raw(SL_ENV_IB_HCA);
     const char *from = "STAGELINK_IB_HCA";
-    const char *floor_text = sl_env_get(SL_ENV_NIC_MIN_GBPS);
     const char *list;
     double      floor_gbps, fastest = 0.0;
     int         exclude = 0, exact = 0, i;
-    char       *end;
 
+    SL_CHECK(sl_nic_floor(&floor_gbps, eb));
     if (spec == NULL && (spec = sl_env_raw(SL_ENV_NCCL_IB_HCA)) != NULL) {
         from = "NCCL_IB_HCA";
     }
@@ -60,32 +78,26 @@ sl_status_t sl_topo_filter_nics(sl_topo_t *t, sl_errbuf_t *eb)
     exact = (list[0] == '=');
     list += exact;
     for (i = 0; i < t->nnics; ++i) {
-        if (t->nics[i].active && t->nics[i].gbps > fastest) {
-            fastest = t->nics[i].gbps;
-        }
-    }
-    if (strcmp(floor_text, "auto") == 0) {
-        floor_gbps = fastest / 2.0;
-    } else {
-        floor_gbps = strtod(floor_text, &end);
-        if (end == floor_text || *end != '\0' || !(floor_gbps >= 0.0)) {
-            return sl_error(eb, STAGELINK_ERR_CONFIG,
-                            "STAGELINK_NIC_MIN_GBPS=\"%s\" is neither auto "
-                            "nor a rate in Gb/s (0 keeps every NIC)",
-                            floor_text);
-        }
-    }
-    for (i = 0; i < t->nnics; ++i) {
         sl_topo_nic_t *nic = &t->nics[i];
 
         nic->skip[0] = '\0';
         if (spec != NULL && sl_hca_list_match(nic, list, exact) == exclude) {
             snprintf(nic->skip, sizeof(nic->skip), "%s by %s=%s",
                      exclude ? "excluded" : "not included", from, spec);
-        } else if (nic->gbps > 0.0 && nic->gbps < floor_gbps) {
+        } else if (nic->active && nic->gbps > fastest) {
+            fastest = nic->gbps; /* of those the list keeps */
+        }
+    }
+    if (floor_gbps < 0.0) {
+        floor_gbps = fastest / 2.0;
+    }
+    for (i = 0; i < t->nnics; ++i) {
+        sl_topo_nic_t *nic = &t->nics[i];
+
+        if (nic->skip[0] == '\0' && nic->gbps > 0.0 && nic->gbps < floor_gbps) {
             snprintf(nic->skip, sizeof(nic->skip), "%.0f Gb/s, below "
                      "STAGELINK_NIC_MIN_GBPS=%s (%.0f Gb/s)", nic->gbps,
-                     floor_text, floor_gbps);
+                     sl_env_get(SL_ENV_NIC_MIN_GBPS), floor_gbps);
         }
     }
     return STAGELINK_SUCCESS;

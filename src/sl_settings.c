@@ -2,6 +2,7 @@
 #include "sl_settings.h"
 #include "sl_env.h"
 #include "sl_log.h"
+#include "sl_topo.h"
 
 #include <sched.h>
 #include <stddef.h>
@@ -77,7 +78,10 @@ sl_status_t sl_config_copy(const stagelink_config_t *config,
 sl_status_t sl_settings_parse(const stagelink_config_t *config,
                               sl_settings_t *s, sl_errbuf_t *eb)
 {
+    static const char *const gpu_direct_names[] = {"auto", "require", "off",
+                                                   NULL};
     uint64_t       spin_us, max_requests, chunk, nbufs, thread;
+    double         floor_gbps;
     sl_log_level_t level;
     unsigned       subsys;
 
@@ -96,12 +100,17 @@ sl_status_t sl_settings_parse(const stagelink_config_t *config,
     } else {
         SL_CHECK(sl_env_parse_u64(SL_ENV_CHUNK, 4096, 1ull << 30, &chunk, eb));
     }
-    if (strcmp(sl_env_get(SL_ENV_STAGING_BUFFERS), "auto") == 0) {
+    if (strcasecmp(sl_env_get(SL_ENV_STAGING_BUFFERS), "auto") == 0) {
         nbufs = 0; /* sized once the ranks of the node are known */
     } else {
         SL_CHECK(sl_env_parse_u64(SL_ENV_STAGING_BUFFERS, 1, 64, &nbufs, eb));
     }
     SL_CHECK(sl_env_parse_u64(SL_ENV_PROGRESS_THREAD, 0, 1, &thread, eb));
+    /* Read before any exchange: a rank refusing one alone would leave its
+     * peers waiting in the bootstrap. */
+    SL_CHECK(sl_env_parse_choice(SL_ENV_GPU_DIRECT, gpu_direct_names,
+                                 &s->gpu_direct, eb));
+    SL_CHECK(sl_nic_floor(&floor_gbps, eb));
     SL_CHECK(sl_env_parse_seconds(SL_ENV_FINALIZE_GRACE, &s->grace, eb));
     if (s->timeout > 0 && s->grace > s->timeout) {
         s->grace = s->timeout;

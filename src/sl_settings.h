@@ -18,7 +18,15 @@ typedef struct sl_settings {
     int              nbufs;        /**< staging buffers per direction, 0 auto */
     int              progress_thread; /**< a thread progresses between calls */
     double           grace;        /**< seconds finalize lets sends finish */
+    int              gpu_direct;   /**< STAGELINK_GPU_DIRECT: SL_GPU_DIRECT_* */
 } sl_settings_t;
+
+/** STAGELINK_GPU_DIRECT, in the order of its choices. */
+enum {
+    SL_GPU_DIRECT_AUTO,
+    SL_GPU_DIRECT_REQUIRE,
+    SL_GPU_DIRECT_OFF,
+};
 
 /**
  * The host's config as this build's struct: a host built against an older

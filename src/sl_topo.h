@@ -101,6 +101,9 @@ int sl_topo_place_gpu(sl_topo_t *t, const char *root, const char *bdf);
  */
 sl_status_t sl_topo_filter_nics(sl_topo_t *t, sl_errbuf_t *eb);
 
+/** STAGELINK_NIC_MIN_GBPS in Gb/s, -1 for auto; a malformed value fails. */
+sl_status_t sl_nic_floor(double *gbps, sl_errbuf_t *eb);
+
 sl_topo_dist_t sl_topo_distance(const sl_topo_gpu_t *gpu,
                                 const sl_topo_nic_t *nic);
 const char    *sl_topo_distance_name(sl_topo_dist_t d);

@@ -193,12 +193,12 @@ static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
                  "gather needs", comm->gpu->name);
     } else if (sl_nccl_api_get(&api, &why) == STAGELINK_SUCCESS) {
         char ids[SL_TOPO_MAX_GPUS][16];
-        int  current = -1;
+        int  current = -1, n;
 
         mine.use = 1;
-        if (comm->gpu->pci_bus_ids(ids, SL_TOPO_MAX_GPUS, &current) > current &&
-            current >= 0) {
-            memcpy(mine.gpu, ids[current], sizeof(mine.gpu));
+        n = comm->gpu->pci_bus_ids(ids, SL_TOPO_MAX_GPUS, &current);
+        if (comm->device < n) { /* comm->device >= 0: checked above */
+            memcpy(mine.gpu, ids[comm->device], sizeof(mine.gpu));
         }
         if (comm->layout.tp_index == 0 &&
             sl_nccl_check(api, api->GetUniqueId(&mine.id), NULL,

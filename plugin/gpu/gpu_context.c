@@ -17,9 +17,10 @@ sl_status_t sl_gpu_context_of(const sl_gpu_ops_t *g, int device, void **ctx,
 {
     void       *saved = g->context_current();
     sl_status_t status = g->device_set(device, eb);
+    sl_errbuf_t drop;
 
     *ctx = (status == STAGELINK_SUCCESS) ? g->context_current() : NULL;
-    g->context_set(saved, eb);
+    g->context_set(saved, &drop); /* the set's own failure is the news */
     return status;
 }
 

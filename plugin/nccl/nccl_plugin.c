@@ -189,8 +189,9 @@ static void sl_ncomm_destroy(sl_ncomm_t *c)
 /*
  * The device and context of every call, as the UCX plugin takes them: the
  * config's device (its primary context), else the host's current context
- * at init; CUDA's implicit device 0 where the host has none (NCCL needs a
- * device).  Calls make it current and give the caller's back.
+ * at init; where the host has none, device 0 (NCCL's communicators are
+ * made at init, so the first tensor comes too late to choose).  Calls
+ * make it current and give the caller's back.
  */
 static sl_status_t sl_nccl_device(sl_ncomm_t *c, const stagelink_config_t *config)
 {
@@ -209,9 +210,8 @@ static sl_status_t sl_nccl_device(sl_ncomm_t *c, const stagelink_config_t *confi
     }
     c->context = c->gpu->context_current();
     if (c->context == NULL) {
-        return sl_gpu_context_of(c->gpu, 0, &c->context, &c->err)
-                   == STAGELINK_SUCCESS ? (c->device = 0, STAGELINK_SUCCESS)
-                                        : STAGELINK_ERR_TRANSPORT;
+        c->device = 0; /* NCCL's communicators need one at init */
+        return sl_gpu_context_of(c->gpu, 0, &c->context, &c->err);
     }
     c->device = c->gpu->device_current();
     return STAGELINK_SUCCESS;

@@ -258,6 +258,12 @@ static void sl_chunk_recv_cb(void *request, ucs_status_t status,
             s = STAGELINK_ERR_SIZE_MISMATCH;
         }
     }
+    /* A relayed chunk leaves before its sub ends: flushed first where RDMA
+     * writes need it (the sub's end flushes the rest). */
+    if (s == STAGELINK_SUCCESS && slot->x->direct && st->sub->req->device &&
+        st->sub->kind == SL_SUB_STAGE_RECV && st->sub->req->forwarding) {
+        s = sl_device_rdma_landed(st->sub->req->comm, st->sub->peer);
+    }
     sl_staging_net_done(slot, s);
     sl_staging_progress(slot->x); /* the next receive, at once */
     if (st->sub->kind == SL_SUB_STAGE_RECV && st->sub->req->forwarding) {

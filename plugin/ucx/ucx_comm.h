@@ -16,6 +16,7 @@
 
 #include <stagelink/stagelink.h>
 #include <ucp/api/ucp.h>
+#include <uct/api/uct_def.h>
 
 #include <poll.h>
 #include <pthread.h>
@@ -285,8 +286,9 @@ struct stagelink_comm {
     int                         ucx_cuda;     /**< UCX knows CUDA memory */
     int                         ucx_ipc;      /**< ...and moves it between a node's GPUs (cuda_ipc) */
     int                         ucx_gdr;      /**< ...and its InfiniBand domain registers it (GPU-direct RDMA) */
+    int                         gpu_direct;   /**< STAGELINK_GPU_DIRECT (sl_settings.h) */
     int                         gdr_flush;    /**< RDMA writes into device memory need a flush (cc < 9.0) */
-    char                        gdr_domain[32]; /**< that domain ("mlx5_0"), "" none */
+    char                        gdr_domain[UCT_MD_NAME_MAX]; /**< that domain ("mlx5_0"), "" none */
     size_t                      chunk;        /**< STAGELINK_CHUNK: the wire's largest chunk (0: auto, until agreed) */
     size_t                      chunk_min;    /**< the smallest (= chunk unless auto picks per message) */
     int                         all_direct;   /**< this rank's UCX moves device memory itself,
@@ -294,7 +296,7 @@ struct stagelink_comm {
     int                         nbufs;        /**< STAGELINK_STAGING_BUFFERS */
     sl_staging_pool_t           staging;      /**< made at the first staged transfer */
     void                       *copy_streams[2]; /**< staging copies: [0] to host (sends), [1] to the device (receives) */
-    int                         gpu_numa;     /**< NUMA node of the rank's GPU, -1 unknown (ucx_worker.c) */
+    int                         gpu_numa;     /**< NUMA node of the rank's GPU, -1 unknown */
     void                      **events;       /**< free copy events */
     int                         nevents, events_cap;
     sl_staged_t                *staged_active, *staged_free;

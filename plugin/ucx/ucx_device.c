@@ -16,6 +16,7 @@
 #include "sl_env.h"
 #include "sl_gpudirect.h"
 #include "sl_log.h"
+#include "sl_settings.h"
 #include "sl_topo.h"
 
 #include <uct/api/uct.h>
@@ -73,6 +74,25 @@ void sl_device_enter(sl_comm_t *comm, sl_gpu_entry_t *e)
                  &comm->err);
 }
 
+/* Where the communicator's GPU sits, once its device is known: its NUMA
+ * node (the bounce buffers go there) and whether RDMA writes into it need
+ * a flush. */
+static void sl_device_place(sl_comm_t *comm)
+{
+    sl_topo_t *t = calloc(1, sizeof(*t));
+    int        gpu;
+
+    comm->gpu_numa = -1;
+    if (t != NULL) {
+        gpu = sl_device_topo_gpus(comm, sl_env_get(SL_ENV_SYSFS_ROOT), t);
+        comm->gpu_numa = (gpu >= 0) ? t->gpus[gpu].numa : -1;
+        free(t);
+    }
+    comm->gdr_flush = comm->ucx_gdr && comm->gpu_usable && comm->device >= 0 &&
+                      comm->gpu->rdma_flush_needed != NULL &&
+                      comm->gpu->rdma_flush_needed(comm->device);
+}
+
 sl_status_t sl_device_adopt(sl_comm_t *comm, int device)
 {
     if (!sl_device_contexts(comm)) {
@@ -81,24 +101,28 @@ sl_status_t sl_device_adopt(sl_comm_t *comm, int device)
     SL_CHECK(comm->gpu->device_set(device, &comm->err));
     comm->context = comm->gpu->context_current();
     comm->device  = device;
+    sl_device_place(comm);
     SL_INFO(SL_SUBSYS_INIT, "CUDA device %d (of the first device tensor: no "
-            "device was current at comm_init)", device);
+            "device was current at comm_init), NUMA node %d%s", device,
+            comm->gpu_numa, comm->gdr_flush ? ", RDMA writes flushed" : "");
     return STAGELINK_SUCCESS;
 }
 
 int sl_device_topo_gpus(sl_comm_t *comm, const char *root, sl_topo_t *t)
 {
     char ids[SL_TOPO_MAX_GPUS][16];
-    int  current = -1;
+    int  current = -1, n;
 
-    /* CUDA names this rank's GPU by PCI address; the node's GPUs come from
-     * the PCI tree, however few of them this process sees. */
-    if (comm->gpu_usable &&
-        comm->gpu->pci_bus_ids(ids, SL_TOPO_MAX_GPUS, &current) > current &&
-        current >= 0) {
-        return sl_topo_place_gpu(t, root, ids[current]);
+    /* CUDA names the communicator's GPU by PCI address; the node's GPUs
+     * come from the PCI tree, however few of them this process sees.  A
+     * fake tree's GPUs are not this machine's. */
+    if (comm->gpu_usable && comm->device >= 0 && root[0] == '\0') {
+        n = comm->gpu->pci_bus_ids(ids, SL_TOPO_MAX_GPUS, &current);
+        if (comm->device < n) {
+            return sl_topo_place_gpu(t, root, ids[comm->device]);
+        }
     }
-    /* No usable runtime: local rank i drives GPU i. */
+    /* No device known yet, or a fake tree: local rank i drives GPU i. */
     sl_topo_discover_gpus(root, t);
     return (t->ngpus > 0) ? comm->local_rank % t->ngpus : -1;
 }
@@ -144,12 +168,6 @@ int sl_device_ucx_build(char *out, size_t len)
 
 static const sl_progress_hook_t sl_device_hook;
 
-typedef enum sl_gdr_mode {
-    SL_GDR_AUTO,
-    SL_GDR_REQUIRE,
-    SL_GDR_OFF,
-} sl_gdr_mode_t;
-
 /* Whether UCX's memory domain `name` of `component` registers device
  * memory, as UCX decided when it opened it (peer-memory module, DMA-BUF,
  * UCX_IB_GPU_DIRECT_RDMA). */
@@ -172,58 +190,105 @@ static int sl_device_md_regs_cuda(uct_component_h component, const char *name)
     return yes;
 }
 
-/* An InfiniBand domain ("mlx5_0") of the rail ("mlx5_0:1"; "" any). */
-static int sl_device_md_on_rail(const char *rail, const char *md)
-{
-    size_t len = strcspn(rail, ":,");
+#define SL_DEVICE_MAX_IB_MDS 8
 
-    return rail[0] == '\0' || (strlen(md) == len && strncmp(rail, md, len) == 0);
+/* The InfiniBand domain of a transport resource ("rc_mlx5" on "mlx5_0:1"
+ * is domain "mlx5_0"), or 0 for another transport. */
+static int sl_device_ib_md(const char *tl, size_t tl_len, const char *dev,
+                           char *md, size_t md_len)
+{
+    size_t n = strcspn(dev, ":\n ");
+
+    if (tl_len < 3 || tl[2] != '_' ||
+        (strncmp(tl, "rc", 2) != 0 && strncmp(tl, "dc", 2) != 0 &&
+         strncmp(tl, "ud", 2) != 0) || n == 0 || n >= md_len) {
+        return 0;
+    }
+    memcpy(md, dev, n);
+    md[n] = '\0';
+    return 1;
+}
+
+/* The transports of this context, as UCX lists them ("flags --
+ * rc_mlx5/mlx5_0:1"): what UCX_TLS and the rail's NET_DEVICES left it.
+ * cuda_ipc found sets ucx_ipc; the InfiniBand domains go to `mds`. */
+static int sl_device_context_tls(sl_comm_t *comm,
+                                 char (*mds)[UCT_MD_NAME_MAX], int max)
+{
+    char   *text = NULL, *line, *save = NULL;
+    size_t  size = 0;
+    FILE   *f    = open_memstream(&text, &size);
+    int     n    = 0, k, seen;
+
+    if (f == NULL) {
+        return 0;
+    }
+    ucp_context_print_info(comm->ucp_ctx, f);
+    fclose(f);
+    for (line = strtok_r(text, "\n", &save); line != NULL;
+         line = strtok_r(NULL, "\n", &save)) {
+        char  *tl = strstr(line, "flags -- "), *slash;
+        size_t tl_len;
+
+        if (tl == NULL || (slash = strchr(tl += 9, '/')) == NULL) {
+            continue;
+        }
+        tl_len = (size_t)(slash - tl);
+        if (tl_len == 8 && strncmp(tl, "cuda_ipc", 8) == 0) {
+            comm->ucx_ipc = 1;
+        } else if (n < max &&
+                   sl_device_ib_md(tl, tl_len, slash + 1, mds[n], sizeof(mds[n]))) {
+            for (k = 0, seen = 0; k < n; ++k) {
+                seen |= strcmp(mds[k], mds[n]) == 0;
+            }
+            n += !seen;
+        }
+    }
+    free(text);
+    return n;
 }
 
 /*
- * What UCX's transports do with device memory: cuda_ipc moves it between
- * the GPUs of a node, and an InfiniBand domain that registers it is
- * GPU-direct RDMA.  UCX's CUDA memory type alone promises neither: without
- * them UCX pipelines through host memory of its own, quietly.
+ * What this context's transports do with device memory: cuda_ipc moves it
+ * between the GPUs of a node, and an InfiniBand domain of the context that
+ * registers it is GPU-direct RDMA.  UCX's CUDA memory type alone promises
+ * neither: without them UCX pipelines through host memory of its own,
+ * quietly.
  */
 static void sl_device_ucx_domains(sl_comm_t *comm)
 {
+    char                 mds[SL_DEVICE_MAX_IB_MDS][UCT_MD_NAME_MAX];
     uct_component_h     *components = NULL;
     uct_component_attr_t attr;
-    unsigned             n = 0, i, m;
+    unsigned             ncomp = 0, i;
+    int                  nmds, m;
 
-    if (!comm->ucx_cuda || uct_query_components(&components, &n) != UCS_OK) {
+    if (!comm->ucx_cuda) {
         return;
     }
-    for (i = 0; i < n; ++i) {
+    nmds = sl_device_context_tls(comm, mds, SL_DEVICE_MAX_IB_MDS);
+    if (nmds == 0) {
+        return;
+    }
+    if (uct_query_components(&components, &ncomp) != UCS_OK) {
+        SL_INFO(SL_SUBSYS_INIT, "UCT lists no components: GPU-direct RDMA "
+                "is taken as absent");
+        return;
+    }
+    for (i = 0; i < ncomp; ++i) {
         memset(&attr, 0, sizeof(attr));
-        attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME |
-                          UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
+        attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME;
         if (uct_component_query(components[i], &attr) != UCS_OK ||
-            attr.md_resource_count == 0) {
+            strcmp(attr.name, "ib") != 0) {
             continue;
         }
-        if (strcmp(attr.name, "cuda_ipc") == 0) {
-            comm->ucx_ipc = 1;
-            continue;
-        }
-        if (strcmp(attr.name, "ib") != 0 ||
-            (attr.md_resources = calloc(attr.md_resource_count,
-                                        sizeof(*attr.md_resources))) == NULL) {
-            continue;
-        }
-        attr.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
-        for (m = 0; uct_component_query(components[i], &attr) == UCS_OK &&
-                    m < attr.md_resource_count && !comm->ucx_gdr; ++m) {
-            const char *md = attr.md_resources[m].md_name;
-
-            if (sl_device_md_on_rail(comm->rail_nic, md) &&
-                sl_device_md_regs_cuda(components[i], md)) {
+        for (m = 0; m < nmds && !comm->ucx_gdr; ++m) {
+            if (sl_device_md_regs_cuda(components[i], mds[m])) {
                 comm->ucx_gdr = 1;
-                snprintf(comm->gdr_domain, sizeof(comm->gdr_domain), "%s", md);
+                snprintf(comm->gdr_domain, sizeof(comm->gdr_domain), "%.*s",
+                         (int)sizeof(comm->gdr_domain) - 1, mds[m]);
             }
         }
-        free(attr.md_resources);
     }
     uct_release_component_list(components);
 }
@@ -271,24 +336,8 @@ int sl_device_all_direct(const sl_comm_t *comm)
            (comm->ucx_gdr || comm->local_size == comm->layout.world_size);
 }
 
-/* Whether a peer of this rank sits on another node (`remote`) or on this
- * one. */
-static int sl_device_has_peer(sl_comm_t *comm, int remote)
-{
-    int k;
-
-    for (k = 0; k < sl_peer_count(comm); ++k) {
-        const sl_ucx_peer_t *peer = sl_peer_at(comm, k);
-
-        if (peer->rank >= 0 && peer->rank != comm->layout.rank &&
-            sl_device_remote(comm, peer) == remote) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* STAGELINK_GPU_DIRECT=require: every path of the rank direct, or why not. */
+/* STAGELINK_GPU_DIRECT=require: every path the rank could have direct (by
+ * its means, as sl_device_all_direct, so alike nodes agree), or why not. */
 static sl_status_t sl_device_require(sl_comm_t *comm, const char *build)
 {
     sl_gpudirect_t gd;
@@ -305,13 +354,13 @@ static sl_status_t sl_device_require(sl_comm_t *comm, const char *build)
                         "use a UCX built with CUDA, and keep cuda in UCX_TLS",
                         ucp_get_version_string(), build);
     }
-    if (sl_device_has_peer(comm, 0) && !comm->ucx_ipc) {
+    if (comm->local_size > 1 && !comm->ucx_ipc) {
         return sl_error(&comm->err, STAGELINK_ERR_CONFIG, "STAGELINK_GPU_DIRECT="
                         "require, but UCX %s has no cuda_ipc transport for the "
                         "peers on this node (UCX_TLS, or a UCX without it)",
                         ucp_get_version_string());
     }
-    if (sl_device_has_peer(comm, 1) && !comm->ucx_gdr) {
+    if (comm->local_size < comm->layout.world_size && !comm->ucx_gdr) {
         sl_gpudirect_detect(sl_env_get(SL_ENV_SYSFS_ROOT), &gd);
         sl_gpudirect_describe(&gd, peers, sizeof(peers));
         return sl_error(&comm->err, STAGELINK_ERR_CONFIG, "STAGELINK_GPU_DIRECT="
@@ -330,13 +379,11 @@ static sl_status_t sl_device_require(sl_comm_t *comm, const char *build)
 
 sl_status_t sl_device_init(sl_comm_t *comm)
 {
-    static const char *const modes[] = {"auto", "require", "off", NULL};
     ucp_context_attr_t attr;
     char               build[PATH_MAX + 64];
-    int                mode = SL_GDR_AUTO, gdr;
+    int                mode = comm->gpu_direct, gdr;
 
     sl_ucx_progress_register(comm, &sl_device_hook);
-    SL_CHECK(sl_env_parse_choice(SL_ENV_GPU_DIRECT, modes, &mode, &comm->err));
     /* An explicit UCX_TLS without cuda hides CUDA from this bitmap too. */
     memset(&attr, 0, sizeof(attr));
     attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
@@ -345,10 +392,8 @@ sl_status_t sl_device_init(sl_comm_t *comm)
     }
     sl_device_ucx_domains(comm);
     gdr = comm->ucx_gdr;
-    comm->ucx_gdr   = comm->ucx_gdr && mode != SL_GDR_OFF;
-    comm->gdr_flush = comm->ucx_gdr && comm->gpu_usable &&
-                      comm->gpu->rdma_flush_needed != NULL &&
-                      comm->gpu->rdma_flush_needed(comm->device);
+    comm->ucx_gdr   = comm->ucx_gdr && mode != SL_GPU_DIRECT_OFF;
+    sl_device_place(comm);
     sl_device_ucx_build(build, sizeof(build));
     SL_INFO(SL_SUBSYS_INIT, "GPU runtime %s: %s; UCX %s (%s), memory types "
             "0x%llx: device memory on this node %s, to other nodes %s%s%s%s",
@@ -360,7 +405,7 @@ sl_status_t sl_device_init(sl_comm_t *comm)
             (gdr && !comm->ucx_gdr) ? " (STAGELINK_GPU_DIRECT=off)" : "",
             comm->gdr_flush ? ", flushed after each receive (compute "
                               "capability below 9.0)" : "");
-    return (mode == SL_GDR_REQUIRE) ? sl_device_require(comm, build)
+    return (mode == SL_GPU_DIRECT_REQUIRE) ? sl_device_require(comm, build)
                                     : STAGELINK_SUCCESS;
 }
 

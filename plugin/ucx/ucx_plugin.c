@@ -97,6 +97,7 @@ static sl_status_t sl_comm_settings(sl_comm_t *comm,
     comm->grace         = s.grace;
     comm->chunk         = s.chunk;
     comm->nbufs         = s.nbufs;
+    comm->gpu_direct    = s.gpu_direct;
     return STAGELINK_SUCCESS;
 }
 

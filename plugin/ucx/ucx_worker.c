@@ -43,7 +43,6 @@ static sl_status_t sl_ucx_rail(sl_comm_t *comm, sl_topo_choice_t *c)
     sl_topo_discover_nics(root, topo);
     SL_CHECK_GOTO(sl_topo_filter_nics(topo, &comm->err), out);
     gpu = sl_device_topo_gpus(comm, root, topo);
-    comm->gpu_numa = (gpu >= 0) ? topo->gpus[gpu].numa : -1;
     SL_CHECK_GOTO(sl_topo_net_devices(topo, gpu, &loc, c, &comm->err), out);
     comm->rail = c->rail;
     snprintf(comm->rail_nic, sizeof(comm->rail_nic), "%s", c->devices);
@@ -199,7 +198,10 @@ static void sl_ucx_same_node_lanes(const sl_ucx_peer_t *peer)
         }
         ++tl;
         end    = tl + strcspn(tl, " ");
-        tl_len = strcspn(tl, "/");
+        tl_len = (size_t)(end - tl);
+        if (memchr(tl, '/', tl_len) != NULL) {
+            tl_len = (size_t)((char *)memchr(tl, '/', tl_len) - tl);
+        }
         n = snprintf(lanes + used, sizeof(lanes) - used, "%s%.*s",
                      used ? " " : "", (int)(end - tl), tl);
         used += (n > 0 && (size_t)n < sizeof(lanes) - used) ? (size_t)n : 0;

@@ -336,8 +336,9 @@ class Communicator:
       complete its gathered receives in the same order, as with any
       collective.  STAGELINK_GATHER=ucx or nccl overrides it.
     device: the CUDA device the communicator works on (an index,
-      "cuda:1" or a torch.device); default: torch's current device where
-      torch has initialized CUDA, else the device of the first CUDA tensor.
+      "cuda:1" or a torch.device); default: the context current at
+      creation (torch.cuda.set_device before it), else the device of the
+      first CUDA tensor.
       Every call runs on it, from any thread, and leaves the caller's
       current device as it was; a tensor of another device raises
       StagelinkError (ERR_INVALID_ARG) naming both.
@@ -380,8 +381,8 @@ class Communicator:
         if rank is not None:
             cfg.rank, cfg.world_size = rank, world_size
             cfg.flags = _lib.CONFIG_RANK_SET
-        device = _device_index(device)
-        if device is not None:
+        if device is not None:  # else the library takes the current context
+            device = _device_index(device)
             cfg.device = device
             cfg.flags |= _lib.CONFIG_DEVICE_SET
         keep = None
@@ -459,7 +460,8 @@ class Communicator:
                 "descriptors from host memory, which the %s plugin cannot "
                 "move; unset STAGELINK_CHECK or use the ucx plugin"
                 % self.plugin)
-        self._device = device
+        # The helper thread's torch calls run on the same device.
+        self._device = device if device is not None else _cuda_device()
         self._sliced = self._vt.struct_size >= (
             _lib.PluginV1.wait_for.offset + ctypes.sizeof(ctypes.c_void_p))
         self._helper = threading.Thread(target=self._serve, daemon=True,
@@ -920,15 +922,19 @@ class Communicator:
                           exc_type.__name__, e)
 
 
-def _device_index(device):
-    """The CUDA ordinal of `device` (an int, "cuda:N", a torch.device);
-    None: torch's current device when torch has initialized CUDA, else
-    None (CUDA is never initialized here)."""
+def _cuda_device():
+    """The current CUDA device when torch has initialized CUDA, else None
+    (never initializes CUDA itself)."""
     torch = sys.modules.get("torch")
-    if device is None:
-        if torch is None or not torch.cuda.is_initialized():
-            return None
-        return torch.cuda.current_device()
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    return torch.cuda.current_device()
+
+
+def _device_index(device):
+    """The CUDA ordinal of `device` (an int, "cuda:N", a torch.device;
+    "cuda" alone is torch's current device)."""
+    torch = sys.modules.get("torch")
     if isinstance(device, bool):
         raise TypeError("device must be a CUDA device index, \"cuda:N\" or "
                         "a torch.device, not %r" % (device,))

@@ -42,7 +42,8 @@ typedef struct exchange {
 
 static __thread int thread_rank;
 
-/* The GPU each rank drives: its own (0000:0r:00.0), or one for both. */
+/* The GPU each rank drives: its own (0000:0r:00.0, device r), or one for
+ * both (device 0). */
 static int shared_gpu;
 
 static int fake_pci_bus_ids(char (*ids)[16], int max, int *current)
@@ -203,6 +204,7 @@ static void *run_rank(void *arg)
     comm->bootstrap     = &bs;
     comm->gpu           = &fake_gpu;
     comm->gpu_usable    = 1;
+    comm->device        = shared_gpu ? 0 : thread_rank; /* its CUDA ordinal */
     comm->tp_peers      = calloc(WORLD, sizeof(*comm->tp_peers)); /* one node */
     comm->gather_choice = run->choice;
     if (sl_layout_from_order(run->rank, WORLD, WORLD, 1, &comm->layout,

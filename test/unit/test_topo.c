@@ -303,6 +303,11 @@ static void test_filter(void)
     filter(&t, "^=mlx5_4", "^=mlx5_3");
     CHECK(skipped(&t, "mlx5_3", NULL) == 0 && skipped(&t, "mlx5_4", NULL) == 1,
           "STAGELINK_IB_HCA over NCCL_IB_HCA");
+    /* The speed floor counts only the NICs the list keeps: the 100 Gb/s
+     * NIC alone included is not then below half of an excluded 400. */
+    filter(&t, "=mlx5_8", NULL);
+    CHECK(count_skipped(&t) == 8 && skipped(&t, "mlx5_8", NULL) == 0,
+          "=mlx5_8: kept, whatever the excluded NICs' speed");
     /* Everything left out: UCX chooses, and says why. */
     filter(&t, "=none", NULL);
     sl_topo_select(&t, 0, 0, &c);

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""What a call costs from Python: a ping-pong of small tensors between two
+stages (t = 1) through stagelink.Communicator with torch tensors, through
+torch.distributed over gloo, and stagelink_perftest's one-way boundary time
+from C, all on the same machine and in the same run; µs per one-way
+message (round trip / 2, the median of the rounds) and each against C.
+
+    tools/bench_python_calls.py -b BUILD [-s 4096] [-n 2000] [-r 5]
+
+Runs its own ranks (stagelink_run from BUILD), once per peer, each peer in
+its own processes.  SPDX-License-Identifier: MIT
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def rank_main(kind, size, iters, rounds):
+    import torch
+    rank = int(os.environ["RANK"])
+    t = torch.zeros(size // 4, dtype=torch.float32)
+    times = []
+    if kind == "stagelink":
+        import stagelink
+        comm = stagelink.Communicator(tp_size=1, store=False)
+        send = lambda: comm.send(t, peer="next" if rank == 0 else "prev")
+        recv = lambda: comm.recv(t, peer="next" if rank == 0 else "prev")
+        close = comm.close
+    else:
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        other = 1 - rank
+        send = lambda: dist.send(t, other)
+        recv = lambda: dist.recv(t, other)
+        close = dist.destroy_process_group
+    for r in range(rounds + 1):
+        start = time.perf_counter()
+        for _ in range(iters):
+            if rank == 0:
+                send()
+                recv()
+            else:
+                recv()
+                send()
+        if r > 0:  # the first round warms up
+            times.append((time.perf_counter() - start) / (2 * iters) * 1e6)
+    close()
+    if rank == 0:
+        print("RESULT %s %.2f %.2f" % (kind, statistics.median(times),
+                                       max(times) - min(times)), flush=True)
+
+
+def run(build, args, env):
+    out = subprocess.run([os.path.join(build, "tools", "stagelink_run"), "-n",
+                          "2", "-T", "300", "--"] + args, env=env,
+                         capture_output=True, text=True, timeout=320)
+    if out.returncode != 0:
+        return None, (out.stderr.strip().splitlines() or ["exit %d"
+                                                          % out.returncode])[-1]
+    return out.stdout, None
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--rank":
+        rank_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]),
+                  int(sys.argv[5]))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-b", "--build", required=True)
+    ap.add_argument("-s", "--size", type=int, default=4096)
+    ap.add_argument("-n", "--iters", type=int, default=2000)
+    ap.add_argument("-r", "--rounds", type=int, default=5)
+    o = ap.parse_args()
+    build = os.path.abspath(o.build)
+    env = dict(os.environ, STAGELINK_PLUGIN_PATH=os.path.join(build, "plugin"),
+               STAGELINK_LIBRARY=os.path.join(build, "src", "libstagelink.so"),
+               PYTHONPATH=os.path.join(HERE, "..", "python"))
+    rows = []
+    csv, err = run(build, [os.path.join(build, "tools", "stagelink_perftest"),
+                           "-t", "1", "-k", "boundary", "-s", str(o.size),
+                           "-n", str(o.iters), "-w", str(o.iters // 10),
+                           "--csv"], env)
+    c_us = None
+    if csv is not None:
+        for line in csv.splitlines():
+            f = line.split(",")
+            if f and f[0] == str(o.size):
+                c_us = float(f[4])  # avg one-way
+    rows.append(("C (stagelink_perftest -k boundary, avg)", c_us, None, err))
+    for kind in ("stagelink", "gloo"):
+        out, err = run(build, [sys.executable, os.path.abspath(__file__),
+                               "--rank", kind, str(o.size), str(o.iters),
+                               str(o.rounds)], env)
+        us = spread = None
+        for line in (out or "").splitlines():
+            if line.startswith("RESULT "):
+                _, _, us, spread = line.split()
+                us, spread = float(us), float(spread)
+        rows.append(({"stagelink": "Python: stagelink.Communicator, torch tensors",
+                      "gloo": "Python: torch.distributed send/recv, gloo"}[kind],
+                     us, spread, err))
+    print("# one-way message, %d bytes, t = 1, two processes on this machine, "
+          "us (median of %d rounds of %d round trips)" % (o.size, o.rounds,
+                                                          o.iters))
+    print("%-48s %9s %9s %11s" % ("path", "us", "spread", "minus C"))
+    for name, us, spread, err in rows:
+        if us is None:
+            print("%-48s %9s  (could not run: %s)" % (name, "-", err))
+            continue
+        print("%-48s %9.2f %9s %11s" % (
+            name, us, "-" if spread is None else "%.2f" % spread,
+            "-" if c_us is None or name.startswith("C ") else "%+.2f" % (us - c_us)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
