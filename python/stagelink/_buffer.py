@@ -90,9 +90,17 @@ def _readonly(obj):
 
 
 class Buffer:
-    """One transfer's buffer, described once at post time."""
-    __slots__ = ("addr", "nbytes", "itemsize", "mem", "keep", "dtype",
+    """One transfer's buffer, described once at post time (its dtype's
+    name only when asked: a post should not pay for a string it rarely
+    shows)."""
+    __slots__ = ("addr", "nbytes", "itemsize", "mem", "keep", "_dtype",
                  "shape", "device")
+
+    @property
+    def dtype(self):
+        """The element type's name, as torch and numpy print it."""
+        d = self._dtype
+        return d if isinstance(d, str) else str(d).replace("torch.", "")
 
     def release(self):
         """Drops what held the memory; the transport no longer touches it."""
@@ -132,8 +140,8 @@ def describe(obj, writable):
             raise ValueError("the tensor (shape %s, strides %s) is not "
                              "contiguous: pass tensor.contiguous()"
                              % (tuple(obj.shape), obj.stride()))
-        if obj.device.type == "cuda":
-            b.mem, b.device = _lib.MEM_CUDA, obj.device.index
+        if obj.is_cuda:
+            b.mem, b.device = _lib.MEM_CUDA, obj.get_device()
         elif obj.device.type == "cpu":
             b.mem, b.device = _lib.MEM_HOST, None
         else:
@@ -143,8 +151,8 @@ def describe(obj, writable):
         b.nbytes = obj.numel() * b.itemsize
         storage = getattr(obj, "untyped_storage", None)
         b.keep = storage() if storage is not None else obj.storage()
-        b.dtype = str(obj.dtype).replace("torch.", "")
-        b.shape = tuple(obj.shape)
+        b._dtype = obj.dtype
+        b.shape = obj.shape  # torch.Size: a tuple
         return b
     try:
         export = _Export(obj, writable)
@@ -163,5 +171,5 @@ def describe(obj, writable):
                    else (v.len // b.itemsize,))
     fmt = (v.format or b"B").decode().lstrip("@=<>!")
     dtype = getattr(obj, "dtype", None)  # numpy's own name where it has one
-    b.dtype = str(dtype) if dtype is not None else _FORMATS.get(fmt, fmt)
+    b._dtype = str(dtype) if dtype is not None else _FORMATS.get(fmt, fmt)
     return b

@@ -125,18 +125,30 @@ class Request:
     error), test() polls, cancel() asks to stop it.  A dropped Request is
     completed in the background; its buffer stays alive until then."""
 
-    __slots__ = ("_comm", "_handle", "_buf", "_what", "_done", "_err",
+    __slots__ = ("_comm", "_handle", "_buf", "_desc", "_done", "_err",
                  "_timed_out", "_check", "_stream", "_ordered", "__weakref__")
 
     def __init__(self, comm, handle, buf, what, check=None, stream=None):
         self._comm, self._handle, self._buf = comm, handle, buf
-        self._what, self._check = what, check
+        self._desc, self._check = what, check
         self._done, self._err = False, None
         self._timed_out = None
         # A CUDA receive: (cudaStream_t of the post, device).  The data is
         # ready on that stream (a gather's collective runs behind it).
         self._stream = stream
         self._ordered = None  # the stream the library orders at completion
+
+    @property
+    def _what(self):
+        """What the request is, for sentences: made only when one is."""
+        d = self._desc
+        if isinstance(d, str):
+            return d
+        recv, microbatch, chunk, peer, b = d
+        return "%s of microbatch %d chunk %d %s %s stage (%s)" % (
+            "irecv" if recv else "isend", microbatch, chunk,
+            "from the" if recv else "to the",
+            "next" if peer == 0 else "previous", b.describe())
 
     def __repr__(self):
         state = ("done" if self._err is None else "failed: " +
@@ -432,6 +444,7 @@ class Communicator:
         self._bootstrap = bootstrap
         self._gather = gather
         self._lock = threading.RLock()   # one thread in the library at a time
+        self._scratch = _lib.Xfer()      # the descriptor a post fills
         # abort must not race finalize; reentrant for a signal handler that
         # aborts while close() finalizes on the same thread.
         self._life = threading.RLock()
@@ -645,6 +658,8 @@ class Communicator:
             return False
 
     def _reap(self):
+        if not self._orphans:
+            return
         # In place: __del__ may append to this very list meanwhile (a
         # collection in this loop, or another thread).
         for req in [r for r in self._orphans[:] if self._reaped(r)]:
@@ -688,11 +703,22 @@ class Communicator:
                                  self.info["next_rank"]))
         return _lib.PEERS[ends[0]]
 
-    def _xfer(self, recv, buf, peer, microbatch, chunk, elem_size, stream):
-        peer_value = self._peer(peer)
-        microbatch = _index(microbatch, "microbatch", 0,
-                            _lib.TAG_MAX_MICROBATCH)
-        chunk = _index(chunk, "chunk", 0, _check.max_chunk(self._check))
+    def _xfer(self, recv, buf, peer, microbatch, chunk, elem_size, stream,
+              into=None):
+        """The transfer's descriptor, in `into` where given (the library
+        copies it at the post, so one per thread can be reused), its
+        Buffer, and what describes it."""
+        # The common call (a peer's name, small ints) checked in line.
+        peer_value = _lib.PEERS.get(peer) if type(peer) is str else None
+        if peer_value is None:
+            peer_value = self._peer(peer)
+        if type(microbatch) is not int or \
+                not 0 <= microbatch <= _lib.TAG_MAX_MICROBATCH:
+            microbatch = _index(microbatch, "microbatch", 0,
+                                _lib.TAG_MAX_MICROBATCH)
+        if type(chunk) is not int or chunk < 0 or \
+                chunk > _check.max_chunk(self._check):
+            chunk = _index(chunk, "chunk", 0, _check.max_chunk(self._check))
         b = _buffer.describe(buf, writable=recv)
         itemsize = b.itemsize if elem_size is None else _index(
             elem_size, "elem_size", 1, 1 << 40)
@@ -706,14 +732,12 @@ class Communicator:
                 # another stream before the transfer's work on `stream`.
                 buf.record_stream(torch.cuda.ExternalStream(
                     stream, device=buf.device))
-        xfer = _lib.Xfer(peer=peer_value, buf=b.addr, nbytes=b.nbytes,
-                         elem_size=itemsize, mem_type=b.mem, stream=stream,
-                         tag=_lib.Tag(microbatch=microbatch, chunk=chunk))
-        what = "%s of microbatch %d chunk %d %s %s stage (%s)" % (
-            "irecv" if recv else "isend", microbatch, chunk,
-            "from the" if recv else "to the",
-            "next" if peer_value == 0 else "previous", b.describe())
-        return xfer, b, what
+        xfer = into if into is not None else _lib.Xfer()
+        xfer.peer, xfer.buf, xfer.nbytes = peer_value, b.addr, b.nbytes
+        xfer.elem_size, xfer.mem_type, xfer.stream = itemsize, b.mem, stream
+        tag = xfer.tag
+        tag.microbatch, tag.chunk = microbatch, chunk
+        return xfer, b, (recv, microbatch, chunk, peer_value, b)
 
     def _posted(self, recv, xfer, buf, what):
         """Posts one transfer (self._lock held).  A Request owns it from the
@@ -737,11 +761,12 @@ class Communicator:
         return req
 
     def _post(self, recv, buf, peer, microbatch, chunk, elem_size, stream):
-        xfer, b, what = self._xfer(recv, buf, peer, microbatch, chunk,
-                                   elem_size, stream)
         with self._lock:
             self._require_open("irecv" if recv else "isend")
             self._reap()
+            # The lock's holder alone fills the communicator's descriptor.
+            xfer, b, what = self._xfer(recv, buf, peer, microbatch, chunk,
+                                       elem_size, stream, into=self._scratch)
             req = self._posted(recv, xfer, b, what)
             if self._check:
                 _check.attach(self, req, recv, xfer, b)
