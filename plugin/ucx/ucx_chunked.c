@@ -21,12 +21,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void sl_staged_free_list(sl_staged_t *s)
+/* Frees a list; a copy still in flight (a transfer detached or abandoned
+ * mid-way, after a peer's failure) gives its event back to the runtime. */
+static void sl_staged_free_list(sl_comm_t *comm, sl_staged_t *s)
 {
     sl_staged_t *next;
+    int          i;
 
     for (; s != NULL; s = next) {
         next = s->next;
+        for (i = 0; i < comm->nbufs; ++i) {
+            if (s->slots[i].in_use && s->slots[i].copy != NULL) {
+                comm->gpu->event_destroy(s->slots[i].copy);
+            }
+        }
         free(s->slots);
         free(s);
     }
@@ -725,9 +733,9 @@ void sl_chunked_detach(sl_comm_t *comm, sl_staged_t *st)
 
 void sl_chunked_cleanup(sl_comm_t *comm)
 {
-    sl_staged_free_list(comm->staged_active);
-    sl_staged_free_list(comm->staged_free);
-    sl_staged_free_list(comm->staged_detached);
+    sl_staged_free_list(comm, comm->staged_active);
+    sl_staged_free_list(comm, comm->staged_free);
+    sl_staged_free_list(comm, comm->staged_detached);
     comm->staged_active = comm->staged_free = comm->staged_detached = NULL;
     free(comm->scratch);
     comm->scratch = NULL;
