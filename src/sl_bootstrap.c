@@ -1,187 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 #include "sl_bootstrap.h"
+#include "sl_env.h"
 #include "sl_log.h"
+#include "sl_sock.h"
 #include "sl_time.h"
 
-#include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-/* A client gets this long to send its hello: a silent or byte-a-second
- * connection (a port scanner, a stale rank of an earlier job) is dropped
- * instead of holding the rendezvous until its deadline. */
-#define SL_BOOT_HELLO_S 2.0
-/* Connections read concurrently; a flood beyond this evicts the oldest. */
-#define SL_BOOT_PENDING 16
-
-typedef struct sl_boot_client {
-    int           fd; /**< -1: slot free */
-    size_t        got;
-    double        deadline;
-    sl_boot_hdr_t hdr;
-} sl_boot_client_t;
-
-/* How long one poll sleeps between progress calls. */
-#define SL_BOOT_PROGRESS_MS 1
-
-static sl_status_t sl_sock_io(const sl_bootstrap_t *bs, int fd, void *buf,
-                              size_t len, int writing, double deadline,
-                              sl_errbuf_t *eb)
-{
-    char         *p = buf;
-    struct pollfd pfd;
-    ssize_t       n;
-    int           rc, ms;
-
-    while (len > 0) {
-        pfd.fd     = fd;
-        pfd.events = writing ? POLLOUT : POLLIN;
-        ms         = sl_deadline_ms(deadline);
-        if (bs != NULL && bs->progress != NULL) {
-            bs->progress(bs->progress_arg);
-            ms = (ms < 0 || ms > SL_BOOT_PROGRESS_MS) ? SL_BOOT_PROGRESS_MS : ms;
-        }
-        rc = poll(&pfd, 1, ms);
-        if (rc == 0 && !sl_deadline_passed(deadline)) {
-            continue;
-        }
-        if (rc == 0) {
-            return sl_error(eb, STAGELINK_ERR_TIMEOUT,
-                            "bootstrap %s of %zu bytes timed out; raise "
-                            "STAGELINK_TIMEOUT or check that every rank runs",
-                            writing ? "send" : "receive", len);
-        }
-        if (rc < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            return sl_error(eb, STAGELINK_ERR_BOOTSTRAP, "bootstrap poll: %s",
-                            strerror(errno));
-        }
-        n = writing ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
-            continue;
-        }
-        if (n <= 0) {
-            return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                            "bootstrap peer closed the connection with %zu "
-                            "bytes left to %s (%s); a rank exited or failed",
-                            len, writing ? "send" : "receive",
-                            (n < 0) ? strerror(errno) : "EOF");
-        }
-        p   += n;
-        len -= (size_t)n;
-    }
-    return STAGELINK_SUCCESS;
-}
-
-static sl_status_t sl_boot_resolve(const sl_launcher_t *l, int passive,
-                                   struct addrinfo **res, sl_errbuf_t *eb)
-{
-    const char     *host = passive ? l->bind : l->addr;
-    struct addrinfo hints;
-    char            port[16];
-    int             rc;
-
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family   = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags    = passive ? AI_PASSIVE : 0;
-    snprintf(port, sizeof(port), "%d", l->port);
-    rc = getaddrinfo(host, port, &hints, res);
-    if (rc != 0) {
-        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                        "cannot resolve rendezvous address %s:%d: %s",
-                        host, l->port, gai_strerror(rc));
-    }
-    return STAGELINK_SUCCESS;
-}
-
-static void sl_sock_tune(int fd)
-{
-    int one = 1;
-
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
-static sl_status_t sl_boot_listen(const sl_launcher_t *l, int *fd_out,
-                                  sl_errbuf_t *eb)
-{
-    struct addrinfo *res;
-    sl_status_t      status;
-    int              one = 1;
-    int              fd;
-
-    SL_CHECK(sl_boot_resolve(l, 1, &res, eb));
-    fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP, "socket(): %s",
-                          strerror(errno));
-        goto out_free;
-    }
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, res->ai_addr, res->ai_addrlen) != 0 ||
-        listen(fd, SOMAXCONN) != 0) {
-        status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                          "rank 0 cannot listen on %s:%d: %s; pick a free "
-                          "MASTER_PORT or an address of this host "
-                          "(STAGELINK_BOOTSTRAP_BIND)",
-                          l->bind, l->port, strerror(errno));
-        close(fd);
-        goto out_free;
-    }
-    *fd_out = fd;
-    status  = STAGELINK_SUCCESS;
-out_free:
-    freeaddrinfo(res);
-    return status;
-}
-
-static sl_status_t sl_boot_connect(const sl_launcher_t *l, double deadline,
-                                   int *fd_out, sl_errbuf_t *eb)
-{
-    struct addrinfo *res;
-    sl_status_t      status;
-    int              fd, err;
-
-    SL_CHECK(sl_boot_resolve(l, 0, &res, eb));
-    /* Rank 0 may not listen yet: retry until the deadline. */
-    for (;;) {
-        fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-            status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP, "socket(): %s",
-                              strerror(errno));
-            goto out_free;
-        }
-        if (connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-            break;
-        }
-        err = errno;
-        close(fd);
-        if (sl_deadline_passed(deadline)) {
-            status = sl_error(eb, STAGELINK_ERR_TIMEOUT,
-                              "cannot reach rank 0 at %s:%d: %s; check "
-                              "MASTER_ADDR/MASTER_PORT and that rank 0 runs",
-                              l->addr, l->port, strerror(err));
-            goto out_free;
-        }
-        usleep(20000);
-    }
-    sl_sock_tune(fd);
-    *fd_out = fd;
-    status  = STAGELINK_SUCCESS;
-out_free:
-    freeaddrinfo(res);
-    return status;
-}
 
 static sl_boot_hdr_t sl_boot_hdr(const sl_bootstrap_t *bs, uint64_t size)
 {
@@ -217,231 +44,35 @@ static sl_status_t sl_boot_check_hdr(const sl_boot_hdr_t *h,
     return STAGELINK_SUCCESS;
 }
 
-sl_status_t sl_bootstrap_check_hello(const sl_bootstrap_t *bs,
-                                     const void *buf, size_t len,
-                                     uint32_t *rank, sl_errbuf_t *eb)
-{
-    sl_boot_hdr_t h;
-
-    if (len != sizeof(h)) {
-        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                        "hello of %zu bytes, expected %zu", len, sizeof(h));
-    }
-    memcpy(&h, buf, sizeof(h));
-    SL_CHECK(sl_boot_check_hdr(&h, bs, eb));
-    if (h.size != 0) {
-        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                        "hello announces %llu bytes of payload, expected 0",
-                        (unsigned long long)h.size);
-    }
-    if (h.rank == 0 || h.rank >= (uint32_t)bs->world_size) {
-        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                        "hello from rank %u, outside 1..%d", h.rank,
-                        bs->world_size - 1);
-    }
-    if (bs->peer_fds[h.rank] >= 0) {
-        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                        "rank %u arrived twice: two processes were started "
-                        "with the same rank", h.rank);
-    }
-    *rank = h.rank;
-    return STAGELINK_SUCCESS;
-}
-
-static void sl_boot_drop(sl_boot_client_t *c, const char *why)
-{
-    SL_WARN(SL_SUBSYS_BOOT, "dropped a rendezvous client: %s", why);
-    close(c->fd);
-    c->fd = -1;
-}
-
-/* Reads what a pending client has sent; a complete, valid hello makes it
- * the socket of its rank. */
-static void sl_boot_client_read(sl_bootstrap_t *bs, sl_boot_client_t *c,
-                                int *arrived)
-{
-    sl_errbuf_t drop = {{0}};
-    uint32_t    rank;
-    ssize_t     n;
-
-    n = recv(c->fd, (char *)&c->hdr + c->got, sizeof(c->hdr) - c->got,
-             MSG_DONTWAIT);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
-        return;
-    }
-    if (n <= 0) {
-        sl_boot_drop(c, "closed before its hello");
-        return;
-    }
-    c->got += (size_t)n;
-    if (c->got < sizeof(c->hdr)) {
-        return;
-    }
-    if (sl_bootstrap_check_hello(bs, &c->hdr, sizeof(c->hdr), &rank, &drop) !=
-        STAGELINK_SUCCESS) {
-        sl_boot_drop(c, drop.msg);
-        return;
-    }
-    bs->peer_fds[rank] = c->fd;
-    c->fd              = -1;
-    ++*arrived;
-    SL_TRACE(SL_SUBSYS_BOOT, "rank %u arrived (%d/%d)", rank, *arrived,
-             bs->world_size);
-}
-
-static sl_status_t sl_boot_missing(const sl_bootstrap_t *bs, int arrived,
-                                   sl_errbuf_t *eb)
-{
-    char   list[160] = "";
-    size_t len       = 0;
-    int    r;
-
-    for (r = 1; r < bs->world_size && len + 16 < sizeof(list); ++r) {
-        if (bs->peer_fds[r] < 0) {
-            len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%d",
-                                    len ? ", " : "", r);
-        }
-    }
-    return sl_error(eb, STAGELINK_ERR_TIMEOUT,
-                    "only %d of %d ranks reached the rendezvous in %.1f s; "
-                    "missing: %s%s; check that every rank was started with "
-                    "the same MASTER_ADDR/MASTER_PORT and job key",
-                    arrived, bs->world_size, bs->timeout, list,
-                    (len + 16 >= sizeof(list)) ? ", ..." : "");
-}
-
-static sl_status_t sl_boot_accept_all(sl_bootstrap_t *bs, int lfd,
-                                      double deadline, sl_errbuf_t *eb)
-{
-    sl_boot_client_t pend[SL_BOOT_PENDING];
-    struct pollfd    pfd[SL_BOOT_PENDING + 1];
-    sl_status_t      status = STAGELINK_SUCCESS;
-    int              arrived = 1, slot[SL_BOOT_PENDING + 1];
-    int              i, n, fd, rc, ms, oldest;
-    double           now;
-
-    for (i = 0; i < SL_BOOT_PENDING; ++i) {
-        pend[i].fd = -1;
-    }
-    while (arrived < bs->world_size) {
-        now = sl_time_now();
-        ms  = sl_deadline_ms(deadline);
-        n   = 0;
-        pfd[n++] = (struct pollfd){.fd = lfd, .events = POLLIN};
-        for (i = 0; i < SL_BOOT_PENDING; ++i) {
-            if (pend[i].fd < 0) {
-                continue;
-            }
-            if (now >= pend[i].deadline) {
-                sl_boot_drop(&pend[i], "no complete hello in time");
-                continue;
-            }
-            slot[n]  = i;
-            pfd[n++] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
-            if (ms < 0 || (pend[i].deadline - now) * 1e3 < ms) {
-                ms = (int)((pend[i].deadline - now) * 1e3) + 1;
-            }
-        }
-        if (sl_deadline_passed(deadline)) {
-            status = sl_boot_missing(bs, arrived, eb);
-            break;
-        }
-        rc = poll(pfd, (nfds_t)n, ms);
-        if (rc < 0 && errno != EINTR) {
-            status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                              "poll on the rendezvous sockets: %s",
-                              strerror(errno));
-            break;
-        }
-        for (i = 1; rc > 0 && i < n; ++i) {
-            if (pfd[i].revents != 0) {
-                sl_boot_client_read(bs, &pend[slot[i]], &arrived);
-            }
-        }
-        if (rc <= 0 || !(pfd[0].revents & POLLIN)) {
-            continue;
-        }
-        fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0) {
-            continue;
-        }
-        sl_sock_tune(fd);
-        for (i = 0, oldest = 0; i < SL_BOOT_PENDING && pend[i].fd >= 0; ++i) {
-            oldest = (pend[i].deadline < pend[oldest].deadline) ? i : oldest;
-        }
-        if (i == SL_BOOT_PENDING) {
-            sl_boot_drop(&pend[oldest], "evicted by newer connections");
-            i = oldest;
-        }
-        pend[i] = (sl_boot_client_t){fd, 0, sl_time_now() + SL_BOOT_HELLO_S,
-                                     {0}};
-    }
-    for (i = 0; i < SL_BOOT_PENDING; ++i) {
-        if (pend[i].fd >= 0) {
-            close(pend[i].fd);
-        }
-    }
-    return status;
-}
-
 sl_status_t sl_bootstrap_init(sl_bootstrap_t *bs,
                               const stagelink_config_t *config,
                               const sl_launcher_t *launcher, double timeout,
                               sl_errbuf_t *eb)
 {
-    double        deadline = sl_deadline(timeout);
-    sl_boot_hdr_t hello;
-    sl_status_t   status;
-    int           lfd = -1, i;
-
     memset(bs, 0, sizeof(*bs));
-    bs->fn         = config->allgather;
-    bs->fn_ctx     = config->allgather_ctx;
-    bs->store_set  = config->store_set;
-    bs->store_get  = config->store_get;
-    bs->store_ctx  = config->store_ctx;
-    bs->rank       = launcher->rank;
-    bs->world_size = launcher->world_size;
-    bs->timeout    = timeout;
-    bs->job_key    = launcher->job_key;
-    bs->root_fd    = -1;
-    if (bs->fn != NULL || bs->store_set != NULL || bs->world_size == 1) {
+    bs->fn          = config->allgather;
+    bs->fn_ctx      = config->allgather_ctx;
+    bs->store_set   = config->store_set;
+    bs->store_get   = config->store_get;
+    bs->store_ctx   = config->store_ctx;
+    bs->rank        = launcher->rank;
+    bs->world_size  = launcher->world_size;
+    bs->timeout     = timeout;
+    bs->job_key     = launcher->job_key;
+    bs->rv.root_fd  = -1;
+    bs->tcp         = bs->fn == NULL && bs->store_set == NULL &&
+                      bs->world_size > 1;
+    if (!bs->tcp) {
+        if (bs->world_size > 1 && (sl_env_raw(SL_ENV_JOB_SECRET) != NULL ||
+                                   sl_env_raw(SL_ENV_JOB_SECRET_FILE) != NULL)) {
+            SL_INFO(SL_SUBSYS_BOOT, "a job secret is set, but init exchanges "
+                    "through the host's %s, which is the host's to secure: "
+                    "the secret is not used", bs->store_set != NULL
+                    ? "store" : "allgather");
+        }
         return STAGELINK_SUCCESS;
     }
-
-    if (bs->rank != 0) {
-        SL_CHECK(sl_boot_connect(launcher, deadline, &bs->root_fd, eb));
-        hello = sl_boot_hdr(bs, 0);
-        SL_CHECK_GOTO(sl_sock_io(bs, bs->root_fd, &hello, sizeof(hello), 1,
-                                 deadline, eb), err_close);
-        SL_INFO(SL_SUBSYS_BOOT, "connected to rendezvous %s:%d",
-                launcher->addr, launcher->port);
-        return STAGELINK_SUCCESS;
-    }
-
-    bs->peer_fds = malloc((size_t)bs->world_size * sizeof(int));
-    if (bs->peer_fds == NULL) {
-        return sl_error(eb, STAGELINK_ERR_NO_MEMORY,
-                        "cannot allocate %d rendezvous sockets",
-                        bs->world_size);
-    }
-    for (i = 0; i < bs->world_size; ++i) {
-        bs->peer_fds[i] = -1;
-    }
-    SL_CHECK_GOTO(sl_boot_listen(launcher, &lfd, eb), err_close);
-    status = sl_boot_accept_all(bs, lfd, deadline, eb);
-    /* Later clients must find nobody listening rather than hang. */
-    close(lfd);
-    if (status != STAGELINK_SUCCESS) {
-        goto err_close;
-    }
-    SL_INFO(SL_SUBSYS_BOOT, "rendezvous on %s:%d complete, %d ranks",
-            launcher->addr, launcher->port, bs->world_size);
-    return STAGELINK_SUCCESS;
-
-err_close:
-    sl_bootstrap_cleanup(bs);
-    return status;
+    return sl_rendezvous_open(&bs->rv, launcher, timeout, eb);
 }
 
 void sl_bootstrap_blobs_free(sl_boot_blob_t *blobs, int n)
@@ -605,55 +236,50 @@ out:
     return status;
 }
 
-/* What rank 0 holds of one TCP exchange: each rank's blob and wants. */
-typedef struct sl_boot_part {
-    sl_boot_blob_t blob;
-    uint32_t      *peers;
-    uint32_t       npeers;
-} sl_boot_part_t;
-
-static sl_status_t sl_boot_root_read(sl_bootstrap_t *bs, int r,
-                                     const char *name, sl_boot_part_t *part,
-                                     double deadline, sl_errbuf_t *eb)
+sl_status_t sl_bootstrap_parse_part(const sl_bootstrap_t *bs, int r,
+                                    const char *name,
+                                    const sl_boot_hdr_t *hdr, void *body,
+                                    const sl_auth_seal_t *seal,
+                                    sl_auth_link_t *link,
+                                    sl_boot_part_t *part, sl_errbuf_t *eb)
 {
-    sl_boot_hdr_t hdr;
-    sl_boot_req_t req;
-    uint32_t      i;
-    int           fd = bs->peer_fds[r];
+    sl_auth_part_t parts[] = {{hdr, sizeof(*hdr)}, {body, hdr->size}};
+    sl_boot_req_t  req;
+    uint32_t       i;
 
-    SL_CHECK(sl_sock_io(bs, fd, &hdr, sizeof(hdr), 0, deadline, eb));
-    SL_CHECK(sl_boot_check_hdr(&hdr, bs, eb));
-    SL_CHECK(sl_sock_io(bs, fd, &req, sizeof(req), 0, deadline, eb));
+    if (link->sealed) {
+        SL_CHECK(sl_auth_check(link, SL_AUTH_TO_ROOT, parts, 2, seal,
+                               "a bootstrap message to rank 0", eb));
+    }
+    if (hdr->size < sizeof(req)) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "rank %d's exchange message has %llu bytes, less "
+                        "than its %zu-byte request", r,
+                        (unsigned long long)hdr->size, sizeof(req));
+    }
+    memcpy(&req, body, sizeof(req));
     req.name[SL_BOOT_NAME_LEN - 1] = '\0';
-    if (hdr.rank != (uint32_t)r || strcmp(req.name, name) != 0) {
+    if (hdr->rank != (uint32_t)r || strcmp(req.name, name) != 0) {
         return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
                         "rank %d sent exchange \"%s\" as rank %u while rank 0 "
                         "is in \"%s\": ranks disagree on the exchanges (a "
                         "different stagelink version or setup?)", r, req.name,
-                        hdr.rank, name);
+                        hdr->rank, name);
     }
     if (req.npeers > (uint32_t)bs->world_size ||
         req.len > SL_BOOTSTRAP_MAX_BLOCK ||
-        hdr.size != sizeof(req) + 4ull * req.npeers + req.len) {
+        hdr->size != sizeof(req) + 4ull * req.npeers + req.len) {
         return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
                         "rank %d's exchange \"%s\" names %u ranks with a "
                         "%u-byte blob in %llu bytes (world %d, blob limit "
                         "%u): a corrupt or foreign message", r, name,
-                        req.npeers, req.len, (unsigned long long)hdr.size,
+                        req.npeers, req.len, (unsigned long long)hdr->size,
                         bs->world_size, SL_BOOTSTRAP_MAX_BLOCK);
     }
     part->npeers    = req.npeers;
-    part->peers     = malloc(4ull * req.npeers + 1);
-    part->blob.data = malloc(req.len + 1ull);
-    if (part->peers == NULL || part->blob.data == NULL) {
-        return sl_error(eb, STAGELINK_ERR_NO_MEMORY,
-                        "cannot hold rank %d's part of exchange \"%s\"", r,
-                        name);
-    }
-    part->blob.len = req.len;
-    SL_CHECK(sl_sock_io(bs, fd, part->peers, 4ull * req.npeers, 0, deadline,
-                        eb));
-    SL_CHECK(sl_sock_io(bs, fd, part->blob.data, req.len, 0, deadline, eb));
+    part->peers     = (uint32_t *)((char *)body + sizeof(req));
+    part->blob.data = (char *)body + sizeof(req) + 4ull * req.npeers;
+    part->blob.len  = req.len;
     for (i = 0; i < req.npeers; ++i) {
         if (part->peers[i] >= (uint32_t)bs->world_size) {
             return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
@@ -665,6 +291,93 @@ static sl_status_t sl_boot_root_read(sl_bootstrap_t *bs, int r,
     return STAGELINK_SUCCESS;
 }
 
+/* Reads rank r's part of one exchange: the header, checked before the
+ * body's size is trusted, then the body and its seal. */
+static sl_status_t sl_boot_root_read(sl_bootstrap_t *bs, int r,
+                                     const char *name, sl_boot_part_t *part,
+                                     double deadline, sl_errbuf_t *eb)
+{
+    sl_auth_link_t *link = &bs->rv.links[r];
+    sl_auth_seal_t  seal;
+    sl_boot_hdr_t   hdr;
+    int             fd = bs->rv.peer_fds[r];
+
+    SL_CHECK(sl_sock_io(fd, &hdr, sizeof(hdr), 0, deadline, &bs->progress,
+                        eb));
+    SL_CHECK(sl_boot_check_hdr(&hdr, bs, eb));
+    if (hdr.size > sizeof(sl_boot_req_t) + 4ull * (size_t)bs->world_size +
+                       SL_BOOTSTRAP_MAX_BLOCK) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "rank %d announces a %llu-byte exchange message, "
+                        "above the limit for %d ranks: a corrupt or foreign "
+                        "message", r, (unsigned long long)hdr.size,
+                        bs->world_size);
+    }
+    part->body = malloc(hdr.size + 1);
+    if (part->body == NULL) {
+        return sl_error(eb, STAGELINK_ERR_NO_MEMORY,
+                        "cannot hold rank %d's %llu-byte part of exchange "
+                        "\"%s\"", r, (unsigned long long)hdr.size, name);
+    }
+    SL_CHECK(sl_sock_io(fd, part->body, hdr.size, 0, deadline, &bs->progress,
+                        eb));
+    if (link->sealed) {
+        SL_CHECK(sl_sock_io(fd, &seal, sizeof(seal), 0, deadline,
+                            &bs->progress, eb));
+    }
+    return sl_bootstrap_parse_part(bs, r, name, &hdr, part->body, &seal, link,
+                                   part, eb);
+}
+
+/* Rank 0 answers rank r with the blob of each rank it named, sealed. */
+static sl_status_t sl_boot_root_answer(sl_bootstrap_t *bs, int r,
+                                       const sl_boot_part_t *parts,
+                                       double deadline, sl_errbuf_t *eb)
+{
+    const sl_boot_part_t *want = &parts[r];
+    sl_auth_link_t       *link = &bs->rv.links[r];
+    sl_auth_part_t       *sealed;
+    sl_auth_seal_t        seal;
+    sl_status_t           status = STAGELINK_SUCCESS;
+    uint64_t             *lens;
+    uint32_t              i;
+    int                   fd = bs->rv.peer_fds[r];
+
+    lens   = malloc(sizeof(*lens) * want->npeers + 1);
+    sealed = malloc(sizeof(*sealed) * 2 * want->npeers + 1);
+    if (lens == NULL || sealed == NULL) {
+        status = sl_error(eb, STAGELINK_ERR_NO_MEMORY,
+                          "cannot allocate the answer to rank %d (%u blobs)",
+                          r, want->npeers);
+        goto out;
+    }
+    for (i = 0; i < want->npeers && status == STAGELINK_SUCCESS; ++i) {
+        const sl_boot_blob_t *b = &parts[want->peers[i]].blob;
+
+        lens[i]           = b->len;
+        sealed[2 * i]     = (sl_auth_part_t){&lens[i], sizeof(lens[i])};
+        sealed[2 * i + 1] = (sl_auth_part_t){b->data, b->len};
+        status = sl_sock_io(fd, &lens[i], sizeof(lens[i]), 1, deadline,
+                            &bs->progress, eb);
+        if (status == STAGELINK_SUCCESS) {
+            status = sl_sock_io(fd, b->data, b->len, 1, deadline,
+                                &bs->progress, eb);
+        }
+    }
+    if (status == STAGELINK_SUCCESS && link->sealed) {
+        status = sl_auth_seal(link, SL_AUTH_FROM_ROOT, sealed,
+                              2 * (int)want->npeers, &seal, eb);
+        if (status == STAGELINK_SUCCESS) {
+            status = sl_sock_io(fd, &seal, sizeof(seal), 1, deadline,
+                                &bs->progress, eb);
+        }
+    }
+out:
+    free(sealed);
+    free(lens);
+    return status;
+}
+
 /* Rank 0 reads every rank's part, then answers each with what it named. */
 static sl_status_t sl_boot_root_exchange(sl_bootstrap_t *bs, const char *name,
                                          const void *mine, size_t len,
@@ -674,8 +387,6 @@ static sl_status_t sl_boot_root_exchange(sl_bootstrap_t *bs, const char *name,
 {
     sl_boot_part_t *parts;
     sl_status_t     status;
-    uint64_t        n;
-    uint32_t        i;
     int             r;
 
     parts = calloc((size_t)bs->world_size, sizeof(*parts));
@@ -690,15 +401,7 @@ static sl_status_t sl_boot_root_exchange(sl_bootstrap_t *bs, const char *name,
                       out);
     }
     for (r = 1; r < bs->world_size; ++r) {
-        for (i = 0; i < parts[r].npeers; ++i) {
-            const sl_boot_blob_t *b = &parts[parts[r].peers[i]].blob;
-
-            n = b->len;
-            SL_CHECK_GOTO(sl_sock_io(bs, bs->peer_fds[r], &n, sizeof(n), 1,
-                                     deadline, eb), out);
-            SL_CHECK_GOTO(sl_sock_io(bs, bs->peer_fds[r], b->data, b->len, 1,
-                                     deadline, eb), out);
-        }
+        SL_CHECK_GOTO(sl_boot_root_answer(bs, r, parts, deadline, eb), out);
     }
     for (r = 0; r < npeers; ++r) {
         SL_CHECK_GOTO(sl_boot_blob_set(&out[r], parts[peers[r]].blob.data,
@@ -707,8 +410,7 @@ static sl_status_t sl_boot_root_exchange(sl_bootstrap_t *bs, const char *name,
     status = STAGELINK_SUCCESS;
 out:
     for (r = 1; r < bs->world_size; ++r) {
-        free(parts[r].blob.data);
-        free(parts[r].peers);
+        free(parts[r].body);
     }
     free(parts);
     return status;
@@ -719,13 +421,17 @@ static sl_status_t sl_boot_tcp_exchange(sl_bootstrap_t *bs, const char *name,
                                         const int *peers, int npeers,
                                         sl_boot_blob_t *out, sl_errbuf_t *eb)
 {
-    double        deadline = sl_deadline(bs->timeout);
-    sl_boot_req_t req;
-    sl_boot_hdr_t hdr;
-    uint32_t     *wants;
-    uint64_t      n;
-    sl_status_t   status;
-    int           i;
+    double          deadline = sl_deadline(bs->timeout);
+    sl_auth_link_t *link     = &bs->rv.links[0];
+    int             fd       = bs->rv.root_fd;
+    sl_auth_part_t *sealed   = NULL;
+    sl_auth_seal_t  seal;
+    sl_boot_req_t   req;
+    sl_boot_hdr_t   hdr;
+    uint32_t       *wants;
+    uint64_t       *lens;
+    sl_status_t     status;
+    int             i;
 
     if (bs->rank == 0) {
         return sl_boot_root_exchange(bs, name, mine, len, peers, npeers, out,
@@ -736,45 +442,65 @@ static sl_status_t sl_boot_tcp_exchange(sl_bootstrap_t *bs, const char *name,
     req.npeers = (uint32_t)npeers;
     req.len    = (uint32_t)len;
     wants      = malloc(4ull * (size_t)npeers + 1);
-    if (wants == NULL) {
-        return sl_error(eb, STAGELINK_ERR_NO_MEMORY,
-                        "cannot allocate %d rank numbers", npeers);
+    lens       = malloc(sizeof(*lens) * (size_t)npeers + 1);
+    sealed     = malloc(sizeof(*sealed) * (2 * (size_t)npeers + 4));
+    if (wants == NULL || lens == NULL || sealed == NULL) {
+        status = sl_error(eb, STAGELINK_ERR_NO_MEMORY,
+                          "cannot allocate an exchange with %d ranks", npeers);
+        goto out;
     }
     for (i = 0; i < npeers; ++i) {
         wants[i] = (uint32_t)peers[i];
     }
-    hdr = sl_boot_hdr(bs, sizeof(req) + 4ull * (size_t)npeers + len);
-    SL_CHECK_GOTO(sl_sock_io(bs, bs->root_fd, &hdr, sizeof(hdr), 1, deadline,
-                             eb), out);
-    SL_CHECK_GOTO(sl_sock_io(bs, bs->root_fd, &req, sizeof(req), 1, deadline,
-                             eb), out);
-    SL_CHECK_GOTO(sl_sock_io(bs, bs->root_fd, wants, 4ull * (size_t)npeers, 1,
-                             deadline, eb), out);
-    SL_CHECK_GOTO(sl_sock_io(bs, bs->root_fd, (void *)mine, len, 1, deadline,
-                             eb), out);
+    hdr       = sl_boot_hdr(bs, sizeof(req) + 4ull * (size_t)npeers + len);
+    sealed[0] = (sl_auth_part_t){&hdr, sizeof(hdr)};
+    sealed[1] = (sl_auth_part_t){&req, sizeof(req)};
+    sealed[2] = (sl_auth_part_t){wants, 4ull * (size_t)npeers};
+    sealed[3] = (sl_auth_part_t){mine, len};
+    for (i = 0; i < 4; ++i) {
+        SL_CHECK_GOTO(sl_sock_io(fd, (void *)sealed[i].buf, sealed[i].len, 1,
+                                 deadline, &bs->progress, eb), out);
+    }
+    if (link->sealed) {
+        SL_CHECK_GOTO(sl_auth_seal(link, SL_AUTH_TO_ROOT, sealed, 4, &seal,
+                                   eb), out);
+        SL_CHECK_GOTO(sl_sock_io(fd, &seal, sizeof(seal), 1, deadline,
+                                 &bs->progress, eb), out);
+    }
     for (i = 0; i < npeers; ++i) {
-        SL_CHECK_GOTO(sl_sock_io(bs, bs->root_fd, &n, sizeof(n), 0, deadline,
-                                 eb), out);
-        if (n > SL_BOOTSTRAP_MAX_BLOCK) {
+        SL_CHECK_GOTO(sl_sock_io(fd, &lens[i], sizeof(lens[i]), 0, deadline,
+                                 &bs->progress, eb), out);
+        if (lens[i] > SL_BOOTSTRAP_MAX_BLOCK) {
             status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
                               "rank 0 sends a %llu-byte blob of rank %d, "
-                              "above the limit of %u", (unsigned long long)n,
-                              peers[i], SL_BOOTSTRAP_MAX_BLOCK);
+                              "above the limit of %u",
+                              (unsigned long long)lens[i], peers[i],
+                              SL_BOOTSTRAP_MAX_BLOCK);
             goto out;
         }
-        out[i].data = malloc(n + 1);
-        out[i].len  = n;
+        out[i].data = malloc(lens[i] + 1);
+        out[i].len  = lens[i];
         if (out[i].data == NULL) {
             status = sl_error(eb, STAGELINK_ERR_NO_MEMORY, "cannot allocate a "
                               "bootstrap blob of %llu bytes",
-                              (unsigned long long)n);
+                              (unsigned long long)lens[i]);
             goto out;
         }
-        SL_CHECK_GOTO(sl_sock_io(bs, bs->root_fd, out[i].data, n, 0, deadline,
-                                 eb), out);
+        SL_CHECK_GOTO(sl_sock_io(fd, out[i].data, lens[i], 0, deadline,
+                                 &bs->progress, eb), out);
+        sealed[2 * i]     = (sl_auth_part_t){&lens[i], sizeof(lens[i])};
+        sealed[2 * i + 1] = (sl_auth_part_t){out[i].data, lens[i]};
     }
     status = STAGELINK_SUCCESS;
+    if (link->sealed) {
+        SL_CHECK_GOTO(sl_sock_io(fd, &seal, sizeof(seal), 0, deadline,
+                                 &bs->progress, eb), out);
+        status = sl_auth_check(link, SL_AUTH_FROM_ROOT, sealed, 2 * npeers,
+                               &seal, "rank 0's bootstrap answer", eb);
+    }
 out:
+    free(sealed);
+    free(lens);
     free(wants);
     return status;
 }
@@ -871,19 +597,8 @@ sl_status_t sl_bootstrap_barrier(sl_bootstrap_t *bs, const int *peers,
 
 void sl_bootstrap_cleanup(sl_bootstrap_t *bs)
 {
-    int i;
-
-    if (bs->root_fd >= 0) {
-        close(bs->root_fd);
-        bs->root_fd = -1;
-    }
-    if (bs->peer_fds != NULL) {
-        for (i = 0; i < bs->world_size; ++i) {
-            if (bs->peer_fds[i] >= 0) {
-                close(bs->peer_fds[i]);
-            }
-        }
-        free(bs->peer_fds);
-        bs->peer_fds = NULL;
+    if (bs->tcp) {
+        sl_rendezvous_close(&bs->rv);
+        bs->tcp = 0;
     }
 }

@@ -14,22 +14,11 @@
 
 #include "sl_error.h"
 #include "sl_launcher.h"
+#include "sl_rendezvous.h"
+#include "sl_sock.h"
 
 #include <stddef.h>
 #include <stdint.h>
-
-#define SL_BOOT_MAGIC   0x534c4e4bu /* "SLNK" */
-#define SL_BOOT_VERSION 3u
-
-/** Wire header of every bootstrap message; the hello is one with size 0. */
-typedef struct sl_boot_hdr {
-    uint32_t magic;
-    uint32_t version;
-    uint32_t rank;
-    uint32_t world_size;
-    uint64_t job_key;
-    uint64_t size; /**< bytes following; 0 in the hello */
-} sl_boot_hdr_t;
 
 #define SL_BOOT_NAME_LEN 16
 #define SL_BOOT_NAMES    16 /**< distinct exchange names per bootstrap */
@@ -38,6 +27,7 @@ typedef struct sl_boot_hdr {
  * What a rank sends rank 0 in a TCP exchange, after the header: then
  * `npeers` uint32 ranks and its `len`-byte blob.  Rank 0 answers with a
  * uint64 length and the blob of each named rank, in the order named.
+ * With a job secret, each message ends with its seal (sl_auth_seal_t).
  */
 typedef struct sl_boot_req {
     char     name[SL_BOOT_NAME_LEN]; /**< which exchange: ranks must agree */
@@ -63,15 +53,14 @@ typedef struct sl_bootstrap {
     char                     names[SL_BOOT_NAMES][SL_BOOT_NAME_LEN];
     unsigned                 uses[SL_BOOT_NAMES];
     int                      nnames;
-    int                      root_fd;  /**< non-root: socket to rank 0 */
-    int                     *peer_fds; /**< rank 0: socket of each rank */
+    int                      tcp;      /**< through the rendezvous */
+    sl_rendezvous_t          rv;       /**< its connections and links */
     /**
      * Called while a TCP exchange waits, once the transport exists: a peer
      * may need our progress (a rendezvous acknowledgement, say) to reach
      * the same exchange.
      */
-    void                   (*progress)(void *arg);
-    void                    *progress_arg;
+    sl_sock_progress_t       progress;
 } sl_bootstrap_t;
 
 /** A blob read in an exchange (malloc'd). */
@@ -85,14 +74,25 @@ sl_status_t sl_bootstrap_init(sl_bootstrap_t *bs,
                               const sl_launcher_t *launcher, double timeout,
                               sl_errbuf_t *eb);
 
+/** What rank 0 holds of one TCP exchange: each rank's blob and wants. */
+typedef struct sl_boot_part {
+    void          *body;  /**< the message after its header (owns the rest) */
+    uint32_t      *peers; /**< the ranks it names, in body */
+    uint32_t       npeers;
+    sl_boot_blob_t blob;  /**< its blob, in body (rank 0: its own) */
+} sl_boot_part_t;
+
 /**
- * Decodes a rank's hello at rank 0 (the bytes a stranger controls): magic,
- * version, job key, world size, rank in range and not taken.  *rank is
- * set on success.
+ * Decodes rank r's message of exchange `name` at rank 0 (the bytes a
+ * joined rank controls): the seal first where the link has one, then the
+ * request, the ranks named and the blob, which `part` points into `body`.
  */
-sl_status_t sl_bootstrap_check_hello(const sl_bootstrap_t *bs,
-                                     const void *buf, size_t len,
-                                     uint32_t *rank, sl_errbuf_t *eb);
+sl_status_t sl_bootstrap_parse_part(const sl_bootstrap_t *bs, int r,
+                                    const char *name,
+                                    const sl_boot_hdr_t *hdr, void *body,
+                                    const sl_auth_seal_t *seal,
+                                    sl_auth_link_t *link,
+                                    sl_boot_part_t *part, sl_errbuf_t *eb);
 
 /**
  * One exchange: publishes `len` bytes as `name` and reads what each of the

@@ -37,6 +37,8 @@ typedef enum sl_env_id {
     SL_ENV_BOOTSTRAP_PORT,
     SL_ENV_BOOTSTRAP_BIND,
     SL_ENV_JOB_KEY,
+    SL_ENV_JOB_SECRET,
+    SL_ENV_JOB_SECRET_FILE,
     SL_ENV_LIBRARY,
     SL_ENV_UCX,
     SL_ENV_CHECK,

@@ -7,6 +7,7 @@
  * the entries it lacks are stubs here.  SPDX-License-Identifier: MIT
  */
 #include "sl_build.h"
+#include "sl_auth.h"
 #include "sl_env.h"
 #include "sl_gpudirect.h"
 #include "sl_log.h"
@@ -462,5 +463,7 @@ size_t stagelink_system_report(char *buf, size_t len)
     n += (int)sl_topo_report(topo, buf + ((size_t)n < len ? (size_t)n : len),
                              (size_t)n < len ? len - (size_t)n : 0);
     free(topo);
+    n += (int)sl_auth_describe(buf + ((size_t)n < len ? (size_t)n : len),
+                               (size_t)n < len ? len - (size_t)n : 0);
     return (size_t)n;
 }

@@ -10,7 +10,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
     gcc g++ libc6-dev binutils pkg-config meson ninja-build dpkg-dev \
-    libucx-dev ucx-utils libibverbs-dev rdma-core \
+    libucx-dev ucx-utils libibverbs-dev rdma-core libssl-dev \
     openmpi-bin libopenmpi-dev \
     iproute2 gnuplot-nox clang libclang-rt-14-dev valgrind ca-certificates \
     python3-numpy python3-torch >/dev/null

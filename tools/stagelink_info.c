@@ -26,6 +26,10 @@ static void print_vars(int markdown)
         const stagelink_env_var_t *v     = stagelink_env_var(i);
         const char                *value = getenv(v->name);
 
+        if (value != NULL && (v->flags & STAGELINK_ENV_SECRET)) {
+            value = "(set, not shown)";
+        }
+
         if (markdown) {
             printf("| `%s` | %s | %s |\n", v->name,
                    v->default_value[0] ? v->default_value : "(unset)",

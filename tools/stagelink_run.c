@@ -3,7 +3,9 @@
  * WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), waits
  * for them with a deadline, and ends all of them when one fails, so a test
  * never hangs.  Several invocations (one per simulated node) make one job
- * with -o/-w.  SPDX-License-Identifier: MIT
+ * with -o/-w.  Starting the whole job, it gives the ranks a fresh job
+ * secret unless one is set (STAGELINK_JOB_SECRET or _FILE); part of a job
+ * cannot, as every node must hold the same.  SPDX-License-Identifier: MIT
  */
 #include <errno.h>
 #include <getopt.h>
@@ -12,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -27,7 +30,9 @@ static void usage(void)
             "  Starts LOCAL_RANKS processes with ranks FIRST_RANK.. of WORLD\n"
             "  (default: this node is the whole job). MASTER_ADDR defaults to\n"
             "  127.0.0.1 and MASTER_PORT to a free port; -T (default 300)\n"
-            "  kills every rank when the job runs longer.\n");
+            "  kills every rank when the job runs longer. Without\n"
+            "  STAGELINK_JOB_SECRET(_FILE), the whole job on one node gets a\n"
+            "  fresh random secret; for several nodes set one on all.\n");
 }
 
 /* A free port now; the small race until rank 0 binds it is acceptable. */
@@ -58,6 +63,36 @@ static void sl_run_setenv_int(const char *name, int value)
 
     snprintf(text, sizeof(text), "%d", value);
     setenv(name, text, 1);
+}
+
+/* 32 random bytes as hex for the ranks' rendezvous, unless a secret is
+ * set; part of a job is told it runs unauthenticated. */
+static int sl_run_secret(int nlocal, int world)
+{
+    unsigned char raw[32];
+    char          text[2 * sizeof(raw) + 1];
+    size_t        i;
+
+    if (getenv("STAGELINK_JOB_SECRET") != NULL ||
+        getenv("STAGELINK_JOB_SECRET_FILE") != NULL) {
+        return 0;
+    }
+    if (nlocal < world) {
+        fprintf(stderr, "stagelink_run: %d of %d ranks here and no "
+                "STAGELINK_JOB_SECRET: the rendezvous is unauthenticated; "
+                "export the same secret on every node\n", nlocal, world);
+        return 0;
+    }
+    if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+        fprintf(stderr, "stagelink_run: getrandom for the job secret: %s\n",
+                strerror(errno));
+        return -1;
+    }
+    for (i = 0; i < sizeof(raw); ++i) {
+        snprintf(text + 2 * i, 3, "%02x", raw[i]);
+    }
+    setenv("STAGELINK_JOB_SECRET", text, 1);
+    return 0;
 }
 
 static void sl_run_kill_all(const pid_t *pids, int n)
@@ -106,6 +141,9 @@ int main(int argc, char **argv)
             return 1;
         }
         sl_run_setenv_int("MASTER_PORT", port);
+    }
+    if (sl_run_secret(nlocal, world) != 0) {
+        return 1;
     }
     sl_run_setenv_int("WORLD_SIZE", world);
     sl_run_setenv_int("LOCAL_WORLD_SIZE", nlocal);

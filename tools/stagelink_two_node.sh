@@ -4,6 +4,8 @@
 # 198.18.0.0/15, the link optionally rate-limited with tc tbf.  Each node's
 # ranks are started by their own command (stagelink_run -o/-w), as on a
 # cluster; the veth byte counters measure what really crossed between nodes.
+# The ranks share a job secret (STAGELINK_JOB_SECRET, made here unless set),
+# so their rendezvous is authenticated as a cluster job's should be.
 #
 #   stagelink_two_node.sh [options] compare   full vs scatter_gather bytes
 #   stagelink_two_node.sh [options] run -- PROGRAM ARGS...  (one stage per node)
@@ -42,7 +44,7 @@ while getopts "b:R:t:N:s:n:r:c" opt; do
     n) iters=$OPTARG ;;
     r) rate=$OPTARG ;;
     c) check=1 ;;
-    *) sed -n '2,25p' "$0"; exit 2 ;;
+    *) sed -n '2,27p' "$0"; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
@@ -67,15 +69,21 @@ compare)
     setup_nodes 2
     echo "# two simulated nodes (${ns[*]}), link ${tag}e0<->${tag}e1 198.18.0.1-2${rate:+, tbf $rate}"
     echo "# stagelink_perftest ping-pong of a $size tensor, $iters iterations + 1 warm-up, forward and back"
+    echo "# rendezvous authenticated with a job secret (${STAGELINK_JOB_SECRET_FILE:-STAGELINK_JOB_SECRET})"
     printf "%3s %16s %16s %10s %10s\n" t "full B" "scatter_gather B" ratio ideal
     status=0
     for t in $tps; do
         declare -A bytes=()
         for mode in full scatter_gather; do
             before=$(crossed)
-            STAGELINK_MODE=$mode run_job "$t" "$perftest" -t "$t" -s "$size" \
+            STAGELINK_MODE=$mode STAGELINK_DEBUG=INFO STAGELINK_DEBUG_SUBSYS=BOOT \
+                run_job "$t" "$perftest" -t "$t" -s "$size" \
                 -n "$iters" -w 1 >"/tmp/${tag}.$mode.$t" 2>&1 || {
                 cat "/tmp/${tag}.$mode.$t"; rm -f "/tmp/${tag}".*; exit 1; }
+            grep -q "rendezvous on .* complete, $((2 * t)) ranks (authenticated)" \
+                "/tmp/${tag}.$mode.$t" || {
+                echo "FAIL: t=$t $mode: rank 0 did not report an authenticated rendezvous"
+                status=1; }
             bytes[$mode]=$(( $(crossed) - before ))
         done
         ratio=$(awk -v a="${bytes[scatter_gather]}" -v b="${bytes[full]}" 'BEGIN{printf "%.4f", a/b}')

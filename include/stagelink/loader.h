@@ -64,7 +64,10 @@ typedef struct stagelink_env_var {
     const char *name;
     const char *default_value; /**< "" when unset means "not used" */
     const char *description;
+    unsigned    flags;         /**< STAGELINK_ENV_SECRET: never print the value */
 } stagelink_env_var_t;
+
+#define STAGELINK_ENV_SECRET 1u
 
 /** Number of entries in the environment table. */
 STAGELINK_EXPORT size_t stagelink_env_count(void);
@@ -76,7 +79,8 @@ STAGELINK_EXPORT const stagelink_env_var_t *stagelink_env_var(size_t index);
  * What this build and machine offer, one fact a line: build features
  * (CUDA, NCCL, libibverbs, the UCX it was built against), GPU-direct RDMA
  * support, the RDMA devices and ports, the GPUs on the PCI bus, and the
- * NIC each local rank would use (rail affinity).  Read under
+ * NIC each local rank would use (rail affinity), and whether the TCP
+ * rendezvous is authenticated (STAGELINK_JOB_SECRET).  Read under
  * STAGELINK_SYSFS_ROOT when set.  Returns the bytes needed (as snprintf).
  */
 STAGELINK_EXPORT size_t stagelink_system_report(char *buf, size_t len);

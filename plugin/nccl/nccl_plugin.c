@@ -240,7 +240,6 @@ static stagelink_status_t sl_nccl_comm_init(const stagelink_config_t *host_confi
         return sl_error(&sl_thread_err, STAGELINK_ERR_NO_MEMORY,
                         "cannot allocate a communicator");
     }
-    c->bootstrap.root_fd = -1;
     c->gpu               = &sl_gpu_default_ops;
     SL_CHECK_GOTO(sl_config_copy(host_config, &copy, &c->err), err);
     config = &copy;

@@ -326,7 +326,6 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *host_config
                           "cannot allocate the bootstrap");
         goto err_destroy;
     }
-    comm->bootstrap->root_fd = -1;
 
     SL_CHECK_GOTO(sl_config_copy(host_config, &copy, &comm->err), err_destroy);
     config = &copy;
@@ -366,8 +365,7 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *host_config
     SL_CHECK_GOTO(sl_ucx_connect(comm, comm->bootstrap), err_destroy);
     sl_chunked_size_agree(comm);
     SL_CHECK_GOTO(sl_fault_watch(comm), err_destroy);
-    comm->bootstrap->progress     = sl_ucx_progress_cb;
-    comm->bootstrap->progress_arg = comm;
+    comm->bootstrap->progress = (sl_sock_progress_t){sl_ucx_progress_cb, comm};
     SL_CHECK_GOTO(sl_gather_init(comm), err_destroy);
     SL_CHECK_GOTO(sl_progress_start(comm), err_destroy);
 

@@ -5,7 +5,7 @@
  * without listening: while it is open no other socket gets that port (a
  * bind to port 0 and the local port of an outgoing connection never pick a
  * bound port, a bind without SO_REUSEADDR to it fails), yet rank 0's
- * listener (sl_boot_listen sets SO_REUSEADDR) can bind and listen on it.
+ * listener (sl_sock_listen sets SO_REUSEADDR) can bind and listen on it.
  * Close the returned socket once the job is over; listen() on it makes it
  * "another listener" holding the port.  SPDX-License-Identifier: MIT
  */

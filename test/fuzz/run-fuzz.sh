@@ -1,5 +1,6 @@
 #!/bin/sh
-# Builds the rendezvous-hello fuzz target with clang's libFuzzer (ASan and
+# Builds the rendezvous fuzz target (fuzz_bootstrap.c: hellos, proofs and
+# exchange messages, sealed or not) with clang's libFuzzer (ASan and
 # UBSan on) and runs it for FUZZ_SECONDS (default 60 under CI=true, else
 # 10) from the seed corpus; prints executions and coverage.  Skips (77)
 # where clang cannot link libFuzzer (Debian: clang, libclang-rt-14-dev).
@@ -17,9 +18,10 @@ if ! command -v "$cc" >/dev/null 2>&1; then
 fi
 if ! "$cc" -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=fuzzer,address,undefined \
         -fno-sanitize-recover=undefined -I"$src/include" -I"$src/src" \
-        "$src/test/fuzz/fuzz_hello.c" "$src/src/sl_bootstrap.c" \
+        "$src/test/fuzz/fuzz_bootstrap.c" "$src/src/sl_bootstrap.c" \
+        "$src/src/sl_rendezvous.c" "$src/src/sl_auth.c" "$src/src/sl_sock.c" \
         "$src/src/sl_log.c" "$src/src/sl_status.c" "$src/src/sl_env.c" \
-        -lm -o "$work/fuzz_hello" 2>"$work/build.log"; then
+        -lcrypto -lm -o "$work/fuzz_bootstrap" 2>"$work/build.log"; then
     cat "$work/build.log"
     echo "SKIP: $cc cannot build a libFuzzer target here (see above)"
     exit 77
@@ -28,7 +30,7 @@ fi
 rm -rf "$work/corpus"
 cp -r "$src/test/fuzz/corpus" "$work/corpus"
 # A crashing input lands in the work directory, never in the source tree.
-STAGELINK_DEBUG=NONE "$work/fuzz_hello" -max_total_time="$secs" -max_len=256 -use_value_profile=1 \
+STAGELINK_DEBUG=NONE "$work/fuzz_bootstrap" -max_total_time="$secs" -max_len=512 -use_value_profile=1 \
     -artifact_prefix="$work/" -print_final_stats=1 "$work/corpus" >"$work/fuzz.log" 2>&1 || {
     tail -n 40 "$work/fuzz.log"; echo "FAIL: the fuzzer found a crash"; exit 1; }
 grep -E 'DONE|stat::number_of_executed_units|stat::peak_rss' "$work/fuzz.log"

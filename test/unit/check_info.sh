@@ -1,6 +1,7 @@
 #!/bin/sh
 # stagelink_info on this machine (no RDMA device, no GPU: a report, exit 0),
-# with no plugin to load, with -c, and on the fake DGX tree (the rails).
+# with no plugin to load, with -c, on the fake DGX tree (the rails), and
+# with and without a job secret (the rendezvous's mode).
 #   check_info.sh STAGELINK_INFO TOPO_DIR
 # SPDX-License-Identifier: MIT
 set -eu
@@ -41,6 +42,16 @@ has "mlx5_8 .*; left out: 100 Gb/s, below STAGELINK_NIC_MIN_GBPS=auto (200 Gb/s)
 has "^GPUs: 8"
 has "local rank 2: mlx5_3:1 (GPU 2 (0000:23:00.0): 2 NICs on the same PCIe switch, NIC 0"
 has "local rank 7: mlx5_6:1"
+
+# The rendezvous's mode, and never the secret itself.
+env -u STAGELINK_JOB_SECRET -u STAGELINK_JOB_SECRET_FILE "$info" >"$out" 2>/dev/null
+has "^rendezvous: unauthenticated (no STAGELINK_JOB_SECRET"
+STAGELINK_JOB_SECRET=info-check-secret-42 "$info" >"$out" 2>/dev/null
+has "^rendezvous: authenticated (mutual HMAC-SHA256 .*secret from STAGELINK_JOB_SECRET, fingerprint [0-9a-f]\{16\})"
+has "^STAGELINK_JOB_SECRET *= (set, not shown)"
+grep -q "info-check-secret-42" "$out" && fail "stagelink_info printed the job secret"
+STAGELINK_JOB_SECRET=x STAGELINK_JOB_SECRET_FILE=/x "$info" >"$out" 2>/dev/null
+has "^rendezvous: refused at init: both STAGELINK_JOB_SECRET and"
 
 STAGELINK_SYSFS_ROOT=$topo/empty "$info" >"$out" 2>/dev/null
 has "^RDMA devices: no RDMA devices in the sysfs tree"

@@ -200,7 +200,6 @@ static void *run_rank(void *arg)
     bs.store_ctx  = run->x;
     bs.rank       = run->rank;
     bs.world_size = WORLD;
-    bs.root_fd    = -1;
     comm->bootstrap     = &bs;
     comm->gpu           = &fake_gpu;
     comm->gpu_usable    = 1;

@@ -149,7 +149,6 @@ static sl_ncomm_t *make_comm(int max_requests)
 {
     sl_ncomm_t *c = calloc(1, sizeof(*c));
 
-    c->bootstrap.root_fd = -1;
     c->gpu               = &fake_gpu;
     c->api               = &fake_nccl;
     c->set.mode          = STAGELINK_MODE_FULL;

@@ -1,0 +1,671 @@
+/* Admission to the rendezvous.  SPDX-License-Identifier: MIT */
+#include "sl_rendezvous.h"
+#include "sl_log.h"
+#include "sl_sock.h"
+#include "sl_time.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* A client gets this long from connect to its proof: a silent, slow or
+ * stalled connection (a port scanner, a stale rank, a half-open handshake)
+ * is dropped instead of holding the rendezvous until its deadline. */
+#define SL_RV_HANDSHAKE_S 2.0
+/* Connections admitted concurrently; a flood beyond this evicts the oldest
+ * (a real rank dropped this way connects again). */
+#define SL_RV_PENDING 16
+/* Between a dropped attempt to join and the next. */
+#define SL_RV_RETRY_US 20000
+
+/* One connection rank 0 is admitting.  FREE -> HELLO on accept; HELLO ->
+ * PROOF once a hello with a secret is admitted and challenged; HELLO or
+ * PROOF -> FREE when it joins (as its rank's socket) or is dropped. */
+typedef enum sl_rv_state {
+    SL_RV_FREE,
+    SL_RV_HELLO,
+    SL_RV_PROOF
+} sl_rv_state_t;
+
+typedef struct sl_rv_client {
+    sl_rv_state_t  state;
+    int            fd;
+    size_t         got;
+    double         deadline;
+    char           peer[64];
+    union {
+        unsigned char hello[sizeof(sl_boot_hdr_t) + sizeof(sl_boot_hello_t)];
+        unsigned char proof[sizeof(sl_boot_proof_t)];
+    } in;
+    uint32_t       rank;
+    sl_auth_bind_t bind;
+} sl_rv_client_t;
+
+static const char *const sl_rv_verdict_text[] = {
+    [SL_BOOT_ADMIT]        = "admitted",
+    [SL_BOOT_WRONG_KEY]    = "its job key differs from this job's",
+    [SL_BOOT_WRONG_WORLD]  = "its world size differs from this job's",
+    [SL_BOOT_BAD_RANK]     = "its rank is outside the job",
+    [SL_BOOT_RANK_TAKEN]   = "its rank has already joined",
+    [SL_BOOT_WRONG_MODE]   = "one side has a job secret and the other none",
+    [SL_BOOT_WRONG_SECRET] = "its job secret differs from this job's",
+    [SL_BOOT_SILENT]       = "not a stagelink hello of this version",
+};
+
+sl_status_t sl_rendezvous_check_hello(const sl_rendezvous_t *rv,
+                                      const void *buf, size_t len,
+                                      uint32_t *rank,
+                                      sl_boot_verdict_t *verdict,
+                                      sl_errbuf_t *eb)
+{
+    char            mine[2 * SL_AUTH_FP_LEN + 1], theirs[sizeof(mine)];
+    sl_boot_hdr_t   h;
+    sl_boot_hello_t hello;
+
+    *verdict = SL_BOOT_SILENT;
+    if (len < sizeof(h)) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "hello of %zu bytes, expected %zu", len,
+                        sizeof(h) + sizeof(hello));
+    }
+    memcpy(&h, buf, sizeof(h));
+    if (h.magic != SL_BOOT_MAGIC || h.version != SL_BOOT_VERSION) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "hello with magic 0x%x version %u, expected 0x%x "
+                        "version %u: a client of another program or "
+                        "stagelink version", h.magic, h.version,
+                        SL_BOOT_MAGIC, SL_BOOT_VERSION);
+    }
+    if (h.size != sizeof(hello) || len != sizeof(h) + sizeof(hello)) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "hello announces %llu bytes in %zu, expected %zu",
+                        (unsigned long long)h.size, len - sizeof(h),
+                        sizeof(hello));
+    }
+    memcpy(&hello, (const char *)buf + sizeof(h), sizeof(hello));
+    if (h.job_key != rv->job_key) {
+        *verdict = SL_BOOT_WRONG_KEY;
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "rank %u has job key %016llx, this job %016llx: a "
+                        "process of another job (or STAGELINK_JOB_KEY differs "
+                        "between ranks)", h.rank,
+                        (unsigned long long)h.job_key,
+                        (unsigned long long)rv->job_key);
+    }
+    if (h.world_size != (uint32_t)rv->world_size) {
+        *verdict = SL_BOOT_WRONG_WORLD;
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "rank %u says world size %u, rank 0 says %d; all "
+                        "ranks must be started with the same world size",
+                        h.rank, h.world_size, rv->world_size);
+    }
+    if (h.rank == 0 || h.rank >= (uint32_t)rv->world_size) {
+        *verdict = SL_BOOT_BAD_RANK;
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "hello from rank %u, outside 1..%d", h.rank,
+                        rv->world_size - 1);
+    }
+    if (rv->peer_fds[h.rank] >= 0) {
+        *verdict = SL_BOOT_RANK_TAKEN;
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "rank %u arrived twice: two processes were started "
+                        "with the same rank", h.rank);
+    }
+    if (hello.mode != (uint32_t)rv->auth.mode) {
+        *verdict = SL_BOOT_WRONG_MODE;
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "rank %u %s a job secret and rank 0 %s; set "
+                        "STAGELINK_JOB_SECRET (or _FILE) alike on every rank",
+                        h.rank, hello.mode == SL_AUTH_NONE ? "has no" : "has",
+                        rv->auth.mode == SL_AUTH_NONE ? "none" : "has one");
+    }
+    if (rv->auth.mode == SL_AUTH_HMAC &&
+        memcmp(hello.fingerprint, rv->auth.fingerprint, SL_AUTH_FP_LEN) != 0) {
+        *verdict = SL_BOOT_WRONG_SECRET;
+        sl_auth_fingerprint_hex(hello.fingerprint, theirs);
+        sl_auth_fingerprint_hex(rv->auth.fingerprint, mine);
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "rank %u holds a job secret with fingerprint %s, rank "
+                        "0 one with fingerprint %s; give every rank the same "
+                        "secret", h.rank, theirs, mine);
+    }
+    *rank    = h.rank;
+    *verdict = SL_BOOT_ADMIT;
+    return STAGELINK_SUCCESS;
+}
+
+sl_status_t sl_rendezvous_check_proof(const sl_rendezvous_t *rv,
+                                      const sl_auth_bind_t *bind,
+                                      const void *buf, size_t len,
+                                      sl_errbuf_t *eb)
+{
+    uint8_t want[SL_AUTH_MAC_LEN];
+
+    if (len != sizeof(sl_boot_proof_t)) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "proof of %zu bytes, expected %zu", len,
+                        sizeof(sl_boot_proof_t));
+    }
+    SL_CHECK(sl_auth_compute(&rv->auth, SL_AUTH_CLIENT_PROOF, bind, want, eb));
+    if (!sl_auth_equal(want, buf, sizeof(want))) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "rank %u answered the challenge with a wrong proof "
+                        "(a forged or replayed hello, or another nonce)",
+                        bind->rank);
+    }
+    return STAGELINK_SUCCESS;
+}
+
+/* Whole small message on a fresh socket, never blocking: its buffer has
+ * room, and a peer that does not read is dropped anyway. */
+static int sl_rv_send_now(int fd, const void *buf, size_t len)
+{
+    return send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)len;
+}
+
+static void sl_rv_drop(sl_rendezvous_t *rv, sl_rv_client_t *c,
+                       const char *why)
+{
+    SL_WARN(SL_SUBSYS_BOOT, "dropped rendezvous client %s: %s", c->peer, why);
+    snprintf(rv->refused, sizeof(rv->refused), "%s: %s", c->peer, why);
+    close(c->fd);
+    c->fd    = -1;
+    c->state = SL_RV_FREE;
+}
+
+static void sl_rv_join(sl_rendezvous_t *rv, sl_rv_client_t *c, int *arrived)
+{
+    rv->peer_fds[c->rank] = c->fd;
+    c->fd                 = -1;
+    c->state              = SL_RV_FREE;
+    ++*arrived;
+    SL_TRACE(SL_SUBSYS_BOOT, "rank %u joined (%d/%d)", c->rank, *arrived,
+             rv->world_size);
+}
+
+static void sl_rv_hello(sl_rendezvous_t *rv, sl_rv_client_t *c, int *arrived)
+{
+    sl_boot_challenge_t ch;
+    sl_boot_verdict_t   verdict;
+    sl_boot_hello_t     hello;
+    sl_errbuf_t         why = {{0}};
+
+    memset(&ch, 0, sizeof(ch));
+    if (sl_rendezvous_check_hello(rv, c->in.hello, sizeof(c->in.hello),
+                                  &c->rank, &verdict, &why) !=
+        STAGELINK_SUCCESS) {
+        if (verdict != SL_BOOT_SILENT) {
+            /* A real rank of a misconfigured job learns why at once. */
+            ch = (sl_boot_challenge_t){.magic = SL_BOOT_MAGIC,
+                                       .verdict = verdict,
+                                       .mode = rv->auth.mode};
+            memcpy(ch.fingerprint, rv->auth.fingerprint, SL_AUTH_FP_LEN);
+            (void)sl_rv_send_now(c->fd, &ch, sizeof(ch));
+        }
+        sl_rv_drop(rv, c, why.msg);
+        return;
+    }
+    memcpy(&hello, c->in.hello + sizeof(sl_boot_hdr_t), sizeof(hello));
+    ch.magic = SL_BOOT_MAGIC;
+    ch.mode  = rv->auth.mode;
+    memcpy(ch.fingerprint, rv->auth.fingerprint, SL_AUTH_FP_LEN);
+    if (rv->auth.mode == SL_AUTH_HMAC) {
+        c->bind = (sl_auth_bind_t){.rank = c->rank,
+                                   .world_size = (uint32_t)rv->world_size,
+                                   .job_key = rv->job_key};
+        memcpy(c->bind.client_nonce, hello.nonce, SL_AUTH_NONCE_LEN);
+        if (sl_auth_random(c->bind.root_nonce, SL_AUTH_NONCE_LEN, &why) !=
+                STAGELINK_SUCCESS ||
+            sl_auth_compute(&rv->auth, SL_AUTH_ROOT_PROOF, &c->bind,
+                            ch.proof, &why) != STAGELINK_SUCCESS) {
+            sl_rv_drop(rv, c, why.msg);
+            return;
+        }
+        memcpy(ch.nonce, c->bind.root_nonce, SL_AUTH_NONCE_LEN);
+    }
+    if (!sl_rv_send_now(c->fd, &ch, sizeof(ch))) {
+        sl_rv_drop(rv, c, "the challenge could not be sent");
+        return;
+    }
+    if (rv->auth.mode == SL_AUTH_NONE) {
+        rv->links[c->rank].sealed = 0;
+        sl_rv_join(rv, c, arrived);
+        return;
+    }
+    c->state = SL_RV_PROOF;
+    c->got   = 0;
+}
+
+static void sl_rv_proof(sl_rendezvous_t *rv, sl_rv_client_t *c, int *arrived)
+{
+    sl_auth_link_t    link = {.sealed = 1};
+    sl_boot_welcome_t w    = {.magic = SL_BOOT_MAGIC, .rank = c->rank};
+    sl_auth_part_t    part = {&w, offsetof(sl_boot_welcome_t, seal)};
+    sl_errbuf_t       why  = {{0}};
+
+    if (sl_rendezvous_check_proof(rv, &c->bind, c->in.proof,
+                                  sizeof(c->in.proof), &why) !=
+        STAGELINK_SUCCESS) {
+        sl_rv_drop(rv, c, why.msg);
+        return;
+    }
+    if (rv->peer_fds[c->rank] >= 0) {
+        sl_rv_drop(rv, c, "its rank joined meanwhile on another connection");
+        return;
+    }
+    if (sl_auth_compute(&rv->auth, SL_AUTH_SESSION_KEY, &c->bind, link.key,
+                        &why) != STAGELINK_SUCCESS ||
+        sl_auth_seal(&link, SL_AUTH_FROM_ROOT, &part, 1, &w.seal, &why) !=
+            STAGELINK_SUCCESS) {
+        sl_rv_drop(rv, c, why.msg);
+        return;
+    }
+    if (!sl_rv_send_now(c->fd, &w, sizeof(w))) {
+        sl_rv_drop(rv, c, "the welcome could not be sent");
+        return;
+    }
+    rv->links[c->rank] = link;
+    sl_rv_join(rv, c, arrived);
+}
+
+/* Reads what a connection has sent and moves it along its handshake. */
+static void sl_rv_read(sl_rendezvous_t *rv, sl_rv_client_t *c, int *arrived)
+{
+    sl_boot_hdr_t h;
+    unsigned char *buf  = (c->state == SL_RV_HELLO) ? c->in.hello
+                                                     : c->in.proof;
+    size_t         want = (c->state == SL_RV_HELLO) ? sizeof(c->in.hello)
+                                                     : sizeof(c->in.proof);
+    ssize_t        n;
+
+    /* Of a hello, the header first: a foreign or older client is dropped
+     * on its own bytes instead of waited for. */
+    if (c->state == SL_RV_HELLO && c->got < sizeof(h)) {
+        want = sizeof(h);
+    }
+    n = recv(c->fd, buf + c->got, want - c->got, MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
+        return;
+    }
+    if (n <= 0) {
+        sl_rv_drop(rv, c, c->state == SL_RV_HELLO ? "closed before its hello"
+                                                  : "closed before its proof");
+        return;
+    }
+    c->got += (size_t)n;
+    if (c->got < want) {
+        return;
+    }
+    if (c->state == SL_RV_PROOF) {
+        sl_rv_proof(rv, c, arrived);
+        return;
+    }
+    memcpy(&h, c->in.hello, sizeof(h));
+    if (c->got == sizeof(h) &&
+        (h.magic != SL_BOOT_MAGIC || h.version != SL_BOOT_VERSION ||
+         h.size != sizeof(sl_boot_hello_t))) {
+        sl_errbuf_t       why = {{0}};
+        sl_boot_verdict_t verdict;
+        uint32_t          rank;
+
+        (void)sl_rendezvous_check_hello(rv, c->in.hello, c->got, &rank,
+                                        &verdict, &why);
+        sl_rv_drop(rv, c, why.msg);
+        return;
+    }
+    if (c->got == sizeof(c->in.hello)) {
+        sl_rv_hello(rv, c, arrived);
+    }
+}
+
+static sl_status_t sl_rv_missing(const sl_rendezvous_t *rv, int arrived,
+                                 double timeout, sl_errbuf_t *eb)
+{
+    char   list[160] = "";
+    size_t len       = 0;
+    int    r;
+
+    for (r = 1; r < rv->world_size && len + 16 < sizeof(list); ++r) {
+        if (rv->peer_fds[r] < 0) {
+            len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%d",
+                                    len ? ", " : "", r);
+        }
+    }
+    return sl_error(eb, STAGELINK_ERR_TIMEOUT,
+                    "only %d of %d ranks reached the rendezvous in %.1f s; "
+                    "missing: %s%s; check that every rank was started with "
+                    "the same MASTER_ADDR/MASTER_PORT, job key and job "
+                    "secret%s%s", arrived, rv->world_size, timeout, list,
+                    (len + 16 >= sizeof(list)) ? ", ..." : "",
+                    rv->refused[0] ? "; last refused: " : "", rv->refused);
+}
+
+static sl_status_t sl_rv_accept_all(sl_rendezvous_t *rv, int lfd,
+                                    double deadline, double timeout,
+                                    sl_errbuf_t *eb)
+{
+    sl_rv_client_t pend[SL_RV_PENDING];
+    struct pollfd  pfd[SL_RV_PENDING + 1];
+    sl_status_t    status  = STAGELINK_SUCCESS;
+    int            arrived = 1, slot[SL_RV_PENDING + 1];
+    int            i, n, fd, rc, ms, oldest;
+    double         now;
+
+    for (i = 0; i < SL_RV_PENDING; ++i) {
+        pend[i] = (sl_rv_client_t){.state = SL_RV_FREE, .fd = -1};
+    }
+    while (arrived < rv->world_size) {
+        now = sl_time_now();
+        ms  = sl_deadline_ms(deadline);
+        n   = 0;
+        pfd[n++] = (struct pollfd){.fd = lfd, .events = POLLIN};
+        for (i = 0; i < SL_RV_PENDING; ++i) {
+            if (pend[i].state == SL_RV_FREE) {
+                continue;
+            }
+            if (now >= pend[i].deadline) {
+                sl_rv_drop(rv, &pend[i], pend[i].state == SL_RV_HELLO
+                               ? "no complete hello in time"
+                               : "no proof in time");
+                continue;
+            }
+            slot[n]  = i;
+            pfd[n++] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+            if (ms < 0 || (pend[i].deadline - now) * 1e3 < ms) {
+                ms = (int)((pend[i].deadline - now) * 1e3) + 1;
+            }
+        }
+        if (sl_deadline_passed(deadline)) {
+            status = sl_rv_missing(rv, arrived, timeout, eb);
+            break;
+        }
+        rc = poll(pfd, (nfds_t)n, ms);
+        if (rc < 0 && errno != EINTR) {
+            status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                              "poll on the rendezvous sockets: %s",
+                              strerror(errno));
+            break;
+        }
+        for (i = 1; rc > 0 && i < n; ++i) {
+            if (pfd[i].revents != 0) {
+                sl_rv_read(rv, &pend[slot[i]], &arrived);
+            }
+        }
+        if (rc <= 0 || !(pfd[0].revents & POLLIN)) {
+            continue;
+        }
+        for (i = 0, oldest = 0; i < SL_RV_PENDING && pend[i].state != SL_RV_FREE;
+             ++i) {
+            oldest = (pend[i].deadline < pend[oldest].deadline) ? i : oldest;
+        }
+        if (i == SL_RV_PENDING) {
+            i = oldest;
+        }
+        fd = sl_sock_accept(lfd, pend[i].peer, sizeof(pend[i].peer));
+        if (fd < 0) {
+            continue;
+        }
+        if (pend[i].state != SL_RV_FREE) {
+            /* The evicted one's address is overwritten: log the new one's. */
+            close(pend[i].fd);
+            SL_WARN(SL_SUBSYS_BOOT, "rendezvous: %d connections in handshake, "
+                    "evicted the oldest for %s", SL_RV_PENDING, pend[i].peer);
+        }
+        pend[i].state    = SL_RV_HELLO;
+        pend[i].fd       = fd;
+        pend[i].got      = 0;
+        pend[i].deadline = sl_time_now() + SL_RV_HANDSHAKE_S;
+    }
+    for (i = 0; i < SL_RV_PENDING; ++i) {
+        if (pend[i].state != SL_RV_FREE) {
+            close(pend[i].fd);
+        }
+    }
+    return status;
+}
+
+/* Why rank 0 refused this rank, said on this rank. */
+static sl_status_t sl_rv_refused(const sl_rendezvous_t *rv,
+                                 const sl_launcher_t *l,
+                                 const sl_boot_challenge_t *ch,
+                                 sl_errbuf_t *eb)
+{
+    char mine[2 * SL_AUTH_FP_LEN + 1], theirs[sizeof(mine)];
+
+    if (ch->verdict == SL_BOOT_WRONG_SECRET) {
+        sl_auth_fingerprint_hex(rv->auth.fingerprint, mine);
+        sl_auth_fingerprint_hex(ch->fingerprint, theirs);
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "rank 0 at %s:%d refused rank %d: the job secrets "
+                        "differ (this rank's fingerprint %s, rank 0's %s); "
+                        "give every rank the same STAGELINK_JOB_SECRET or "
+                        "STAGELINK_JOB_SECRET_FILE", l->addr, l->port,
+                        rv->rank, mine, theirs);
+    }
+    if (ch->verdict == SL_BOOT_WRONG_MODE) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "rank 0 at %s:%d refused rank %d: %s; set "
+                        "STAGELINK_JOB_SECRET (or _FILE) alike on every rank",
+                        l->addr, l->port, rv->rank,
+                        rv->auth.mode == SL_AUTH_NONE
+                            ? "rank 0 requires a job secret and this rank "
+                              "has none"
+                            : "this rank has a job secret and rank 0 runs "
+                              "without one");
+    }
+    return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                    "rank 0 at %s:%d refused rank %d (world %d, job key "
+                    "%016llx): %s", l->addr, l->port, rv->rank,
+                    rv->world_size, (unsigned long long)rv->job_key,
+                    ch->verdict < SL_ARRAY_SIZE(sl_rv_verdict_text)
+                        ? sl_rv_verdict_text[ch->verdict]
+                        : "an unknown reason");
+}
+
+/*
+ * One attempt to join.  *again is set when rank 0 closed the connection
+ * before it answered (it evicted or timed us out): another may succeed.
+ */
+static sl_status_t sl_rv_join_once(sl_rendezvous_t *rv,
+                                   const sl_launcher_t *l, double deadline,
+                                   int fd, int *again, sl_errbuf_t *eb)
+{
+    struct {
+        sl_boot_hdr_t   hdr;
+        sl_boot_hello_t hello;
+    } msg;
+    sl_auth_bind_t      bind;
+    sl_boot_challenge_t ch;
+    sl_boot_proof_t     proof;
+    sl_boot_welcome_t   w;
+    sl_auth_part_t      part = {&w, offsetof(sl_boot_welcome_t, seal)};
+    uint8_t             want[SL_AUTH_MAC_LEN];
+    sl_status_t         status;
+
+    memset(&msg, 0, sizeof(msg));
+    msg.hdr = (sl_boot_hdr_t){SL_BOOT_MAGIC, SL_BOOT_VERSION,
+                              (uint32_t)rv->rank, (uint32_t)rv->world_size,
+                              rv->job_key, sizeof(msg.hello)};
+    msg.hello.mode = rv->auth.mode;
+    memcpy(msg.hello.fingerprint, rv->auth.fingerprint, SL_AUTH_FP_LEN);
+    if (rv->auth.mode == SL_AUTH_HMAC) {
+        SL_CHECK(sl_auth_random(msg.hello.nonce, SL_AUTH_NONCE_LEN, eb));
+    }
+    *again = 1;
+    status = sl_sock_io(fd, &msg, sizeof(msg), 1, deadline, NULL, eb);
+    if (status == STAGELINK_SUCCESS) {
+        status = sl_sock_io(fd, &ch, sizeof(ch), 0, deadline, NULL, eb);
+    }
+    if (status != STAGELINK_SUCCESS) {
+        return status;
+    }
+    *again = 0;
+    if (ch.magic != SL_BOOT_MAGIC) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "%s:%d answered the hello with magic 0x%x, not a "
+                        "stagelink rank 0 of version %u", l->addr, l->port,
+                        ch.magic, SL_BOOT_VERSION);
+    }
+    if (ch.verdict != SL_BOOT_ADMIT) {
+        return sl_rv_refused(rv, l, &ch, eb);
+    }
+    if (ch.mode != (uint32_t)rv->auth.mode) {
+        ch.verdict = SL_BOOT_WRONG_MODE;
+        return sl_rv_refused(rv, l, &ch, eb);
+    }
+    if (rv->auth.mode == SL_AUTH_NONE) {
+        rv->links[0].sealed = 0;
+        return STAGELINK_SUCCESS;
+    }
+    bind = (sl_auth_bind_t){.rank = (uint32_t)rv->rank,
+                            .world_size = (uint32_t)rv->world_size,
+                            .job_key = rv->job_key};
+    memcpy(bind.client_nonce, msg.hello.nonce, SL_AUTH_NONCE_LEN);
+    memcpy(bind.root_nonce, ch.nonce, SL_AUTH_NONCE_LEN);
+    SL_CHECK(sl_auth_compute(&rv->auth, SL_AUTH_ROOT_PROOF, &bind, want, eb));
+    if (!sl_auth_equal(want, ch.proof, sizeof(want))) {
+        /* Nothing of ours goes to a listener that cannot prove itself. */
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "%s:%d did not prove it holds the job secret (a "
+                        "process posing as rank 0?); rank %d sent it nothing",
+                        l->addr, l->port, rv->rank);
+    }
+    SL_CHECK(sl_auth_compute(&rv->auth, SL_AUTH_CLIENT_PROOF, &bind,
+                             proof.proof, eb));
+    *again = 1;
+    status = sl_sock_io(fd, &proof, sizeof(proof), 1, deadline, NULL, eb);
+    if (status == STAGELINK_SUCCESS) {
+        status = sl_sock_io(fd, &w, sizeof(w), 0, deadline, NULL, eb);
+    }
+    if (status != STAGELINK_SUCCESS) {
+        return status;
+    }
+    *again = 0;
+    rv->links[0] = (sl_auth_link_t){.sealed = 1};
+    SL_CHECK(sl_auth_compute(&rv->auth, SL_AUTH_SESSION_KEY, &bind,
+                             rv->links[0].key, eb));
+    if (w.magic != SL_BOOT_MAGIC || w.rank != (uint32_t)rv->rank) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "rank 0's welcome names rank %u with magic 0x%x, "
+                        "this is rank %d", w.rank, w.magic, rv->rank);
+    }
+    return sl_auth_check(&rv->links[0], SL_AUTH_FROM_ROOT, &part, 1, &w.seal,
+                         "rank 0's welcome", eb);
+}
+
+static sl_status_t sl_rv_connect(sl_rendezvous_t *rv, const sl_launcher_t *l,
+                              double deadline, sl_errbuf_t *eb)
+{
+    sl_status_t status;
+    int         again, fd, tries;
+
+    for (tries = 1;; ++tries) {
+        SL_CHECK(sl_sock_connect(l, deadline, &fd, eb));
+        status = sl_rv_join_once(rv, l, deadline, fd, &again, eb);
+        if (status == STAGELINK_SUCCESS) {
+            rv->root_fd = fd;
+            SL_INFO(SL_SUBSYS_BOOT, "joined rendezvous %s:%d (%s, %d "
+                    "attempt%s)", l->addr, l->port,
+                    rv->auth.mode == SL_AUTH_HMAC ? "authenticated"
+                                                  : "unauthenticated",
+                    tries, tries > 1 ? "s" : "");
+            return STAGELINK_SUCCESS;
+        }
+        close(fd);
+        if (!again || sl_deadline_passed(deadline)) {
+            return status;
+        }
+        SL_INFO(SL_SUBSYS_BOOT, "rank 0 dropped attempt %d to join (%s); "
+                "joining again", tries, eb->msg);
+        usleep(SL_RV_RETRY_US);
+    }
+}
+
+sl_status_t sl_rendezvous_open(sl_rendezvous_t *rv,
+                               const sl_launcher_t *launcher, double timeout,
+                               sl_errbuf_t *eb)
+{
+    double      deadline = sl_deadline(timeout);
+    sl_status_t status;
+    int         lfd = -1, i;
+
+    memset(rv, 0, sizeof(*rv));
+    rv->rank       = launcher->rank;
+    rv->world_size = launcher->world_size;
+    rv->job_key    = launcher->job_key;
+    rv->root_fd    = -1;
+    SL_CHECK_GOTO(sl_auth_load(&rv->auth, eb), err);
+    if (rv->auth.mode == SL_AUTH_NONE) {
+        SL_INFO(SL_SUBSYS_BOOT, "the rendezvous is unauthenticated (%s): any "
+                "process that reaches %s:%d with the job key can join",
+                rv->auth.source, launcher->addr, launcher->port);
+    }
+    rv->links = calloc(rv->rank == 0 ? (size_t)rv->world_size : 1,
+                       sizeof(*rv->links));
+    if (rv->links == NULL) {
+        status = sl_error(eb, STAGELINK_ERR_NO_MEMORY,
+                          "cannot allocate %d rendezvous links",
+                          rv->world_size);
+        goto err;
+    }
+    if (rv->rank != 0) {
+        SL_CHECK_GOTO(sl_rv_connect(rv, launcher, deadline, eb), err);
+        return STAGELINK_SUCCESS;
+    }
+    rv->peer_fds = malloc((size_t)rv->world_size * sizeof(int));
+    if (rv->peer_fds == NULL) {
+        status = sl_error(eb, STAGELINK_ERR_NO_MEMORY,
+                          "cannot allocate %d rendezvous sockets",
+                          rv->world_size);
+        goto err;
+    }
+    for (i = 0; i < rv->world_size; ++i) {
+        rv->peer_fds[i] = -1;
+    }
+    SL_CHECK_GOTO(sl_sock_listen(launcher, &lfd, eb), err);
+    status = sl_rv_accept_all(rv, lfd, deadline, timeout, eb);
+    /* Later clients must find nobody listening rather than hang. */
+    close(lfd);
+    if (status != STAGELINK_SUCCESS) {
+        goto err;
+    }
+    SL_INFO(SL_SUBSYS_BOOT, "rendezvous on %s:%d complete, %d ranks (%s)",
+            launcher->addr, launcher->port, rv->world_size,
+            rv->auth.mode == SL_AUTH_HMAC ? "authenticated"
+                                          : "unauthenticated");
+    return STAGELINK_SUCCESS;
+err:
+    sl_rendezvous_close(rv);
+    return status;
+}
+
+void sl_rendezvous_close(sl_rendezvous_t *rv)
+{
+    int i;
+
+    if (rv->root_fd >= 0) {
+        close(rv->root_fd);
+        rv->root_fd = -1;
+    }
+    if (rv->peer_fds != NULL) {
+        for (i = 0; i < rv->world_size; ++i) {
+            if (rv->peer_fds[i] >= 0) {
+                close(rv->peer_fds[i]);
+            }
+        }
+        free(rv->peer_fds);
+        rv->peer_fds = NULL;
+    }
+    if (rv->links != NULL) {
+        sl_auth_clear_links(rv->links,
+                            rv->rank == 0 ? (size_t)rv->world_size : 1);
+        free(rv->links);
+        rv->links = NULL;
+    }
+    sl_auth_clear(&rv->auth);
+}

@@ -1,0 +1,35 @@
+/*
+ * TCP for the bootstrap: resolve, listen, connect, and whole-buffer I/O
+ * with a deadline, progressing the host's transport while it waits.
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef SL_SOCK_H
+#define SL_SOCK_H
+
+#include "sl_error.h"
+#include "sl_launcher.h"
+
+#include <stddef.h>
+
+/** Called while a socket waits (once the transport exists); may be NULL. */
+typedef struct sl_sock_progress {
+    void (*fn)(void *arg);
+    void  *arg;
+} sl_sock_progress_t;
+
+/** Sends or receives all `len` bytes before `deadline` (0: none). */
+sl_status_t sl_sock_io(int fd, void *buf, size_t len, int writing,
+                       double deadline, const sl_sock_progress_t *progress,
+                       sl_errbuf_t *eb);
+
+/** Rank 0's listener on the launcher's bind address and port. */
+sl_status_t sl_sock_listen(const sl_launcher_t *l, int *fd, sl_errbuf_t *eb);
+
+/** Connects to rank 0, retrying while it does not listen yet. */
+sl_status_t sl_sock_connect(const sl_launcher_t *l, double deadline, int *fd,
+                            sl_errbuf_t *eb);
+
+/** Accepts one connection (nonblocking listener); -1 when none is there. */
+int sl_sock_accept(int lfd, char *peer, size_t len);
+
+#endif
