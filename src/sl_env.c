@@ -63,7 +63,7 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
     [SL_ENV_CHECK] = {"STAGELINK_CHECK", "0",
         "Python package: 1 sends each tensor's dtype and shape with it (one 128-byte transfer per TP rank more), so the same bytes received as another dtype or shape raise ShapeMismatchError naming both sides; chunk ids then stop at 1023."},
     [SL_ENV_JOB_KEY] = {"STAGELINK_JOB_KEY", "",
-        "Shared by the ranks of one job; the rendezvous drops clients whose key differs.  Default: the launcher's job id (TORCHELASTIC_RUN_ID, SLURM_JOB_ID, OMPI_MCA_ess_base_jobid), else none."},
+        "Shared by the ranks of one job; the rendezvous drops clients whose key differs. It tells jobs apart and authenticates nothing (a hello can be replayed): that is STAGELINK_JOB_SECRET's. Default: the launcher's job id (TORCHELASTIC_RUN_ID, SLURM_JOB_ID, OMPI_MCA_ess_base_jobid), else none."},
     [SL_ENV_JOB_SECRET] = {"STAGELINK_JOB_SECRET", "",
         "Secret shared by the ranks of one job (any bytes; 32 random bytes as hex are plenty). Set, the TCP rendezvous admits a rank only after both sides prove they hold it (HMAC-SHA256 over fresh nonces), and seals every later bootstrap message; a wrong proof is dropped and logged. Unset: unauthenticated, as any process that reaches the port with the job key can join. The host's store or allgather, when given, is used instead and is the host's to secure. stagelink_run makes one when it starts the whole job.", STAGELINK_ENV_SECRET},
     [SL_ENV_JOB_SECRET_FILE] = {"STAGELINK_JOB_SECRET_FILE", "",

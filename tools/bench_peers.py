@@ -13,7 +13,12 @@ PEER:
   gloo-slice     each TP rank sends its 1/t slice, the receivers rebuild
                  the tensor with all_gather on their TP group (Megatron's
                  old scatter/gather);
-  stagelink-py   stagelink.Communicator with torch tensors (scatter_gather).
+  stagelink-py   stagelink.Communicator with torch tensors (scatter_gather);
+  nixl-full      NIXL agent to agent (nixl-cu13, its own UCX, forced onto
+                 tcp over the node's link), host memory: every TP rank
+                 WRITEs the whole tensor into its peer's registered buffer,
+                 the receiver counts NIXL's notifications (what a NIXL user
+                 would do; gloo carries only the metadata and the answer).
 
 Rank 0 prints "size,peer,t,avg_us" per size (time per tensor).
 SPDX-License-Identifier: MIT
@@ -78,13 +83,90 @@ def stream_stagelink(comm, stage, tensor, iters):
         comm.recv(ack, peer="next", microbatch=iters)
 
 
+def nixl_agent(name):
+    """An agent on NIXL's UCX, kept on tcp over this node's link: two
+    namespaces on one host look like one node to UCX, which would move
+    the bytes through shared memory instead of the veth."""
+    os.environ["UCX_TLS"] = "tcp"
+    if os.environ.get("GLOO_SOCKET_IFNAME"):
+        os.environ["UCX_NET_DEVICES"] = os.environ["GLOO_SOCKET_IFNAME"]
+    from nixl_cu13._api import nixl_agent as agent, nixl_agent_config
+    return agent(name, nixl_agent_config(backends=["UCX"]))
+
+
+def nixl_wait(poll):
+    # NIXL has no blocking wait: poll, yielding the CPU to the node's
+    # other ranks (two cores here) between looks.
+    while not poll():
+        time.sleep(20e-6)
+
+
+def stream_nixl(agent, t, rank, stage, tensor, iters, link):
+    other = rank + t if stage == 0 else rank - t
+    if stage == 1:
+        got = 0
+        while got < iters:
+            notes = agent.get_new_notifs()
+            got += sum(len(v) for v in notes.values())
+            if got < iters:
+                time.sleep(20e-6)
+        dist.send(torch.zeros(1), other)
+        return
+    local, remote, peer_name = link
+    pending = []
+    for i in range(iters):
+        if len(pending) == WINDOW:
+            h = pending.pop(0)
+            nixl_wait(lambda: agent.check_xfer_state(h) == "DONE")
+            agent.release_xfer_handle(h)
+        h = agent.initialize_xfer("WRITE", local, remote, peer_name,
+                                  str(i).encode())
+        if agent.transfer(h) == "ERR":
+            raise RuntimeError("NIXL transfer %d failed" % i)
+        pending.append(h)
+    for h in pending:
+        nixl_wait(lambda: agent.check_xfer_state(h) == "DONE")
+        agent.release_xfer_handle(h)
+    dist.recv(torch.zeros(1), other)
+
+
+def nixl_connect(agent, t, rank, stage, buf):
+    """Registers this rank's buffer (the largest tensor; each size is its
+    head); the sender learns its receiver's agent and buffer address
+    through gloo."""
+    agent.register_memory(buf)
+    every = [None] * (2 * t)
+    dist.all_gather_object(every, (agent.get_agent_metadata(),
+                                   buf.data_ptr()))
+    if stage == 1:
+        return None
+    meta, addr = every[rank + t]
+    return agent.add_remote_agent(meta), addr
+
+
+def nixl_link(agent, peer, tensor):
+    """The local and remote descriptors of one size, for stream_nixl."""
+    if peer is None:
+        return None
+    name, addr = peer
+    nbytes = tensor.numel() * tensor.element_size()
+    return (agent.get_xfer_descs(tensor),
+            agent.get_xfer_descs([(addr, nbytes, 0)], "DRAM"), name)
+
+
 def main():
     peer, sizes, iters = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     t = world // 2
     stage, tp = rank // t, rank % t
-    comm = tp_group = None
-    if peer == "stagelink-py":
+    comm = tp_group = agent = nixl_peer = None
+    if peer == "nixl-full":
+        dist.init_process_group("gloo")
+        agent = nixl_agent("rank%d" % rank)
+        buf = torch.ones(max(parse_size(x) for x in sizes) // 4,
+                         dtype=torch.float32)
+        nixl_peer = nixl_connect(agent, t, rank, stage, buf)
+    elif peer == "stagelink-py":
         import stagelink
         comm = stagelink.Communicator(tp_size=t, store=False,
                                       mode="scatter_gather")
@@ -95,7 +177,11 @@ def main():
         tp_group = groups[stage]
     for size in sizes:
         n = parse_size(size)
-        tensor = torch.ones(n // 4, dtype=torch.float32)
+        if agent is not None:
+            tensor = buf[:n // 4]
+            link = nixl_link(agent, nixl_peer, tensor)
+        else:
+            tensor = torch.ones(n // 4, dtype=torch.float32)
         best = None
         for warm in (True, False):
             # Every rank starts the measured stream together (stagelink's
@@ -105,6 +191,9 @@ def main():
             start = time.perf_counter()
             if comm is not None:
                 stream_stagelink(comm, stage, tensor, 2 if warm else iters)
+            elif agent is not None:
+                stream_nixl(agent, t, rank, stage, tensor,
+                            2 if warm else iters, link)
             else:
                 stream_gloo(peer, t, rank, tp, stage, tensor,
                             2 if warm else iters, tp_group)

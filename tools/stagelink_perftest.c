@@ -7,7 +7,7 @@
  * tensor is checked byte by byte.  Launch under stagelink_run, torchrun or
  * mpirun with 2t ranks.
  *
- *   stagelink_perftest -t TP [-k boundary|shard|gather|stream|duplex|pipeline] [-M MODE]
+ *   stagelink_perftest -t TP [-k boundary|shard|gather|stream|duplex|pipeline|init] [-M MODE]
  *                      [-m host|cuda] [-b MIN -e MAX -f FACTOR | -s LIST]
  *                      [-n ITERS] [-w WARMUP] [-c 0|1] [--csv] [--corrupt]
  *
@@ -21,7 +21,10 @@
  * tensors back meanwhile; the time is per tensor and direction),
  * pipeline (one training step of Megatron's 1F1B schedule: -B microbatches
  * of -V virtual chunks, activations forward and gradients back, posted in
- * batches as send_forward_recv_backward; the time is the step's).
+ * batches as send_forward_recv_backward; the time is the step's), init
+ * (comm_init itself, rendezvous included, ITERS times after WARMUP, each
+ * ended by comm_finalize; rank 0 reports the median and spread of its
+ * init, which completes once every rank's has).
  * --corrupt flips one byte on the way back: the check must fail (exit 1).
  *
  * -m is the memory type, as in ucx_perftest: cuda puts both tensors in
@@ -46,7 +49,7 @@
 
 typedef enum perf_kind {
     PERF_BOUNDARY, PERF_SHARD, PERF_GATHER, PERF_STREAM, PERF_PIPELINE,
-    PERF_DUPLEX
+    PERF_DUPLEX, PERF_INIT
 } perf_kind_t;
 
 #define PERF_WINDOW 4
@@ -87,7 +90,7 @@ static int cmp_double(const void *a, const void *b)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: stagelink_perftest -t TP [-k boundary|shard|gather|stream|duplex|pipeline]\n"
+            "usage: stagelink_perftest -t TP [-k boundary|shard|gather|stream|duplex|pipeline|init]\n"
             "         [-B MICROBATCHES] [-V CHUNKS] (pipeline; default 16, 1)\n"
             "         [-M scatter_gather|full|sharded] [-m host|cuda] [--corrupt]\n"
             "         [-b MIN -e MAX -f FACTOR | -s SIZE,SIZE,...] [-n ITERS]\n"
@@ -135,9 +138,11 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
                 o->kind = PERF_DUPLEX;
             } else if (strcmp(optarg, "pipeline") == 0) {
                 o->kind = PERF_PIPELINE;
+            } else if (strcmp(optarg, "init") == 0) {
+                o->kind = PERF_INIT;
             } else {
                 fprintf(stderr, "-k takes boundary, shard, gather, stream, "
-                        "duplex or pipeline, not %s\n", optarg);
+                        "duplex, pipeline or init, not %s\n", optarg);
                 return -1;
             }
             break;
@@ -565,6 +570,37 @@ static void report(const sl_host_t *h, const perf_opts_t *o, size_t n,
     fflush(stdout);
 }
 
+/* -k init: comm_init and comm_finalize, ITERS timed rounds after WARMUP. */
+static int run_init(const perf_opts_t *o)
+{
+    double   t[1024], t0;
+    sl_host_t h;
+    int      i, n = 0, rank = -1;
+
+    for (i = 0; i < o->warmup + o->iters; ++i) {
+        t0 = now_us();
+        if (sl_host_open(&h, o->tp, 2, o->mode) != 0) {
+            return 1;
+        }
+        if (i >= o->warmup && n < (int)(sizeof(t) / sizeof(t[0]))) {
+            t[n++] = (now_us() - t0) * 1e-3;
+        }
+        rank = h.info.rank;
+        sl_host_close(&h);
+    }
+    if (rank == 0 && n > 0) {
+        qsort(t, (size_t)n, sizeof(t[0]), cmp_double);
+        printf("# comm_init of %d ranks (rendezvous %s), %d rounds after %d "
+               "warm-up\n", 2 * o->tp,
+               (getenv("STAGELINK_JOB_SECRET") || getenv("STAGELINK_JOB_SECRET_FILE"))
+                   ? "with a job secret" : "unauthenticated",
+               n, o->warmup);
+        printf("%12s %12s %12s\n", "median ms", "min ms", "max ms");
+        printf("%12.2f %12.2f %12.2f\n", t[n / 2], t[0], t[n - 1]);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     perf_opts_t   o;
@@ -597,6 +633,9 @@ int main(int argc, char **argv)
         return 77;
     }
 #endif
+    if (o.kind == PERF_INIT) {
+        return run_init(&o);
+    }
     /* gather = scatter_gather - shard: two communicators, one per mode. */
     {
         stagelink_mode_t modes[2];

@@ -26,13 +26,14 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: stagelink_run -n LOCAL_RANKS [-o FIRST_RANK] [-w WORLD] "
-            "[-T SECONDS] -- PROGRAM [ARGS...]\n"
+            "[-T SECONDS] [-U] -- PROGRAM [ARGS...]\n"
             "  Starts LOCAL_RANKS processes with ranks FIRST_RANK.. of WORLD\n"
             "  (default: this node is the whole job). MASTER_ADDR defaults to\n"
             "  127.0.0.1 and MASTER_PORT to a free port; -T (default 300)\n"
             "  kills every rank when the job runs longer. Without\n"
             "  STAGELINK_JOB_SECRET(_FILE), the whole job on one node gets a\n"
-            "  fresh random secret; for several nodes set one on all.\n");
+            "  fresh random secret (-U: none made: unauthenticated); for several\n"
+            "  nodes set one on all.\n");
 }
 
 /* A free port now; the small race until rank 0 binds it is acceptable. */
@@ -67,14 +68,14 @@ static void sl_run_setenv_int(const char *name, int value)
 
 /* 32 random bytes as hex for the ranks' rendezvous, unless a secret is
  * set; part of a job is told it runs unauthenticated. */
-static int sl_run_secret(int nlocal, int world)
+static int sl_run_secret(int nlocal, int world, int unauthenticated)
 {
     unsigned char raw[32];
     char          text[2 * sizeof(raw) + 1];
     size_t        i;
 
     if (getenv("STAGELINK_JOB_SECRET") != NULL ||
-        getenv("STAGELINK_JOB_SECRET_FILE") != NULL) {
+        getenv("STAGELINK_JOB_SECRET_FILE") != NULL || unauthenticated) {
         return 0;
     }
     if (nlocal < world) {
@@ -109,17 +110,18 @@ static void sl_run_kill_all(const pid_t *pids, int n)
 int main(int argc, char **argv)
 {
     int    nlocal = 0, first = 0, world = -1, opt, i, left, failed = 0;
-    int    skipped = 0;
+    int    skipped = 0, unauthenticated = 0;
     double timeout = 300;
     pid_t *pids;
     time_t start;
 
-    while ((opt = getopt(argc, argv, "n:o:w:T:h")) != -1) {
+    while ((opt = getopt(argc, argv, "n:o:w:T:Uh")) != -1) {
         switch (opt) {
         case 'n': nlocal  = atoi(optarg); break;
         case 'o': first   = atoi(optarg); break;
         case 'w': world   = atoi(optarg); break;
         case 'T': timeout = atof(optarg); break;
+        case 'U': unauthenticated = 1; break;
         default: usage(); return (opt == 'h') ? 0 : 2;
         }
     }
@@ -142,7 +144,7 @@ int main(int argc, char **argv)
         }
         sl_run_setenv_int("MASTER_PORT", port);
     }
-    if (sl_run_secret(nlocal, world) != 0) {
+    if (sl_run_secret(nlocal, world, unauthenticated) != 0) {
         return 1;
     }
     sl_run_setenv_int("WORLD_SIZE", world);
