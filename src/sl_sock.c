@@ -136,11 +136,13 @@ sl_status_t sl_sock_connect(const sl_launcher_t *l, double deadline,
 {
     struct addrinfo *res;
     sl_status_t      status;
+    useconds_t       pause_us;
     int              fd, err;
 
     SL_CHECK(sl_sock_resolve(l, 0, &res, eb));
-    /* Rank 0 may not listen yet: retry until the deadline. */
-    for (;;) {
+    /* Rank 0 may not listen yet: retry until the deadline, soon at first
+     * (it is usually a moment away), then every 20 ms. */
+    for (pause_us = 1000;; pause_us = (pause_us < 10000) ? 2 * pause_us : 20000) {
         fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, 0);
         if (fd < 0) {
             status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP, "socket(): %s",
@@ -159,7 +161,7 @@ sl_status_t sl_sock_connect(const sl_launcher_t *l, double deadline,
                               l->addr, l->port, strerror(err));
             goto out_free;
         }
-        usleep(20000);
+        usleep(pause_us);
     }
     sl_sock_tune(fd);
     *fd_out = fd;

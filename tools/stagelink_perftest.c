@@ -21,7 +21,11 @@
  * tensors back meanwhile; the time is per tensor and direction),
  * pipeline (one training step of Megatron's 1F1B schedule: -B microbatches
  * of -V virtual chunks, activations forward and gradients back, posted in
- * batches as send_forward_recv_backward; the time is the step's), init
+ * batches as send_forward_recv_backward; the time is the step's; with
+ * -P US each batch is followed by US of compute, a sleep that leaves the
+ * CPU to the transport as a GPU kernel does, before its waits, and the
+ * last column, blocked, is the time per step spent in them: the exposed
+ * communication), init
  * (comm_init itself, rendezvous included, ITERS times after WARMUP, each
  * ended by comm_finalize; rank 0 reports the median and spread of its
  * init, which completes once every rank's has).
@@ -57,6 +61,7 @@ typedef enum perf_kind {
 typedef struct perf_opts {
     int              tp, iters, warmup, check, csv, cuda, corrupt;
     int              microbatches, chunks;  /* pipeline */
+    int              compute_us;            /* pipeline: per schedule step */
     perf_kind_t      kind;
     stagelink_mode_t mode;
     size_t           sizes[64];
@@ -69,6 +74,7 @@ typedef struct perf_result {
     double   stage_per_rank;         /* bytes this rank sent to the other stage */
     double   inter_node_per_rank;    /* of which to another node */
     double   gather_per_rank;        /* bytes it sent inside its TP group */
+    double   blocked_us;             /* pipeline: per step, in waits */
     uint64_t wrong;
 } perf_result_t;
 
@@ -91,7 +97,8 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: stagelink_perftest -t TP [-k boundary|shard|gather|stream|duplex|pipeline|init]\n"
-            "         [-B MICROBATCHES] [-V CHUNKS] (pipeline; default 16, 1)\n"
+            "         [-B MICROBATCHES] [-V CHUNKS] [-P COMPUTE_US] (pipeline;\n"
+            "         default 16, 1, 0)\n"
             "         [-M scatter_gather|full|sharded] [-m host|cuda] [--corrupt]\n"
             "         [-b MIN -e MAX -f FACTOR | -s SIZE,SIZE,...] [-n ITERS]\n"
             "         [-w WARMUP] [-c 0|1] [--csv]\n"
@@ -113,7 +120,7 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
     memset(o, 0, sizeof(*o));
     o->tp = 1, o->iters = 20, o->warmup = 5, o->check = 1;
     o->microbatches = 16, o->chunks = 1;
-    while ((opt = getopt_long(argc, argv, "t:k:m:M:b:e:f:s:n:w:c:B:V:h", longopts,
+    while ((opt = getopt_long(argc, argv, "t:k:m:M:b:e:f:s:n:w:c:B:V:P:h", longopts,
                               NULL)) != -1) {
         switch (opt) {
         case 't': o->tp = atoi(optarg); break;
@@ -124,6 +131,7 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
         case 'C': o->csv = 1; break;
         case 'B': o->microbatches = atoi(optarg); break;
         case 'V': o->chunks = atoi(optarg); break;
+        case 'P': o->compute_us = atoi(optarg); break;
         case 'X': o->corrupt = 1; break;
         case 'k':
             if (strcmp(optarg, "boundary") == 0) {
@@ -306,12 +314,17 @@ static int stream(sl_host_t *h, unsigned char *send, unsigned char *recv,
     return rc;
 }
 
-/* One 1F1B training step: every batch of the schedule posted and completed. */
+/* One 1F1B training step: every batch of the schedule posted, then the
+ * step's compute (-P, independent of the transfers in flight, as with
+ * Megatron's overlapped p2p), then its completion; *blocked_us adds the
+ * time the waits took: the communication the compute did not hide. */
 static int pipeline(sl_host_t *h, const sl_sched_step_t *steps, int nsteps,
-                    unsigned char *send, unsigned char *recv, size_t n)
+                    unsigned char *send, unsigned char *recv, size_t n,
+                    int compute_us, double *blocked_us)
 {
     stagelink_op_t       ops[2];
     stagelink_request_t *reqs[2];
+    double               t0;
     int                  i, k;
 
     for (i = 0; i < nsteps; ++i) {
@@ -330,11 +343,14 @@ static int pipeline(sl_host_t *h, const sl_sched_step_t *steps, int nsteps,
                            "post_batch")) {
             return -1;
         }
+        sl_host_compute(compute_us);
+        t0 = now_us();
         for (k = 0; k < steps[i].nops; ++k) {
             if (sl_host_report(h, h->plugin->wait(h->comm, reqs[k]), "wait")) {
                 return -1;
             }
         }
+        *blocked_us += now_us() - t0;
     }
     return 0;
 }
@@ -425,16 +441,22 @@ static int run_size(sl_host_t *h, const perf_opts_t *o, size_t n,
         }
         nsteps = sl_schedule_1f1b(h->info.pp_index, 2, o->microbatches,
                                   o->chunks, steps);
+        double blocked = 0;
+
         for (it = 0; it < o->warmup && rc == 0; ++it) {
-            rc = pipeline(h, steps, nsteps, send, recv, n);
+            rc = pipeline(h, steps, nsteps, send, recv, n, o->compute_us,
+                          &blocked);
         }
+        blocked = 0;
         h->plugin->get_counters(h->comm, &c0);
         for (it = 0; it < o->iters && rc == 0; ++it) {
             t0        = now_us();
-            rc        = pipeline(h, steps, nsteps, send, recv, n);
+            rc        = pipeline(h, steps, nsteps, send, recv, n,
+                                 o->compute_us, &blocked);
             times[it] = now_us() - t0;
             sum      += times[it];
         }
+        res->blocked_us = blocked / (o->iters > 0 ? o->iters : 1);
         h->plugin->get_counters(h->comm, &c1);
         free(steps);
         goto stats;
@@ -518,13 +540,15 @@ out:
 }
 
 static const char *const perf_kind_names[] = {"boundary", "shard", "gather",
-                                              "stream", "pipeline", "duplex"};
+                                              "stream", "pipeline", "duplex",
+                                              "init"};
 
 static void print_header(const sl_host_t *h, const perf_opts_t *o)
 {
     if (o->csv) {
         printf("size,mode,t,p50_us,avg_us,max_us,algbw_GBps,"
-               "stage_B_per_rank,xnode_B_per_rank,gather_B_per_rank,wrong\n");
+               "stage_B_per_rank,xnode_B_per_rank,gather_B_per_rank,wrong%s\n",
+               o->kind == PERF_PIPELINE ? ",blocked_us" : "");
         return;
     }
     printf("# stagelink_perftest %s: 2 stages x %d TP ranks, %s memory, %d "
@@ -540,13 +564,15 @@ static void print_header(const sl_host_t *h, const perf_opts_t *o)
            : (o->kind == PERF_DUPLEX)
                ? "per tensor and direction of a stream both ways at once (4 in flight each)"
            : (o->kind == PERF_PIPELINE)
-               ? "one 1F1B training step (all microbatches, forward and back)"
+               ? "one 1F1B training step (all microbatches, forward and back); "
+                 "blocked = per step in waits"
                : "one-way boundary time = round trip / 2 (tensor forward, "
                  "rebuilt, and back)",
            (o->kind == PERF_GATHER) ? "; gather = scatter_gather - shard" : "");
-    printf("%12s %15s %3s %10s %10s %10s %8s %12s %12s %12s %6s\n",
+    printf("%12s %15s %3s %10s %10s %10s %8s %12s %12s %12s %6s%s\n",
            "size(B)", "mode", "t", "p50(us)", "avg(us)", "max(us)", "algbw",
-           "stage B", "xnode B", "gather B", "wrong");
+           "stage B", "xnode B", "gather B", "wrong",
+           o->kind == PERF_PIPELINE ? " blocked(us)" : "");
 }
 
 static void report(const sl_host_t *h, const perf_opts_t *o, size_t n,
@@ -555,18 +581,25 @@ static void report(const sl_host_t *h, const perf_opts_t *o, size_t n,
     double algbw = (r->avg_us > 0) ? (double)n / (r->avg_us * 1e3) : 0;
 
     if (o->csv) {
-        printf("%zu,%s,%d,%.2f,%.2f,%.2f,%.3f,%.0f,%.0f,%.0f,%llu\n", n,
+        printf("%zu,%s,%d,%.2f,%.2f,%.2f,%.3f,%.0f,%.0f,%.0f,%llu", n,
                sl_host_mode_name(h->info.mode), h->info.tp_size, r->p50_us,
                r->avg_us, r->max_us, algbw, r->stage_per_rank,
                r->inter_node_per_rank, r->gather_per_rank,
                (unsigned long long)r->wrong);
+        if (o->kind == PERF_PIPELINE) {
+            printf(",%.2f", r->blocked_us);
+        }
     } else {
         printf("%12zu %15s %3d %10.1f %10.1f %10.1f %8.3f %12.0f %12.0f "
-               "%12.0f %6llu\n", n, sl_host_mode_name(h->info.mode),
+               "%12.0f %6llu", n, sl_host_mode_name(h->info.mode),
                h->info.tp_size, r->p50_us, r->avg_us, r->max_us, algbw,
                r->stage_per_rank, r->inter_node_per_rank, r->gather_per_rank,
                (unsigned long long)r->wrong);
+        if (o->kind == PERF_PIPELINE) {
+            printf(" %11.1f", r->blocked_us);
+        }
     }
+    printf("\n");
     fflush(stdout);
 }
 

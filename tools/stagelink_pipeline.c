@@ -50,16 +50,6 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void compute(double us)
-{
-    struct timespec ts = {(time_t)(us / 1e6),
-                          (long)((us - (double)(time_t)(us / 1e6) * 1e6) * 1e3)};
-
-    if (us > 0) {
-        nanosleep(&ts, NULL);
-    }
-}
-
 /* Size of microbatch mb's tensor: fixed, or (-S) a sequence length that
  * changes every microbatch, in whole t*8-byte rows. */
 static size_t tensor_size(const pipe_opts_t *o, uint32_t mb)
@@ -164,7 +154,7 @@ static int run_step(pipe_run_t *r, const sl_sched_step_t *st)
 
         if (st->ops[i].send &&
             (st->ops[i].backward ? vs == o->pp * o->v - 1 : vs == 0)) {
-            compute(o->compute_us * (st->ops[i].backward ? 2 : 1));
+            sl_host_compute(o->compute_us * (st->ops[i].backward ? 2 : 1));
         }
     }
     for (i = 0; i < st->nops; ++i) {
@@ -228,7 +218,7 @@ static int run_step(pipe_run_t *r, const sl_sched_step_t *st)
                     op->microbatch, op->chunk, at, r->sizes[i], from);
             return -1;
         }
-        compute(o->compute_us * (op->backward ? 2 : 1));
+        sl_host_compute(o->compute_us * (op->backward ? 2 : 1));
     }
     return 0;
 }

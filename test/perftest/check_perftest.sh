@@ -30,7 +30,22 @@ rows=$(awk -F, 'NR > 1 && NF == 11 && $1 ~ /^[0-9]+$/ && $4 ~ /^[0-9.]+$/ && $11
 
 "$run" -n 4 -T 60 -- "$perf" -t 2 -k pipeline -B 4 -V 2 -s 4K,1M -n 2 -w 1 --csv >"$1/perftest.pipe" 2>"$1/perftest.err" ||
     fail "-k pipeline failed: $(cat "$1/perftest.err")"
-[ "$(awk -F, 'NR > 1 && $5 > 0' "$1/perftest.pipe" | wc -l)" = 2 ] || fail "-k pipeline rows: $(cat "$1/perftest.pipe")"
+[ "$(awk -F, 'NR > 1 && $5 > 0 && NF == 12' "$1/perftest.pipe" | wc -l)" = 2 ] || fail "-k pipeline rows: $(cat "$1/perftest.pipe")"
+# With 2 ms of compute per batch the step takes at least 2 ms a
+# microbatch, and the time blocked in waits is part of the step.
+"$run" -n 4 -T 60 -- "$perf" -t 2 -k pipeline -B 4 -s 64K -P 2000 -n 2 -w 1 --csv >"$1/perftest.pipe" 2>"$1/perftest.err" ||
+    fail "-k pipeline -P failed: $(cat "$1/perftest.err")"
+[ "$(awk -F, 'NR > 1 && $5 >= 4 * 2000 && $12 >= 0 && $12 < $5' "$1/perftest.pipe" | wc -l)" = 1 ] ||
+    fail "-k pipeline -P 2000 rows: $(cat "$1/perftest.pipe")"
+
+# comm_init itself: a median over 3 rounds, with and without a secret.
+for u in -U ""; do
+    "$run" -n 4 -T 60 $u -- "$perf" -t 2 -k init -n 3 -w 1 >"$1/perftest.init" 2>"$1/perftest.err" ||
+        fail "-k init failed: $(cat "$1/perftest.err")"
+    grep -q "rendezvous $([ -n "$u" ] && echo unauthenticated || echo 'with a job secret')), 3 rounds" "$1/perftest.init" &&
+        [ "$(awk 'NF == 3 && $1 > 0 && $1 >= $2 && $1 <= $3' "$1/perftest.init" | wc -l)" = 1 ] ||
+        fail "-k init ${u:-with a secret}: $(cat "$1/perftest.init")"
+done
 
 # Both ways at once, every received tensor of the last round checked.
 "$run" -n 4 -T 60 -- "$perf" -t 2 -k duplex -s 4K,1M -n 4 -w 1 --csv >"$1/perftest.duplex" 2>"$1/perftest.err" ||

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int sl_host_open(sl_host_t *host, int tp_size, int pp_size,
                  stagelink_mode_t mode)
@@ -121,4 +122,13 @@ int sl_host_parse_size(const char *text, size_t *size)
     }
     *size = (size_t)(v << shift);
     return 0;
+}
+
+void sl_host_compute(double us)
+{
+    struct timespec ts = {(time_t)(us / 1e6),
+                          (long)((us - (double)(time_t)(us / 1e6) * 1e6) * 1e3)};
+
+    while (us > 0 && nanosleep(&ts, &ts) != 0) {
+    }
 }

@@ -37,6 +37,10 @@ int sl_host_parse_mode(const char *name, stagelink_mode_t *mode);
 
 const char *sl_host_mode_name(stagelink_mode_t mode);
 
+/** Stands in for a compute unit of `us`: a sleep, which leaves the CPU to
+ *  the transport as a GPU kernel does. */
+void sl_host_compute(double us);
+
 /** Parses "4096", "64K", "1M", "2G"; returns -1 on junk. */
 int sl_host_parse_size(const char *text, size_t *size);
 
