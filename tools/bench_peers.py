@@ -134,14 +134,14 @@ def nixl_connect(agent, t, rank, stage, buf):
     """Registers this rank's buffer (the largest tensor; each size is its
     head); the sender learns its receiver's agent and buffer address
     through gloo."""
-    agent.register_memory(buf)
+    reg = agent.register_memory(buf)
     every = [None] * (2 * t)
     dist.all_gather_object(every, (agent.get_agent_metadata(),
                                    buf.data_ptr()))
     if stage == 1:
-        return None
+        return reg, None
     meta, addr = every[rank + t]
-    return agent.add_remote_agent(meta), addr
+    return reg, (agent.add_remote_agent(meta), addr)
 
 
 def nixl_link(agent, peer, tensor):
@@ -165,7 +165,7 @@ def main():
         agent = nixl_agent("rank%d" % rank)
         buf = torch.ones(max(parse_size(x) for x in sizes) // 4,
                          dtype=torch.float32)
-        nixl_peer = nixl_connect(agent, t, rank, stage, buf)
+        nixl_reg, nixl_peer = nixl_connect(agent, t, rank, stage, buf)
     elif peer == "stagelink-py":
         import stagelink
         comm = stagelink.Communicator(tp_size=t, store=False,
@@ -203,8 +203,23 @@ def main():
             print("%d,%s,%d,%.1f" % (n, peer, t, best), flush=True)
     if comm is not None:
         comm.close()
-    else:
+        return 0
+    if agent is not None:
+        # NIXL's teardown, in order, before gloo's: left to the interpreter's
+        # exit its destructors crash.
+        dist.barrier()
+        if nixl_peer is not None:
+            agent.remove_remote_agent(nixl_peer[0])
+        agent.deregister_memory(nixl_reg)
+        del agent
+        dist.barrier()
         dist.destroy_process_group()
+        # nixl-cu13 1.5.1 then crashes (SIGSEGV) in its exit-time
+        # teardown, with everything measured and released: skip it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    dist.destroy_process_group()
     return 0
 
 
