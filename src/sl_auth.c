@@ -1,6 +1,8 @@
 /* The job secret, proofs and seals.  SPDX-License-Identifier: MIT */
 #include "sl_auth.h"
 #include "sl_env.h"
+#include "sl_launcher.h"
+#include "sl_log.h"
 
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
@@ -10,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -62,10 +65,12 @@ static sl_status_t sl_auth_hmac(const void *key, size_t key_len,
 }
 
 sl_status_t sl_auth_set(sl_auth_t *auth, const void *secret, size_t len,
-                        const char *source, sl_errbuf_t *eb)
+                        const char *source, uint64_t job_key,
+                        sl_errbuf_t *eb)
 {
     uint8_t        fp[SL_AUTH_MAC_LEN];
-    sl_auth_part_t part = {sl_auth_fp_label, sizeof(sl_auth_fp_label)};
+    sl_auth_part_t parts[] = {{sl_auth_fp_label, sizeof(sl_auth_fp_label)},
+                              {&job_key, sizeof(job_key)}};
 
     memset(auth, 0, sizeof(*auth));
     if (len == 0 || len > SL_AUTH_SECRET_MAX) {
@@ -74,17 +79,23 @@ sl_status_t sl_auth_set(sl_auth_t *auth, const void *secret, size_t len,
                         "(32 random bytes, as hex, are plenty)", source, len,
                         SL_AUTH_SECRET_MAX);
     }
+    if (len < SL_AUTH_SECRET_SHORT) {
+        /* One captured handshake lets a guesser test candidates offline. */
+        SL_WARN(SL_SUBSYS_BOOT, "the job secret from %s is only %zu bytes: "
+                "a short one can be guessed offline from one handshake; use "
+                "32 random bytes (openssl rand -hex 32)", source, len);
+    }
     memcpy(auth->secret, secret, len);
     auth->len = len;
     snprintf(auth->source, sizeof(auth->source), "%s", source);
-    SL_CHECK(sl_auth_hmac(auth->secret, auth->len, &part, 1, NULL, 0, fp, eb));
+    SL_CHECK(sl_auth_hmac(auth->secret, auth->len, parts, 2, NULL, 0, fp, eb));
     memcpy(auth->fingerprint, fp, SL_AUTH_FP_LEN);
     auth->mode = SL_AUTH_HMAC;
     return STAGELINK_SUCCESS;
 }
 
 static sl_status_t sl_auth_read_file(sl_auth_t *auth, const char *path,
-                                     sl_errbuf_t *eb)
+                                     uint64_t job_key, sl_errbuf_t *eb)
 {
     unsigned char buf[SL_AUTH_SECRET_MAX + 2];
     char          source[160];
@@ -100,7 +111,13 @@ static sl_status_t sl_auth_read_file(sl_auth_t *auth, const char *path,
                         "cannot open STAGELINK_JOB_SECRET_FILE=%s: %s", path,
                         strerror(errno));
     }
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
+        status = sl_error(eb, STAGELINK_ERR_CONFIG,
+                          "cannot stat STAGELINK_JOB_SECRET_FILE=%s: %s",
+                          path, strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
         status = sl_error(eb, STAGELINK_ERR_CONFIG,
                           "STAGELINK_JOB_SECRET_FILE=%s is not a regular "
                           "file", path);
@@ -126,6 +143,13 @@ static sl_status_t sl_auth_read_file(sl_auth_t *auth, const char *path,
         }
         len += (size_t)n;
     }
+    if (len > SL_AUTH_SECRET_MAX + 1) {
+        status = sl_error(eb, STAGELINK_ERR_CONFIG,
+                          "STAGELINK_JOB_SECRET_FILE=%s holds more than %d "
+                          "bytes; a secret of 32 random bytes is plenty",
+                          path, SL_AUTH_SECRET_MAX);
+        goto out;
+    }
     if (len > 0 && buf[len - 1] == '\n') {
         --len;
     }
@@ -133,17 +157,25 @@ static sl_status_t sl_auth_read_file(sl_auth_t *auth, const char *path,
         --len;
     }
     snprintf(source, sizeof(source), "STAGELINK_JOB_SECRET_FILE=%.120s", path);
-    status = sl_auth_set(auth, buf, len, source, eb);
+    status = sl_auth_set(auth, buf, len, source, job_key, eb);
 out:
     OPENSSL_cleanse(buf, sizeof(buf));
     close(fd);
     return status;
 }
 
-sl_status_t sl_auth_load(sl_auth_t *auth, sl_errbuf_t *eb)
+int sl_auth_configured(void)
 {
+    return getenv(sl_env_table[SL_ENV_JOB_SECRET].name) != NULL ||
+           getenv(sl_env_table[SL_ENV_JOB_SECRET_FILE].name) != NULL;
+}
+
+sl_status_t sl_auth_load(sl_auth_t *auth, uint64_t job_key, sl_errbuf_t *eb)
+{
+    /* getenv, not sl_env_raw: set but empty is a mistake to stop on, not
+     * an unauthenticated job. */
     const char *secret = getenv(sl_env_table[SL_ENV_JOB_SECRET].name);
-    const char *path   = sl_env_raw(SL_ENV_JOB_SECRET_FILE);
+    const char *path   = getenv(sl_env_table[SL_ENV_JOB_SECRET_FILE].name);
 
     memset(auth, 0, sizeof(*auth));
     if (secret != NULL && path != NULL) {
@@ -151,12 +183,18 @@ sl_status_t sl_auth_load(sl_auth_t *auth, sl_errbuf_t *eb)
                         "both STAGELINK_JOB_SECRET and "
                         "STAGELINK_JOB_SECRET_FILE are set; set one");
     }
+    if (path != NULL && path[0] == '\0') {
+        return sl_error(eb, STAGELINK_ERR_CONFIG,
+                        "STAGELINK_JOB_SECRET_FILE is set but empty; name "
+                        "the secret's file, or unset it to run the "
+                        "rendezvous unauthenticated");
+    }
     if (path != NULL) {
-        return sl_auth_read_file(auth, path, eb);
+        return sl_auth_read_file(auth, path, job_key, eb);
     }
     if (secret != NULL) {
         return sl_auth_set(auth, secret, strlen(secret),
-                           "STAGELINK_JOB_SECRET", eb);
+                           "STAGELINK_JOB_SECRET", job_key, eb);
     }
     snprintf(auth->source, sizeof(auth->source), "no STAGELINK_JOB_SECRET "
              "or STAGELINK_JOB_SECRET_FILE");
@@ -257,10 +295,11 @@ sl_status_t sl_auth_check(sl_auth_link_t *link, sl_auth_dir_t dir,
                               eb));
     if (!sl_auth_equal(mac, seal->mac, sizeof(mac))) {
         return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                        "%s fails its seal (message %llu, expected %llu): "
-                        "forged, replayed or altered on the way; the "
-                        "connection is dropped", what,
-                        (unsigned long long)seal->seq,
+                        "%s fails its seal (message %llu of the connection, "
+                        "expected %llu): forged, replayed or altered on the "
+                        "way, so init fails; something on the network "
+                        "between the ranks injects into or alters their "
+                        "connection", what, (unsigned long long)seal->seq,
                         (unsigned long long)link->seq[dir]);
     }
     ++link->seq[dir];
@@ -274,13 +313,14 @@ size_t sl_auth_describe(char *buf, size_t len)
     char        fp[2 * SL_AUTH_FP_LEN + 1];
     int         n;
 
-    if (sl_auth_load(&auth, &eb) != STAGELINK_SUCCESS) {
+    if (sl_auth_load(&auth, sl_launcher_job_key(), &eb) != STAGELINK_SUCCESS) {
         n = snprintf(buf, len, "rendezvous: refused at init: %s\n", eb.msg);
     } else if (auth.mode == SL_AUTH_HMAC) {
         sl_auth_fingerprint_hex(auth.fingerprint, fp);
         n = snprintf(buf, len, "rendezvous: authenticated (mutual HMAC-SHA256 "
                      "proof, sealed messages; secret from %s, fingerprint "
-                     "%s)\n", auth.source, fp);
+                     "%s for job key %016llx)\n", auth.source, fp,
+                     (unsigned long long)sl_launcher_job_key());
     } else {
         n = snprintf(buf, len, "rendezvous: unauthenticated (%s): any process "
                      "that reaches the port with the job key can join\n",

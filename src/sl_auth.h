@@ -17,6 +17,7 @@
 #define SL_AUTH_MAC_LEN    32
 #define SL_AUTH_FP_LEN     8   /**< fingerprint bytes shown and sent */
 #define SL_AUTH_SECRET_MAX 4096
+#define SL_AUTH_SECRET_SHORT 16 /**< below: a warning */
 
 typedef enum sl_auth_mode {
     SL_AUTH_NONE = 0, /**< no secret: the job key alone tells jobs apart */
@@ -67,14 +68,20 @@ typedef struct sl_auth_seal {
 /**
  * Reads STAGELINK_JOB_SECRET or the file STAGELINK_JOB_SECRET_FILE names
  * (a regular file no group or other may read; one trailing newline is not
- * part of the secret).  Neither set: mode none.  Both set, an empty
- * secret, an unreadable or open file: STAGELINK_ERR_CONFIG.
+ * part of the secret).  Neither set: mode none.  Both set, either set but
+ * empty, an unreadable or open file: STAGELINK_ERR_CONFIG (never a silent
+ * fall back to none).  The fingerprint is of the secret and `job_key`, so
+ * it names no secret across jobs.
  */
-sl_status_t sl_auth_load(sl_auth_t *auth, sl_errbuf_t *eb);
+sl_status_t sl_auth_load(sl_auth_t *auth, uint64_t job_key, sl_errbuf_t *eb);
 
 /** Uses `secret` as given (tests, tools). */
 sl_status_t sl_auth_set(sl_auth_t *auth, const void *secret, size_t len,
-                        const char *source, sl_errbuf_t *eb);
+                        const char *source, uint64_t job_key,
+                        sl_errbuf_t *eb);
+
+/** Whether either variable is set (even empty): a secret is meant. */
+int sl_auth_configured(void);
 
 /** Wipes the secret. */
 void sl_auth_clear(sl_auth_t *auth);
@@ -116,7 +123,8 @@ sl_status_t sl_auth_check(sl_auth_link_t *link, sl_auth_dir_t dir,
                           const sl_auth_seal_t *seal, const char *what,
                           sl_errbuf_t *eb);
 
-/** One line for stagelink_info: the mode in force, and from where. */
+/** One line for stagelink_info: the mode in force, and from where (the
+ *  fingerprint for this environment's job key). */
 size_t sl_auth_describe(char *buf, size_t len);
 
 #endif

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 #include "sl_bootstrap.h"
-#include "sl_env.h"
 #include "sl_log.h"
 #include "sl_sock.h"
 #include "sl_time.h"
@@ -63,8 +62,7 @@ sl_status_t sl_bootstrap_init(sl_bootstrap_t *bs,
     bs->tcp         = bs->fn == NULL && bs->store_set == NULL &&
                       bs->world_size > 1;
     if (!bs->tcp) {
-        if (bs->world_size > 1 && (sl_env_raw(SL_ENV_JOB_SECRET) != NULL ||
-                                   sl_env_raw(SL_ENV_JOB_SECRET_FILE) != NULL)) {
+        if (bs->world_size > 1 && sl_auth_configured()) {
             SL_INFO(SL_SUBSYS_BOOT, "a job secret is set, but init exchanges "
                     "through the host's %s, which is the host's to secure: "
                     "the secret is not used", bs->store_set != NULL
@@ -248,8 +246,12 @@ sl_status_t sl_bootstrap_parse_part(const sl_bootstrap_t *bs, int r,
     uint32_t       i;
 
     if (link->sealed) {
-        SL_CHECK(sl_auth_check(link, SL_AUTH_TO_ROOT, parts, 2, seal,
-                               "a bootstrap message to rank 0", eb));
+        char what[96];
+
+        snprintf(what, sizeof(what), "rank %d's part of bootstrap exchange "
+                 "\"%s\"", r, name);
+        SL_CHECK(sl_auth_check(link, SL_AUTH_TO_ROOT, parts, 2, seal, what,
+                               eb));
     }
     if (hdr->size < sizeof(req)) {
         return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
@@ -493,10 +495,14 @@ static sl_status_t sl_boot_tcp_exchange(sl_bootstrap_t *bs, const char *name,
     }
     status = STAGELINK_SUCCESS;
     if (link->sealed) {
+        char what[96];
+
         SL_CHECK_GOTO(sl_sock_io(fd, &seal, sizeof(seal), 0, deadline,
                                  &bs->progress, eb), out);
+        snprintf(what, sizeof(what), "rank 0's answer to exchange \"%s\"",
+                 name);
         status = sl_auth_check(link, SL_AUTH_FROM_ROOT, sealed, 2 * npeers,
-                               &seal, "rank 0's bootstrap answer", eb);
+                               &seal, what, eb);
     }
 out:
     free(sealed);

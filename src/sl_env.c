@@ -65,7 +65,7 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
     [SL_ENV_JOB_KEY] = {"STAGELINK_JOB_KEY", "",
         "Shared by the ranks of one job; the rendezvous drops clients whose key differs. It tells jobs apart and authenticates nothing (a hello can be replayed): that is STAGELINK_JOB_SECRET's. Default: the launcher's job id (TORCHELASTIC_RUN_ID, SLURM_JOB_ID, OMPI_MCA_ess_base_jobid), else none."},
     [SL_ENV_JOB_SECRET] = {"STAGELINK_JOB_SECRET", "",
-        "Secret shared by the ranks of one job (any bytes; 32 random bytes as hex are plenty). Set, the TCP rendezvous admits a rank only after both sides prove they hold it (HMAC-SHA256 over fresh nonces), and seals every later bootstrap message; a wrong proof is dropped and logged. Unset: unauthenticated, as any process that reaches the port with the job key can join. The host's store or allgather, when given, is used instead and is the host's to secure. stagelink_run makes one when it starts the whole job.", STAGELINK_ENV_SECRET},
+        "Secret shared by the ranks of one job (any bytes; 32 random bytes as hex are plenty). Set, the TCP rendezvous admits a rank only after both sides prove they hold it (HMAC-SHA256 over fresh nonces), and seals every later bootstrap message; a wrong proof is dropped and logged. Unset: unauthenticated, as any process that reaches the port with the job key can join. The host's store or allgather, when given, is used instead and is the host's to secure. stagelink_run makes one when it starts the whole job."},
     [SL_ENV_JOB_SECRET_FILE] = {"STAGELINK_JOB_SECRET_FILE", "",
         "File holding the job secret instead (a regular file without group or other permissions; a trailing newline is dropped): a file on a shared file system reaches every node of a Slurm job without the environment. Not with STAGELINK_JOB_SECRET."},
     [SL_ENV_UCX_NET_DEVICES] = {"UCX_NET_DEVICES", "",
@@ -90,6 +90,11 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
     [SL_ENV_SLURM_JOB_ID] = {"SLURM_JOB_ID", "", "Slurm: job id (a default job key)."},
     [SL_ENV_OMPI_JOBID] = {"OMPI_MCA_ess_base_jobid", "", "Open MPI mpirun: job id (a default job key)."},
 };
+
+int sl_env_is_secret(sl_env_id_t id)
+{
+    return id == SL_ENV_JOB_SECRET;
+}
 
 const char *sl_env_raw(sl_env_id_t id)
 {

@@ -70,6 +70,9 @@ typedef stagelink_env_var_t sl_env_entry_t;
 
 extern const sl_env_entry_t sl_env_table[SL_ENV_COUNT];
 
+/** The variables whose value is a secret: never printed. */
+int sl_env_is_secret(sl_env_id_t id);
+
 /** Value in the environment; NULL when unset or empty. */
 const char *sl_env_raw(sl_env_id_t id);
 

@@ -40,7 +40,7 @@ static sl_status_t sl_launcher_int(sl_env_id_t id, long min, int *value,
 /* FNV-1a: the key tells jobs apart (a stale rank of an earlier job, a
  * neighbour's job on the same port); it is not authentication, since a
  * hello read off the wire can be replayed: that is the job secret's. */
-static uint64_t sl_launcher_job_key(void)
+uint64_t sl_launcher_job_key(void)
 {
     static const sl_env_id_t ids[] = {SL_ENV_JOB_KEY, SL_ENV_TORCHELASTIC_RUN_ID,
                                       SL_ENV_SLURM_JOB_ID, SL_ENV_OMPI_JOBID};

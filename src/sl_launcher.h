@@ -22,6 +22,10 @@ typedef struct sl_launcher {
 
 #define SL_BOOTSTRAP_DEFAULT_PORT 29517
 
+/** The job key of this environment (STAGELINK_JOB_KEY, else the
+ *  launcher's job id), hashed; 0 when none is set. */
+uint64_t sl_launcher_job_key(void);
+
 /**
  * Fills `out` from the config (when it sets the rank) or the environment.
  * The rendezvous address is needed only without an allgather or a store.

@@ -424,6 +424,11 @@ const stagelink_env_var_t *stagelink_env_var(size_t index)
     return (index < SL_ENV_COUNT) ? &sl_env_table[index] : NULL;
 }
 
+int stagelink_env_var_secret(size_t index)
+{
+    return index < SL_ENV_COUNT && sl_env_is_secret((sl_env_id_t)index);
+}
+
 const char *stagelink_version(void)
 {
     return STAGELINK_VERSION_STRING;

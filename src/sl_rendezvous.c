@@ -17,9 +17,12 @@
  * stalled connection (a port scanner, a stale rank, a half-open handshake)
  * is dropped instead of holding the rendezvous until its deadline. */
 #define SL_RV_HANDSHAKE_S 2.0
-/* Connections admitted concurrently; a flood beyond this evicts the oldest
- * (a real rank dropped this way connects again). */
-#define SL_RV_PENDING 16
+/* Connections in handshake at once: one per rank to come and this many
+ * more, so the job's own ranks never evict each other; a flood beyond
+ * evicts (a real rank dropped this way connects again).  The ranks' share
+ * is capped, and with it what a huge world size asks of memory. */
+#define SL_RV_STRANGERS 16
+#define SL_RV_RANKS_MAX 4096
 /* Between a dropped attempt to join and the next. */
 #define SL_RV_RETRY_US 20000
 
@@ -55,6 +58,7 @@ static const char *const sl_rv_verdict_text[] = {
     [SL_BOOT_WRONG_MODE]   = "one side has a job secret and the other none",
     [SL_BOOT_WRONG_SECRET] = "its job secret differs from this job's",
     [SL_BOOT_SILENT]       = "not a stagelink hello of this version",
+    [SL_BOOT_WRONG_VERSION] = "it runs another stagelink version",
 };
 
 sl_status_t sl_rendezvous_check_hello(const sl_rendezvous_t *rv,
@@ -119,9 +123,9 @@ sl_status_t sl_rendezvous_check_hello(const sl_rendezvous_t *rv,
     if (hello.mode != (uint32_t)rv->auth.mode) {
         *verdict = SL_BOOT_WRONG_MODE;
         return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                        "rank %u %s a job secret and rank 0 %s; set "
+                        "rank %u has %s job secret and rank 0 %s; set "
                         "STAGELINK_JOB_SECRET (or _FILE) alike on every rank",
-                        h.rank, hello.mode == SL_AUTH_NONE ? "has no" : "has",
+                        h.rank, hello.mode == SL_AUTH_NONE ? "no" : "a",
                         rv->auth.mode == SL_AUTH_NONE ? "none" : "has one");
     }
     if (rv->auth.mode == SL_AUTH_HMAC &&
@@ -188,6 +192,21 @@ static void sl_rv_join(sl_rendezvous_t *rv, sl_rv_client_t *c, int *arrived)
              rv->world_size);
 }
 
+/* A real rank of a misconfigured job learns why at once; rank 0's
+ * fingerprint goes only to one whose secret differs. */
+static void sl_rv_refuse(sl_rendezvous_t *rv, sl_rv_client_t *c,
+                         sl_boot_verdict_t verdict)
+{
+    sl_boot_challenge_t ch = {.magic = SL_BOOT_MAGIC, .verdict = verdict,
+                              .mode = rv->auth.mode,
+                              .version = SL_BOOT_VERSION};
+
+    if (verdict == SL_BOOT_WRONG_SECRET) {
+        memcpy(ch.fingerprint, rv->auth.fingerprint, SL_AUTH_FP_LEN);
+    }
+    (void)sl_rv_send_now(c->fd, &ch, sizeof(ch));
+}
+
 static void sl_rv_hello(sl_rendezvous_t *rv, sl_rv_client_t *c, int *arrived)
 {
     sl_boot_challenge_t ch;
@@ -200,20 +219,15 @@ static void sl_rv_hello(sl_rendezvous_t *rv, sl_rv_client_t *c, int *arrived)
                                   &c->rank, &verdict, &why) !=
         STAGELINK_SUCCESS) {
         if (verdict != SL_BOOT_SILENT) {
-            /* A real rank of a misconfigured job learns why at once. */
-            ch = (sl_boot_challenge_t){.magic = SL_BOOT_MAGIC,
-                                       .verdict = verdict,
-                                       .mode = rv->auth.mode};
-            memcpy(ch.fingerprint, rv->auth.fingerprint, SL_AUTH_FP_LEN);
-            (void)sl_rv_send_now(c->fd, &ch, sizeof(ch));
+            sl_rv_refuse(rv, c, verdict);
         }
         sl_rv_drop(rv, c, why.msg);
         return;
     }
     memcpy(&hello, c->in.hello + sizeof(sl_boot_hdr_t), sizeof(hello));
-    ch.magic = SL_BOOT_MAGIC;
-    ch.mode  = rv->auth.mode;
-    memcpy(ch.fingerprint, rv->auth.fingerprint, SL_AUTH_FP_LEN);
+    ch.magic   = SL_BOOT_MAGIC;
+    ch.mode    = rv->auth.mode;
+    ch.version = SL_BOOT_VERSION;
     if (rv->auth.mode == SL_AUTH_HMAC) {
         c->bind = (sl_auth_bind_t){.rank = c->rank,
                                    .world_size = (uint32_t)rv->world_size,
@@ -233,7 +247,6 @@ static void sl_rv_hello(sl_rendezvous_t *rv, sl_rv_client_t *c, int *arrived)
         return;
     }
     if (rv->auth.mode == SL_AUTH_NONE) {
-        rv->links[c->rank].sealed = 0;
         sl_rv_join(rv, c, arrived);
         return;
     }
@@ -270,6 +283,7 @@ static void sl_rv_proof(sl_rendezvous_t *rv, sl_rv_client_t *c, int *arrived)
         return;
     }
     rv->links[c->rank] = link;
+    sl_auth_clear_links(&link, 1);
     sl_rv_join(rv, c, arrived);
 }
 
@@ -315,6 +329,9 @@ static void sl_rv_read(sl_rendezvous_t *rv, sl_rv_client_t *c, int *arrived)
 
         (void)sl_rendezvous_check_hello(rv, c->in.hello, c->got, &rank,
                                         &verdict, &why);
+        if (h.magic == SL_BOOT_MAGIC && h.version != SL_BOOT_VERSION) {
+            sl_rv_refuse(rv, c, SL_BOOT_WRONG_VERSION);
+        }
         sl_rv_drop(rv, c, why.msg);
         return;
     }
@@ -345,18 +362,50 @@ static sl_status_t sl_rv_missing(const sl_rendezvous_t *rv, int arrived,
                     rv->refused[0] ? "; last refused: " : "", rv->refused);
 }
 
+/* The slot for a new connection: a free one, else the one evicting costs
+ * least: silent ones first (nothing sent: a scanner, a half-open flood),
+ * then those before their hello, then those at the proof; the oldest of
+ * its kind. */
+static int sl_rv_slot(const sl_rv_client_t *pend, int npend)
+{
+    int i, best = 0, rank_i, rank_best = 3;
+
+    for (i = 0; i < npend; ++i) {
+        if (pend[i].state == SL_RV_FREE) {
+            return i;
+        }
+        rank_i = (pend[i].state == SL_RV_PROOF) ? 2 : (pend[i].got > 0);
+        if (rank_i < rank_best ||
+            (rank_i == rank_best && pend[i].deadline < pend[best].deadline)) {
+            best      = i;
+            rank_best = rank_i;
+        }
+    }
+    return best;
+}
+
 static sl_status_t sl_rv_accept_all(sl_rendezvous_t *rv, int lfd,
                                     double deadline, double timeout,
                                     sl_errbuf_t *eb)
 {
-    sl_rv_client_t pend[SL_RV_PENDING];
-    struct pollfd  pfd[SL_RV_PENDING + 1];
-    sl_status_t    status  = STAGELINK_SUCCESS;
-    int            arrived = 1, slot[SL_RV_PENDING + 1];
-    int            i, n, fd, rc, ms, oldest;
-    double         now;
+    int             npend = (rv->world_size - 1 < SL_RV_RANKS_MAX
+                                 ? rv->world_size - 1 : SL_RV_RANKS_MAX) +
+                            SL_RV_STRANGERS;
+    sl_rv_client_t *pend  = calloc((size_t)npend, sizeof(*pend));
+    struct pollfd  *pfd   = calloc((size_t)npend + 1, sizeof(*pfd));
+    int            *slot  = calloc((size_t)npend + 1, sizeof(*slot));
+    sl_status_t     status  = STAGELINK_SUCCESS;
+    int             arrived = 1;
+    int             i, n, fd, rc, ms, fd_warned = 0;
+    char            peer[64];
+    double          now;
 
-    for (i = 0; i < SL_RV_PENDING; ++i) {
+    if (pend == NULL || pfd == NULL || slot == NULL) {
+        status = sl_error(eb, STAGELINK_ERR_NO_MEMORY,
+                          "cannot allocate %d rendezvous handshakes", npend);
+        goto out;
+    }
+    for (i = 0; i < npend; ++i) {
         pend[i] = (sl_rv_client_t){.state = SL_RV_FREE, .fd = -1};
     }
     while (arrived < rv->world_size) {
@@ -364,7 +413,7 @@ static sl_status_t sl_rv_accept_all(sl_rendezvous_t *rv, int lfd,
         ms  = sl_deadline_ms(deadline);
         n   = 0;
         pfd[n++] = (struct pollfd){.fd = lfd, .events = POLLIN};
-        for (i = 0; i < SL_RV_PENDING; ++i) {
+        for (i = 0; i < npend; ++i) {
             if (pend[i].state == SL_RV_FREE) {
                 continue;
             }
@@ -399,33 +448,41 @@ static sl_status_t sl_rv_accept_all(sl_rendezvous_t *rv, int lfd,
         if (rc <= 0 || !(pfd[0].revents & POLLIN)) {
             continue;
         }
-        for (i = 0, oldest = 0; i < SL_RV_PENDING && pend[i].state != SL_RV_FREE;
-             ++i) {
-            oldest = (pend[i].deadline < pend[oldest].deadline) ? i : oldest;
-        }
-        if (i == SL_RV_PENDING) {
-            i = oldest;
-        }
-        fd = sl_sock_accept(lfd, pend[i].peer, sizeof(pend[i].peer));
+        fd = sl_sock_accept(lfd, peer, sizeof(peer));
         if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE) {
+                /* Out of descriptors the listener stays readable: pause
+                 * instead of spinning on it. */
+                if (!fd_warned) {
+                    SL_WARN(SL_SUBSYS_BOOT, "rendezvous: accept: %s; "
+                            "raise the open-file limit (ulimit -n)",
+                            strerror(errno));
+                    fd_warned = 1;
+                }
+                usleep(1000);
+            }
             continue;
         }
+        i = sl_rv_slot(pend, npend);
         if (pend[i].state != SL_RV_FREE) {
-            /* The evicted one's address is overwritten: log the new one's. */
-            close(pend[i].fd);
-            SL_WARN(SL_SUBSYS_BOOT, "rendezvous: %d connections in handshake, "
-                    "evicted the oldest for %s", SL_RV_PENDING, pend[i].peer);
+            sl_rv_drop(rv, &pend[i], "evicted by newer connections (all "
+                       "handshake slots taken: a flood?)");
         }
+        snprintf(pend[i].peer, sizeof(pend[i].peer), "%s", peer);
         pend[i].state    = SL_RV_HELLO;
         pend[i].fd       = fd;
         pend[i].got      = 0;
         pend[i].deadline = sl_time_now() + SL_RV_HANDSHAKE_S;
     }
-    for (i = 0; i < SL_RV_PENDING; ++i) {
+    for (i = 0; i < npend; ++i) {
         if (pend[i].state != SL_RV_FREE) {
             close(pend[i].fd);
         }
     }
+out:
+    free(slot);
+    free(pfd);
+    free(pend);
     return status;
 }
 
@@ -446,6 +503,13 @@ static sl_status_t sl_rv_refused(const sl_rendezvous_t *rv,
                         "give every rank the same STAGELINK_JOB_SECRET or "
                         "STAGELINK_JOB_SECRET_FILE", l->addr, l->port,
                         rv->rank, mine, theirs);
+    }
+    if (ch->verdict == SL_BOOT_WRONG_VERSION) {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "rank 0 at %s:%d speaks bootstrap version %u, rank %d "
+                        "version %u: run one stagelink release on every rank",
+                        l->addr, l->port, ch->version, rv->rank,
+                        SL_BOOT_VERSION);
     }
     if (ch->verdict == SL_BOOT_WRONG_MODE) {
         return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
@@ -487,6 +551,7 @@ static sl_status_t sl_rv_join_once(sl_rendezvous_t *rv,
     uint8_t             want[SL_AUTH_MAC_LEN];
     sl_status_t         status;
 
+    *again = 0;
     memset(&msg, 0, sizeof(msg));
     msg.hdr = (sl_boot_hdr_t){SL_BOOT_MAGIC, SL_BOOT_VERSION,
                               (uint32_t)rv->rank, (uint32_t)rv->world_size,
@@ -519,7 +584,6 @@ static sl_status_t sl_rv_join_once(sl_rendezvous_t *rv,
         return sl_rv_refused(rv, l, &ch, eb);
     }
     if (rv->auth.mode == SL_AUTH_NONE) {
-        rv->links[0].sealed = 0;
         return STAGELINK_SUCCESS;
     }
     bind = (sl_auth_bind_t){.rank = (uint32_t)rv->rank,
@@ -549,13 +613,14 @@ static sl_status_t sl_rv_join_once(sl_rendezvous_t *rv,
     rv->links[0] = (sl_auth_link_t){.sealed = 1};
     SL_CHECK(sl_auth_compute(&rv->auth, SL_AUTH_SESSION_KEY, &bind,
                              rv->links[0].key, eb));
+    SL_CHECK(sl_auth_check(&rv->links[0], SL_AUTH_FROM_ROOT, &part, 1,
+                           &w.seal, "rank 0's welcome", eb));
     if (w.magic != SL_BOOT_MAGIC || w.rank != (uint32_t)rv->rank) {
         return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
                         "rank 0's welcome names rank %u with magic 0x%x, "
                         "this is rank %d", w.rank, w.magic, rv->rank);
     }
-    return sl_auth_check(&rv->links[0], SL_AUTH_FROM_ROOT, &part, 1, &w.seal,
-                         "rank 0's welcome", eb);
+    return STAGELINK_SUCCESS;
 }
 
 static sl_status_t sl_rv_connect(sl_rendezvous_t *rv, const sl_launcher_t *l,
@@ -577,8 +642,15 @@ static sl_status_t sl_rv_connect(sl_rendezvous_t *rv, const sl_launcher_t *l,
             return STAGELINK_SUCCESS;
         }
         close(fd);
-        if (!again || sl_deadline_passed(deadline)) {
+        if (!again) {
             return status;
+        }
+        if (sl_deadline_passed(deadline)) {
+            return sl_error(eb, status, "rank 0 at %s:%d closed all %d "
+                            "attempts of rank %d to join before answering "
+                            "(last: %s); is it a rank 0 of this job and "
+                            "stagelink version, and not flooded?", l->addr,
+                            l->port, tries, rv->rank, eb->msg);
         }
         SL_INFO(SL_SUBSYS_BOOT, "rank 0 dropped attempt %d to join (%s); "
                 "joining again", tries, eb->msg);
@@ -599,7 +671,7 @@ sl_status_t sl_rendezvous_open(sl_rendezvous_t *rv,
     rv->world_size = launcher->world_size;
     rv->job_key    = launcher->job_key;
     rv->root_fd    = -1;
-    SL_CHECK_GOTO(sl_auth_load(&rv->auth, eb), err);
+    SL_CHECK_GOTO(sl_auth_load(&rv->auth, rv->job_key, eb), err);
     if (rv->auth.mode == SL_AUTH_NONE) {
         SL_INFO(SL_SUBSYS_BOOT, "the rendezvous is unauthenticated (%s): any "
                 "process that reaches %s:%d with the job key can join",
@@ -615,6 +687,7 @@ sl_status_t sl_rendezvous_open(sl_rendezvous_t *rv,
     }
     if (rv->rank != 0) {
         SL_CHECK_GOTO(sl_rv_connect(rv, launcher, deadline, eb), err);
+        sl_auth_clear(&rv->auth);
         return STAGELINK_SUCCESS;
     }
     rv->peer_fds = malloc((size_t)rv->world_size * sizeof(int));
@@ -638,6 +711,7 @@ sl_status_t sl_rendezvous_open(sl_rendezvous_t *rv,
             launcher->addr, launcher->port, rv->world_size,
             rv->auth.mode == SL_AUTH_HMAC ? "authenticated"
                                           : "unauthenticated");
+    sl_auth_clear(&rv->auth); /* the links' keys are all that is needed */
     return STAGELINK_SUCCESS;
 err:
     sl_rendezvous_close(rv);

@@ -47,15 +47,18 @@ typedef enum sl_boot_verdict {
     SL_BOOT_RANK_TAKEN   = 4,
     SL_BOOT_WRONG_MODE   = 5, /**< one side has a secret, the other none */
     SL_BOOT_WRONG_SECRET = 6, /**< the fingerprints differ */
-    SL_BOOT_SILENT       = 7  /**< not a hello of this version: no answer */
+    SL_BOOT_SILENT       = 7, /**< not a stagelink hello: no answer */
+    SL_BOOT_WRONG_VERSION = 8 /**< a stagelink hello of another version */
 } sl_boot_verdict_t;
 
+/** Magic and verdict come first in every version, so a rank of another
+ *  version can read why it was refused. */
 typedef struct sl_boot_challenge {
     uint32_t magic;
     uint32_t verdict;
     uint32_t mode;
-    uint32_t reserved;
-    uint8_t  fingerprint[SL_AUTH_FP_LEN];
+    uint32_t version; /**< rank 0's SL_BOOT_VERSION */
+    uint8_t  fingerprint[SL_AUTH_FP_LEN]; /**< with WRONG_SECRET only */
     uint8_t  nonce[SL_AUTH_NONCE_LEN];
     uint8_t  proof[SL_AUTH_MAC_LEN]; /**< rank 0's, over both nonces */
 } sl_boot_challenge_t;

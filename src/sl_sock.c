@@ -178,6 +178,7 @@ int sl_sock_accept(int lfd, char *peer, size_t len)
     char                    host[INET6_ADDRSTRLEN] = "?";
     int                     fd, port = 0;
 
+    memset(&sa, 0, sizeof(sa));
     fd = accept4(lfd, (struct sockaddr *)&sa, &sa_len, SOCK_CLOEXEC);
     if (fd < 0) {
         return -1;
@@ -194,6 +195,7 @@ int sl_sock_accept(int lfd, char *peer, size_t len)
         inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
         port = ntohs(in6->sin6_port);
     }
-    snprintf(peer, len, "%s:%d", host, port);
+    snprintf(peer, len, sa.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host,
+             port);
     return fd;
 }

@@ -29,7 +29,9 @@ sl_status_t sl_sock_listen(const sl_launcher_t *l, int *fd, sl_errbuf_t *eb);
 sl_status_t sl_sock_connect(const sl_launcher_t *l, double deadline, int *fd,
                             sl_errbuf_t *eb);
 
-/** Accepts one connection (nonblocking listener); -1 when none is there. */
+/** Accepts one connection (nonblocking listener) and names its peer
+ *  ("addr:port", "[v6]:port"); -1 with errno when none is there or accept
+ *  failed. */
 int sl_sock_accept(int lfd, char *peer, size_t len);
 
 #endif

@@ -94,10 +94,15 @@ def nixl_agent(name):
     return agent(name, nixl_agent_config(backends=["UCX"]))
 
 
-def nixl_wait(poll):
+def nixl_wait(agent, handle):
     # NIXL has no blocking wait: poll, yielding the CPU to the node's
     # other ranks (two cores here) between looks.
-    while not poll():
+    while True:
+        state = agent.check_xfer_state(handle)
+        if state == "DONE":
+            return
+        if state == "ERR":
+            raise RuntimeError("a NIXL transfer failed")
         time.sleep(20e-6)
 
 
@@ -117,7 +122,7 @@ def stream_nixl(agent, t, rank, stage, tensor, iters, link):
     for i in range(iters):
         if len(pending) == WINDOW:
             h = pending.pop(0)
-            nixl_wait(lambda: agent.check_xfer_state(h) == "DONE")
+            nixl_wait(agent, h)
             agent.release_xfer_handle(h)
         h = agent.initialize_xfer("WRITE", local, remote, peer_name,
                                   str(i).encode())
@@ -125,7 +130,7 @@ def stream_nixl(agent, t, rank, stage, tensor, iters, link):
             raise RuntimeError("NIXL transfer %d failed" % i)
         pending.append(h)
     for h in pending:
-        nixl_wait(lambda: agent.check_xfer_state(h) == "DONE")
+        nixl_wait(agent, h)
         agent.release_xfer_handle(h)
     dist.recv(torch.zeros(1), other)
 

@@ -26,7 +26,7 @@ static void print_vars(int markdown)
         const stagelink_env_var_t *v     = stagelink_env_var(i);
         const char                *value = getenv(v->name);
 
-        if (value != NULL && (v->flags & STAGELINK_ENV_SECRET)) {
+        if (value != NULL && stagelink_env_var_secret(i)) {
             value = "(set, not shown)";
         }
 

@@ -64,16 +64,17 @@ typedef struct stagelink_env_var {
     const char *name;
     const char *default_value; /**< "" when unset means "not used" */
     const char *description;
-    unsigned    flags;         /**< STAGELINK_ENV_SECRET: never print the value */
 } stagelink_env_var_t;
-
-#define STAGELINK_ENV_SECRET 1u
 
 /** Number of entries in the environment table. */
 STAGELINK_EXPORT size_t stagelink_env_count(void);
 
 /** Entry `index` of the environment table, or NULL past the end. */
 STAGELINK_EXPORT const stagelink_env_var_t *stagelink_env_var(size_t index);
+
+/** Nonzero when entry `index` holds a secret (STAGELINK_JOB_SECRET): a
+ *  listing must not print its value. */
+STAGELINK_EXPORT int stagelink_env_var_secret(size_t index);
 
 /**
  * What this build and machine offer, one fact a line: build features

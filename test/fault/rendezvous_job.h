@@ -43,7 +43,8 @@ typedef struct {
     int         rank, world;
     uint64_t    key;
     const char *secret;  /**< STAGELINK_JOB_SECRET, NULL: none */
-    int         capture; /**< record what this rank sends */
+    int         capture; /**< 1: record what this rank sends; 2: flip a
+                              byte of its first exchange message */
     const char *log;     /**< file its stderr (the log) goes to */
 } rank_spec_t;
 
@@ -69,9 +70,20 @@ ssize_t __real_send(int fd, const void *buf, size_t len, int flags);
 ssize_t __wrap_send(int fd, const void *buf, size_t len, int flags);
 ssize_t __wrap_send(int fd, const void *buf, size_t len, int flags)
 {
-    ssize_t n = __real_send(fd, buf, len, flags);
+    static int calls;
+    char       altered[64];
+    ssize_t    n;
 
-    if (capturing && n > 0 && res->captured + (size_t)n <= CAPTURE_MAX) {
+    /* Sends: the hello, the proof, then the first exchange's header and
+     * request; the request's first byte (the exchange's name) is flipped,
+     * as a man in the middle would. */
+    if (capturing == 2 && ++calls == 4 && len <= sizeof(altered)) {
+        memcpy(altered, buf, len);
+        altered[0] ^= 1;
+        buf = altered;
+    }
+    n = __real_send(fd, buf, len, flags);
+    if (capturing == 1 && n > 0 && res->captured + (size_t)n <= CAPTURE_MAX) {
         memcpy(res->capture + res->captured, buf, (size_t)n);
         res->captured += (size_t)n;
     }

@@ -7,7 +7,9 @@
  * completes, the intruder gets nothing after the challenge, and rank 0
  * logs the intruder's address.  Ranks whose secrets differ, or of which
  * only some have one, are refused with a sentence naming both
- * fingerprints and never a secret.  SPDX-License-Identifier: MIT
+ * fingerprints and never a secret.  An exchange message altered on the way
+ * fails its seal; a listener posing as rank 0 gets the hello alone.
+ * SPDX-License-Identifier: MIT
  */
 #include "rendezvous_job.h"
 
@@ -22,15 +24,22 @@ static char      intruder[64]; /* the intruder's address, as rank 0 logs it */
 static size_t    intruder_got; /* bytes it received after the challenge */
 static int       intruder_closed;
 
-static int read_all(int fd, void *buf, size_t len, int ms)
+/* Up to len bytes; stops at EOF or a reset (*closed = 1) or when `ms`
+ * pass without data (*closed = 0). */
+static int read_some(int fd, void *buf, size_t len, int ms, int *closed)
 {
     struct pollfd p = {.fd = fd, .events = POLLIN};
     size_t        got = 0;
     ssize_t       n;
 
+    *closed = 0;
     while (got < len && poll(&p, 1, ms) == 1) {
         n = read(fd, (char *)buf + got, len - got);
-        if (n <= 0) {
+        if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+            *closed = 1;
+            break;
+        }
+        if (n < 0) {
             break;
         }
         got += (size_t)n;
@@ -38,19 +47,30 @@ static int read_all(int fd, void *buf, size_t len, int ms)
     return (int)got;
 }
 
+static int read_all(int fd, void *buf, size_t len, int ms)
+{
+    int closed;
+
+    return read_some(fd, buf, len, ms, &closed);
+}
+
 /* After its last message: what the intruder receives until rank 0 closes
  * the connection (it must, and send nothing). */
 static void intruder_listen(int fd)
 {
     char buf[256];
-    int  n;
+    int  n, closed = 0;
 
-    intruder_got    = 0;
-    intruder_closed = 0;
-    while ((n = read_all(fd, buf, sizeof(buf), (int)(TIMEOUT_S * 1e3))) > 0) {
+    intruder_got = 0;
+    while (!closed &&
+           (n = read_some(fd, buf, sizeof(buf), (int)(TIMEOUT_S * 1e3),
+                          &closed)) >= 0) {
         intruder_got += (size_t)n;
+        if (n == 0 && !closed) {
+            break; /* silent, yet open: a timeout */
+        }
     }
-    intruder_closed = (n == 0);
+    intruder_closed = closed;
     close(fd);
 }
 
@@ -191,6 +211,38 @@ static void right_nonce(void)
     close(fd);
 }
 
+/* A listener posing as rank 0 on the job's port: it answers a real rank's
+ * hello with a challenge whose proof it made up, and records what the rank
+ * sent (the hello alone, or it gave something away). */
+static size_t fake_root_got;
+
+static void fake_root(int lfd)
+{
+    sl_boot_challenge_t ch = {.magic = SL_BOOT_MAGIC, .verdict = SL_BOOT_ADMIT,
+                              .mode = SL_AUTH_HMAC,
+                              .version = SL_BOOT_VERSION};
+    struct pollfd       p  = {.fd = lfd, .events = POLLIN};
+    char                buf[512];
+    int                 fd, n, closed;
+
+    fake_root_got = 0;
+    if (poll(&p, 1, (int)(TIMEOUT_S * 1e3)) != 1 ||
+        (fd = accept(lfd, NULL, NULL)) < 0) {
+        return;
+    }
+    n = read_all(fd, buf, sizeof(sl_boot_hdr_t) + sizeof(sl_boot_hello_t),
+                 (int)(TIMEOUT_S * 1e3));
+    sl_auth_random(ch.nonce, sizeof(ch.nonce), NULL);
+    sl_auth_random(ch.proof, sizeof(ch.proof), NULL);
+    (void)!write(fd, &ch, sizeof(ch));
+    fake_root_got = (size_t)n;
+    while ((n = read_some(fd, buf, sizeof(buf), (int)(TIMEOUT_S * 1e3),
+                          &closed)) > 0) {
+        fake_root_got += (size_t)n;
+    }
+    close(fd);
+}
+
 static pid_t flooder = -1;
 static int   flood_stop[2];
 
@@ -255,7 +307,7 @@ static void expect_refused_intruder(const char *what, double took)
         CHECK(res->status[i] == STAGELINK_SUCCESS, "%s: rank %d failed: %s",
               what, i, res->msg[i]);
     }
-    CHECK(took < TIMEOUT_S, "%s: the job took %.2f s", what, took);
+    CHECK(took < TIMEOUT_S + 1, "%s: the job took %.2f s", what, took);
     CHECK(intruder_closed && intruder_got == 0,
           "%s: the intruder received %zu bytes after the challenge%s", what,
           intruder_got, intruder_closed ? "" : " and was never closed");
@@ -281,8 +333,8 @@ int main(void)
 
     setenv("STAGELINK_DEBUG", "WARN", 1);
     if (job_setup() != 0 ||
-        sl_auth_set(&job_auth, SECRET, strlen(SECRET), "test", NULL) != 0 ||
-        sl_auth_set(&other_auth, OTHER, strlen(OTHER), "test", NULL) != 0) {
+        sl_auth_set(&job_auth, SECRET, strlen(SECRET), "test", KEY, NULL) != 0 ||
+        sl_auth_set(&other_auth, OTHER, strlen(OTHER), "test", KEY, NULL) != 0) {
         return 2;
     }
     sl_auth_fingerprint_hex(job_auth.fingerprint, fp_job);
@@ -319,8 +371,43 @@ int main(void)
      * others fail on its departure, not on a missing rank. */
     took = run_job(job, 2, right_nonce);
     CHECK(res->status[0] != STAGELINK_SUCCESS &&
-              strstr(res->msg[0], "missing") == NULL,
+              strstr(res->msg[0], "closed the connection") != NULL,
           "right nonce: rank 0 did not count rank 2 in: %s", res->msg[0]);
+
+    /* A tampered exchange: rank 1's first request altered on the way
+     * fails its seal at rank 0, and init fails on both. */
+    memcpy(spec, job, sizeof(spec));
+    spec[0].world = spec[1].world = 2;
+    spec[1].capture = 2;
+    took = run_job(spec, 2, NULL);
+    CHECK(res->status[0] != STAGELINK_SUCCESS &&
+              strstr(res->msg[0], "rank 1's part of bootstrap exchange") &&
+              strstr(res->msg[0], "fails its seal"),
+          "tampered: rank 0 said: %s", res->msg[0]);
+    CHECK(res->status[1] != STAGELINK_SUCCESS, "tampered: rank 1 succeeded");
+    CHECK(took < 2 * TIMEOUT_S + 1, "tampered: %.2f s", took);
+
+    /* A listener posing as rank 0: the real rank refuses its made-up proof
+     * and has sent it the hello alone. */
+    {
+        pid_t pid;
+        int   lfd, wst;
+
+        lfd = hold_port(&port);
+        CHECK(lfd >= 0 && listen(lfd, 4) == 0, "no fake rank 0 listener");
+        if ((pid = fork()) == 0) {
+            run_rank(1, job[1]);
+        }
+        fake_root(lfd);
+        waitpid(pid, &wst, 0);
+        close(lfd);
+        CHECK(res->status[1] != STAGELINK_SUCCESS &&
+                  strstr(res->msg[1], "did not prove it holds the job secret"),
+              "fake rank 0: rank 1 said: %s", res->msg[1]);
+        CHECK(fake_root_got == sizeof(sl_boot_hdr_t) + sizeof(sl_boot_hello_t),
+              "fake rank 0 got %zu bytes, the hello is %zu", fake_root_got,
+              sizeof(sl_boot_hdr_t) + sizeof(sl_boot_hello_t));
+    }
 
     /* Secrets that differ: both sides say so with both fingerprints. */
     memcpy(spec, job, sizeof(spec));
@@ -365,7 +452,7 @@ int main(void)
         CHECK(res->status[i] == STAGELINK_SUCCESS, "flood: rank %d failed: %s",
               i, res->msg[i]);
     }
-    CHECK(took < TIMEOUT_S, "flood: the job took %.2f s", took);
+    CHECK(took < TIMEOUT_S + 1, "flood: the job took %.2f s", took);
     if (getenv("KEEP_LOG") == NULL) {
         unlink(log_path);
     }

@@ -139,7 +139,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rv.job_key    = JOB_KEY;
     rv.peer_fds   = fds;
     if (data[1] & 16) {
-        sl_auth_set(&rv.auth, secret, sizeof(secret) - 1, "fuzz", NULL);
+        sl_auth_set(&rv.auth, secret, sizeof(secret) - 1, "fuzz", JOB_KEY,
+                    NULL);
     }
     taken = (unsigned)data[2] | ((unsigned)data[3] << 8);
     for (r = 0; r < rv.world_size; ++r) {

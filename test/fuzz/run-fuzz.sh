@@ -16,15 +16,23 @@ if ! command -v "$cc" >/dev/null 2>&1; then
     echo "SKIP: no $cc (install clang and libclang-rt-14-dev)"
     exit 77
 fi
+# Whether clang can link libFuzzer at all: only that is a reason to skip.
+printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n);\nint LLVMFuzzerTestOneInput(const char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' \
+    >"$work/probe.c"
+if ! "$cc" -fsanitize=fuzzer "$work/probe.c" -o "$work/probe" 2>"$work/build.log"; then
+    cat "$work/build.log"
+    echo "SKIP: $cc cannot link a libFuzzer target here (see above)"
+    exit 77
+fi
 if ! "$cc" -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=fuzzer,address,undefined \
         -fno-sanitize-recover=undefined -I"$src/include" -I"$src/src" \
         "$src/test/fuzz/fuzz_bootstrap.c" "$src/src/sl_bootstrap.c" \
         "$src/src/sl_rendezvous.c" "$src/src/sl_auth.c" "$src/src/sl_sock.c" \
-        "$src/src/sl_log.c" "$src/src/sl_status.c" "$src/src/sl_env.c" \
-        -lcrypto -lm -o "$work/fuzz_bootstrap" 2>"$work/build.log"; then
+        "$src/src/sl_launcher.c" "$src/src/sl_log.c" "$src/src/sl_status.c" \
+        "$src/src/sl_env.c" -lcrypto -lm -o "$work/fuzz_bootstrap" 2>"$work/build.log"; then
     cat "$work/build.log"
-    echo "SKIP: $cc cannot build a libFuzzer target here (see above)"
-    exit 77
+    echo "FAIL: the fuzz target does not build (see above)"
+    exit 1
 fi
 # libFuzzer adds what it finds to the first corpus directory: a copy.
 rm -rf "$work/corpus"

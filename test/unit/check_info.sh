@@ -47,7 +47,7 @@ has "local rank 7: mlx5_6:1"
 env -u STAGELINK_JOB_SECRET -u STAGELINK_JOB_SECRET_FILE "$info" >"$out" 2>/dev/null
 has "^rendezvous: unauthenticated (no STAGELINK_JOB_SECRET"
 STAGELINK_JOB_SECRET=info-check-secret-42 "$info" >"$out" 2>/dev/null
-has "^rendezvous: authenticated (mutual HMAC-SHA256 .*secret from STAGELINK_JOB_SECRET, fingerprint [0-9a-f]\{16\})"
+has "^rendezvous: authenticated (mutual HMAC-SHA256 .*secret from STAGELINK_JOB_SECRET, fingerprint [0-9a-f]\{16\} for job key [0-9a-f]\{16\})"
 has "^STAGELINK_JOB_SECRET *= (set, not shown)"
 grep -q "info-check-secret-42" "$out" && fail "stagelink_info printed the job secret"
 STAGELINK_JOB_SECRET=x STAGELINK_JOB_SECRET_FILE=/x "$info" >"$out" 2>/dev/null

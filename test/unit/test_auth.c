@@ -18,10 +18,11 @@
 
 #define SECRET "job-secret-A-0123456789abcdef"
 
-/* python3: hmac.new(SECRET, b"stagelink job secret fingerprint\0",
- * sha256).hexdigest()[:16], and the client proof over nonces 0..31 and
- * 32..63, rank 5, world 8, job key 7 (little-endian). */
-#define FP_HEX "b33bfe5acffe14bb"
+/* python3: hmac.new(SECRET, b"stagelink job secret fingerprint\0" +
+ * (7).to_bytes(8, "little"), sha256).hexdigest()[:16] (job key 7), and the
+ * client proof over nonces 0..31 and 32..63, rank 5, world 8, job key 7
+ * (little-endian). */
+#define FP_HEX "a88ff210bee35ea6"
 #define PROOF_HEX \
     "4997ceb2bd4aac0f4836f7a247f242d5b35ea80d2fcf758bb6ba600607ea5222"
 
@@ -54,45 +55,57 @@ static void test_sources(void)
 
     unsetenv("STAGELINK_JOB_SECRET");
     unsetenv("STAGELINK_JOB_SECRET_FILE");
-    CHECK(sl_auth_load(&a, &eb) == STAGELINK_SUCCESS && a.mode == SL_AUTH_NONE,
+    CHECK(sl_auth_load(&a, 7, &eb) == STAGELINK_SUCCESS && a.mode == SL_AUTH_NONE,
           "no secret: mode %d (%s)", a.mode, eb.msg);
 
     setenv("STAGELINK_JOB_SECRET", SECRET, 1);
-    CHECK(sl_auth_load(&a, &eb) == STAGELINK_SUCCESS && a.mode == SL_AUTH_HMAC,
+    CHECK(sl_auth_load(&a, 7, &eb) == STAGELINK_SUCCESS && a.mode == SL_AUTH_HMAC,
           "the variable: %s", eb.msg);
     sl_auth_fingerprint_hex(a.fingerprint, fp);
     CHECK(strcmp(fp, FP_HEX) == 0, "fingerprint %s, HMAC-SHA256 gives %s", fp,
           FP_HEX);
 
+    setenv("STAGELINK_JOB_SECRET", SECRET, 1);
+    CHECK(sl_auth_load(&a, 8, &eb) == STAGELINK_SUCCESS &&
+              (sl_auth_fingerprint_hex(a.fingerprint, fp), strcmp(fp, FP_HEX) != 0),
+          "another job key's fingerprint is the same: %s", fp);
+
     setenv("STAGELINK_JOB_SECRET", "", 1);
-    CHECK(sl_auth_load(&a, &eb) == STAGELINK_ERR_CONFIG &&
+    CHECK(sl_auth_load(&a, 7, &eb) == STAGELINK_ERR_CONFIG &&
               strstr(eb.msg, "0 bytes"),
           "an empty secret: %s", eb.msg);
+    unsetenv("STAGELINK_JOB_SECRET");
+    setenv("STAGELINK_JOB_SECRET_FILE", "", 1);
+    CHECK(sl_auth_load(&a, 7, &eb) == STAGELINK_ERR_CONFIG &&
+              strstr(eb.msg, "set but empty") && sl_auth_configured(),
+          "an empty file name: %s", eb.msg);
+    unsetenv("STAGELINK_JOB_SECRET_FILE");
+    CHECK(!sl_auth_configured(), "nothing set, yet configured");
 
     snprintf(path, sizeof(path), "/tmp/sl-secret-%d", (int)getpid());
     CHECK(write_file(path, SECRET "\n", 0600) == 0, "cannot write %s", path);
     setenv("STAGELINK_JOB_SECRET_FILE", path, 1);
     setenv("STAGELINK_JOB_SECRET", SECRET, 1);
-    CHECK(sl_auth_load(&a, &eb) == STAGELINK_ERR_CONFIG &&
+    CHECK(sl_auth_load(&a, 7, &eb) == STAGELINK_ERR_CONFIG &&
               strstr(eb.msg, "set one"),
           "both set: %s", eb.msg);
     unsetenv("STAGELINK_JOB_SECRET");
-    CHECK(sl_auth_load(&a, &eb) == STAGELINK_SUCCESS && a.mode == SL_AUTH_HMAC,
+    CHECK(sl_auth_load(&a, 7, &eb) == STAGELINK_SUCCESS && a.mode == SL_AUTH_HMAC,
           "a 0600 file: %s", eb.msg);
     sl_auth_fingerprint_hex(a.fingerprint, fp);
     CHECK(strcmp(fp, FP_HEX) == 0 && strstr(a.source, path),
           "the file's trailing newline is not the secret's: %s from %s", fp,
           a.source);
     CHECK(chmod(path, 0640) == 0, "chmod");
-    CHECK(sl_auth_load(&a, &eb) == STAGELINK_ERR_CONFIG &&
+    CHECK(sl_auth_load(&a, 7, &eb) == STAGELINK_ERR_CONFIG &&
               strstr(eb.msg, "0640") && strstr(eb.msg, "chmod 600"),
           "a group-readable file: %s", eb.msg);
     unlink(path);
-    CHECK(sl_auth_load(&a, &eb) == STAGELINK_ERR_CONFIG &&
+    CHECK(sl_auth_load(&a, 7, &eb) == STAGELINK_ERR_CONFIG &&
               strstr(eb.msg, path),
           "a missing file: %s", eb.msg);
     setenv("STAGELINK_JOB_SECRET_FILE", "/tmp", 1);
-    CHECK(sl_auth_load(&a, &eb) == STAGELINK_ERR_CONFIG &&
+    CHECK(sl_auth_load(&a, 7, &eb) == STAGELINK_ERR_CONFIG &&
               strstr(eb.msg, "regular file"),
           "a directory: %s", eb.msg);
     unsetenv("STAGELINK_JOB_SECRET_FILE");
@@ -113,7 +126,7 @@ static void test_proofs(void)
         b.root_nonce[i]   = (uint8_t)(32 + i);
     }
     CHECK(sizeof(b) == 80, "the binding has padding: %zu bytes", sizeof(b));
-    sl_auth_set(&a, SECRET, strlen(SECRET), "test", NULL);
+    sl_auth_set(&a, SECRET, strlen(SECRET), "test", 7, NULL);
     CHECK(sl_auth_compute(&a, SL_AUTH_CLIENT_PROOF, &b, mac, NULL) ==
           STAGELINK_SUCCESS, "compute");
     hex(mac, sizeof(mac), text);

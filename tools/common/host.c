@@ -129,6 +129,6 @@ void sl_host_compute(double us)
     struct timespec ts = {(time_t)(us / 1e6),
                           (long)((us - (double)(time_t)(us / 1e6) * 1e6) * 1e3)};
 
-    while (us > 0 && nanosleep(&ts, &ts) != 0) {
+    while (us > 0 && nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
