@@ -15,34 +15,6 @@ static sl_boot_hdr_t sl_boot_hdr(const sl_bootstrap_t *bs, uint64_t size)
                            (uint32_t)bs->world_size, bs->job_key, size};
 }
 
-static sl_status_t sl_boot_check_hdr(const sl_boot_hdr_t *h,
-                                     const sl_bootstrap_t *bs,
-                                     sl_errbuf_t *eb)
-{
-    if (h->magic != SL_BOOT_MAGIC || h->version != SL_BOOT_VERSION) {
-        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                        "bootstrap message with magic 0x%x version %u, "
-                        "expected 0x%x version %u: a client of another "
-                        "program or stagelink version", h->magic, h->version,
-                        SL_BOOT_MAGIC, SL_BOOT_VERSION);
-    }
-    if (h->job_key != bs->job_key) {
-        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                        "rank %u has job key %016llx, this job %016llx: a "
-                        "process of another job (or STAGELINK_JOB_KEY differs "
-                        "between ranks)", h->rank,
-                        (unsigned long long)h->job_key,
-                        (unsigned long long)bs->job_key);
-    }
-    if (h->world_size != (uint32_t)bs->world_size) {
-        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                        "rank %u says world size %u, rank %d says %d; all "
-                        "ranks must be started with the same world size",
-                        h->rank, h->world_size, bs->rank, bs->world_size);
-    }
-    return STAGELINK_SUCCESS;
-}
-
 sl_status_t sl_bootstrap_init(sl_bootstrap_t *bs,
                               const stagelink_config_t *config,
                               const sl_launcher_t *launcher, double timeout,
@@ -306,7 +278,8 @@ static sl_status_t sl_boot_root_read(sl_bootstrap_t *bs, int r,
 
     SL_CHECK(sl_sock_io(fd, &hdr, sizeof(hdr), 0, deadline, &bs->progress,
                         eb));
-    SL_CHECK(sl_boot_check_hdr(&hdr, bs, eb));
+    SL_CHECK(sl_rendezvous_check_hdr(&hdr, bs->job_key, bs->world_size, NULL,
+                                     eb));
     if (hdr.size > sizeof(sl_boot_req_t) + 4ull * (size_t)bs->world_size +
                        SL_BOOTSTRAP_MAX_BLOCK) {
         return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,

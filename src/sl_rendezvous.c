@@ -61,6 +61,42 @@ static const char *const sl_rv_verdict_text[] = {
     [SL_BOOT_WRONG_VERSION] = "it runs another stagelink version",
 };
 
+sl_status_t sl_rendezvous_check_hdr(const sl_boot_hdr_t *h, uint64_t job_key,
+                                    int world_size, sl_boot_verdict_t *verdict,
+                                    sl_errbuf_t *eb)
+{
+    sl_boot_verdict_t ignored;
+
+    verdict  = (verdict != NULL) ? verdict : &ignored;
+    *verdict = SL_BOOT_SILENT;
+    if (h->magic != SL_BOOT_MAGIC || h->version != SL_BOOT_VERSION) {
+        *verdict = (h->magic == SL_BOOT_MAGIC) ? SL_BOOT_WRONG_VERSION
+                                               : SL_BOOT_SILENT;
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "bootstrap message with magic 0x%x version %u, "
+                        "expected 0x%x version %u: a client of another "
+                        "program or stagelink version", h->magic, h->version,
+                        SL_BOOT_MAGIC, SL_BOOT_VERSION);
+    }
+    if (h->job_key != job_key) {
+        *verdict = SL_BOOT_WRONG_KEY;
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "rank %u has job key %016llx, this job %016llx: a "
+                        "process of another job (or STAGELINK_JOB_KEY differs "
+                        "between ranks)", h->rank,
+                        (unsigned long long)h->job_key,
+                        (unsigned long long)job_key);
+    }
+    if (h->world_size != (uint32_t)world_size) {
+        *verdict = SL_BOOT_WRONG_WORLD;
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                        "rank %u says world size %u, rank 0 says %d; all "
+                        "ranks must be started with the same world size",
+                        h->rank, h->world_size, world_size);
+    }
+    return STAGELINK_SUCCESS;
+}
+
 sl_status_t sl_rendezvous_check_hello(const sl_rendezvous_t *rv,
                                       const void *buf, size_t len,
                                       uint32_t *rank,
@@ -79,11 +115,8 @@ sl_status_t sl_rendezvous_check_hello(const sl_rendezvous_t *rv,
     }
     memcpy(&h, buf, sizeof(h));
     if (h.magic != SL_BOOT_MAGIC || h.version != SL_BOOT_VERSION) {
-        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                        "hello with magic 0x%x version %u, expected 0x%x "
-                        "version %u: a client of another program or "
-                        "stagelink version", h.magic, h.version,
-                        SL_BOOT_MAGIC, SL_BOOT_VERSION);
+        return sl_rendezvous_check_hdr(&h, rv->job_key, rv->world_size,
+                                       verdict, eb);
     }
     if (h.size != sizeof(hello) || len != sizeof(h) + sizeof(hello)) {
         return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
@@ -91,23 +124,9 @@ sl_status_t sl_rendezvous_check_hello(const sl_rendezvous_t *rv,
                         (unsigned long long)h.size, len - sizeof(h),
                         sizeof(hello));
     }
+    SL_CHECK(sl_rendezvous_check_hdr(&h, rv->job_key, rv->world_size, verdict,
+                                     eb));
     memcpy(&hello, (const char *)buf + sizeof(h), sizeof(hello));
-    if (h.job_key != rv->job_key) {
-        *verdict = SL_BOOT_WRONG_KEY;
-        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                        "rank %u has job key %016llx, this job %016llx: a "
-                        "process of another job (or STAGELINK_JOB_KEY differs "
-                        "between ranks)", h.rank,
-                        (unsigned long long)h.job_key,
-                        (unsigned long long)rv->job_key);
-    }
-    if (h.world_size != (uint32_t)rv->world_size) {
-        *verdict = SL_BOOT_WRONG_WORLD;
-        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                        "rank %u says world size %u, rank 0 says %d; all "
-                        "ranks must be started with the same world size",
-                        h.rank, h.world_size, rv->world_size);
-    }
     if (h.rank == 0 || h.rank >= (uint32_t)rv->world_size) {
         *verdict = SL_BOOT_BAD_RANK;
         return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
@@ -329,8 +348,8 @@ static void sl_rv_read(sl_rendezvous_t *rv, sl_rv_client_t *c, int *arrived)
 
         (void)sl_rendezvous_check_hello(rv, c->in.hello, c->got, &rank,
                                         &verdict, &why);
-        if (h.magic == SL_BOOT_MAGIC && h.version != SL_BOOT_VERSION) {
-            sl_rv_refuse(rv, c, SL_BOOT_WRONG_VERSION);
+        if (verdict == SL_BOOT_WRONG_VERSION) {
+            sl_rv_refuse(rv, c, verdict);
         }
         sl_rv_drop(rv, c, why.msg);
         return;

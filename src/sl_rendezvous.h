@@ -98,6 +98,15 @@ sl_status_t sl_rendezvous_open(sl_rendezvous_t *rv,
 void sl_rendezvous_close(sl_rendezvous_t *rv);
 
 /**
+ * Checks a header from a rank against this job: magic and version, job
+ * key, world size.  *verdict (may be NULL) says what rank 0 answers a
+ * hello that fails (SL_BOOT_SILENT: nothing).
+ */
+sl_status_t sl_rendezvous_check_hdr(const sl_boot_hdr_t *h, uint64_t job_key,
+                                    int world_size, sl_boot_verdict_t *verdict,
+                                    sl_errbuf_t *eb);
+
+/**
  * Decodes a hello at rank 0 (the bytes a stranger controls): magic,
  * version, job key, world size, rank in range and not taken, the mode
  * and the secret's fingerprint.  On success *rank is set; on failure
