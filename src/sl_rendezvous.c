@@ -49,16 +49,13 @@ typedef struct sl_rv_client {
     sl_auth_bind_t bind;
 } sl_rv_client_t;
 
+/* The refusals a rank is told plainly; the rest have sentences of their
+ * own (sl_rv_refused). */
 static const char *const sl_rv_verdict_text[] = {
-    [SL_BOOT_ADMIT]        = "admitted",
-    [SL_BOOT_WRONG_KEY]    = "its job key differs from this job's",
-    [SL_BOOT_WRONG_WORLD]  = "its world size differs from this job's",
-    [SL_BOOT_BAD_RANK]     = "its rank is outside the job",
-    [SL_BOOT_RANK_TAKEN]   = "its rank has already joined",
-    [SL_BOOT_WRONG_MODE]   = "one side has a job secret and the other none",
-    [SL_BOOT_WRONG_SECRET] = "its job secret differs from this job's",
-    [SL_BOOT_SILENT]       = "not a stagelink hello of this version",
-    [SL_BOOT_WRONG_VERSION] = "it runs another stagelink version",
+    [SL_BOOT_WRONG_KEY]   = "its job key differs from this job's",
+    [SL_BOOT_WRONG_WORLD] = "its world size differs from this job's",
+    [SL_BOOT_BAD_RANK]    = "its rank is outside the job",
+    [SL_BOOT_RANK_TAKEN]  = "its rank has already joined",
 };
 
 sl_status_t sl_rendezvous_check_hdr(const sl_boot_hdr_t *h, uint64_t job_key,
@@ -545,7 +542,8 @@ static sl_status_t sl_rv_refused(const sl_rendezvous_t *rv,
                     "rank 0 at %s:%d refused rank %d (world %d, job key "
                     "%016llx): %s", l->addr, l->port, rv->rank,
                     rv->world_size, (unsigned long long)rv->job_key,
-                    ch->verdict < SL_ARRAY_SIZE(sl_rv_verdict_text)
+                    (ch->verdict < SL_ARRAY_SIZE(sl_rv_verdict_text) &&
+                     sl_rv_verdict_text[ch->verdict] != NULL)
                         ? sl_rv_verdict_text[ch->verdict]
                         : "an unknown reason");
 }

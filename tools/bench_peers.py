@@ -117,21 +117,16 @@ def stream_nixl(agent, t, rank, stage, tensor, iters, link):
                 time.sleep(20e-6)
         dist.send(torch.zeros(1), other)
         return
-    local, remote, peer_name = link
-    pending = []
+    # WINDOW prepared transfers, each posted again once its last one is
+    # done, as a NIXL user streams.
     for i in range(iters):
-        if len(pending) == WINDOW:
-            h = pending.pop(0)
+        h = link[i % WINDOW]
+        if i >= WINDOW:
             nixl_wait(agent, h)
-            agent.release_xfer_handle(h)
-        h = agent.initialize_xfer("WRITE", local, remote, peer_name,
-                                  str(i).encode())
-        if agent.transfer(h) == "ERR":
+        if agent.transfer(h, str(i).encode()) == "ERR":
             raise RuntimeError("NIXL transfer %d failed" % i)
-        pending.append(h)
-    for h in pending:
-        nixl_wait(agent, h)
-        agent.release_xfer_handle(h)
+    for i in range(max(0, iters - WINDOW), iters):
+        nixl_wait(agent, link[i % WINDOW])
     dist.recv(torch.zeros(1), other)
 
 
@@ -150,13 +145,16 @@ def nixl_connect(agent, t, rank, stage, buf):
 
 
 def nixl_link(agent, peer, tensor):
-    """The local and remote descriptors of one size, for stream_nixl."""
+    """The sender's WINDOW transfer handles of one size (WRITEs of the
+    tensor into its peer's buffer), for stream_nixl."""
     if peer is None:
         return None
     name, addr = peer
     nbytes = tensor.numel() * tensor.element_size()
-    return (agent.get_xfer_descs(tensor),
-            agent.get_xfer_descs([(addr, nbytes, 0)], "DRAM"), name)
+    local = agent.get_xfer_descs(tensor)
+    remote = agent.get_xfer_descs([(addr, nbytes, 0)], "DRAM")
+    return [agent.initialize_xfer("WRITE", local, remote, name, b"0")
+            for _ in range(WINDOW)]
 
 
 def main():
@@ -186,7 +184,7 @@ def main():
             tensor = buf[:n // 4]
             link = nixl_link(agent, nixl_peer, tensor)
         else:
-            tensor = torch.ones(n // 4, dtype=torch.float32)
+            tensor, link = torch.ones(n // 4, dtype=torch.float32), None
         best = None
         for warm in (True, False):
             # Every rank starts the measured stream together (stagelink's
@@ -206,6 +204,8 @@ def main():
                 best = (time.perf_counter() - start) / iters * 1e6
         if rank == 0:
             print("%d,%s,%d,%.1f" % (n, peer, t, best), flush=True)
+        for h in link or []:
+            agent.release_xfer_handle(h)
     if comm is not None:
         comm.close()
         return 0

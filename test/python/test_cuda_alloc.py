@@ -10,15 +10,9 @@ SPDX-License-Identifier: MIT
 import os
 import sys
 
-try:
-    import torch
-except ImportError as e:
-    print("SKIP: %s (install python3-torch)" % e)
-    sys.exit(77)
-if not torch.cuda.is_available():
-    print("SKIP: torch sees no CUDA device (torch %s, built with CUDA %s)"
-          % (torch.__version__, torch.version.cuda))
-    sys.exit(77)
+from cuda_or_skip import require_cuda
+
+torch = require_cuda()
 
 import stagelink
 

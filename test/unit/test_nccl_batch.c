@@ -82,24 +82,17 @@ static int f_event_query(void *ev, sl_status_t *status, sl_errbuf_t *eb)
     return 1;
 }
 
-static const sl_gpu_ops_t fake_gpu = {
-    .name          = "fake",
-    .probe         = f_probe,
-    .classify      = f_classify,
-    .event_create  = f_event_create,
-    .event_destroy = f_event_destroy,
-    .event_record  = f_event_record,
-    .event_query   = f_event_query,
-};
+/* The GPU without contexts, and the same with them. */
+#define FAKE_GPU_EVENTS \
+    .probe = f_probe, .classify = f_classify, .event_create = f_event_create, \
+    .event_destroy = f_event_destroy, .event_record = f_event_record, \
+    .event_query = f_event_query
+
+static const sl_gpu_ops_t fake_gpu = {.name = "fake", FAKE_GPU_EVENTS};
 
 static const sl_gpu_ops_t fake_gpu_ctx = {
     .name            = "fake with contexts",
-    .probe           = f_probe,
-    .classify        = f_classify,
-    .event_create    = f_event_create,
-    .event_destroy   = f_event_destroy,
-    .event_record    = f_event_record,
-    .event_query     = f_event_query,
+    FAKE_GPU_EVENTS,
     .device_current  = f_device_current,
     .device_set      = f_device_set,
     .context_current = f_context_current,
