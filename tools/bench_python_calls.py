@@ -5,10 +5,13 @@ torch.distributed over gloo, and stagelink_perftest's one-way boundary time
 from C, all on the same machine and in the same run; µs per one-way
 message (round trip / 2, the median of the rounds) and each against C.
 
-    tools/bench_python_calls.py -b BUILD [-s 4096] [-n 2000] [-r 5]
+    tools/bench_python_calls.py [-b BUILD] [-s 4096] [-n 2000] [-r 5]
 
-Runs its own ranks (stagelink_run from BUILD), once per peer, each peer in
-its own processes.  SPDX-License-Identifier: MIT
+Runs its own ranks, once per peer, each peer in its own processes: by
+default with the stagelink package this interpreter has installed (the
+wheel of `pip install .`: its own library and tools, C and Python from
+one build); with -b, a build tree's (configured for this interpreter,
+-Dpython=, as its compiled _calls is).  SPDX-License-Identifier: MIT
 """
 import argparse
 import os
@@ -55,8 +58,8 @@ def rank_main(kind, size, iters, rounds):
                                        max(times) - min(times)), flush=True)
 
 
-def run(build, args, env):
-    out = subprocess.run([os.path.join(build, "tools", "stagelink_run"), "-n",
+def run(tools, args, env):
+    out = subprocess.run([os.path.join(tools, "stagelink_run"), "-n",
                           "2", "-T", "300", "--"] + args, env=env,
                          capture_output=True, text=True, timeout=320)
     if out.returncode != 0:
@@ -71,17 +74,37 @@ def main():
                   int(sys.argv[5]))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("-b", "--build", required=True)
+    ap.add_argument("-b", "--build")
     ap.add_argument("-s", "--size", type=int, default=4096)
     ap.add_argument("-n", "--iters", type=int, default=2000)
     ap.add_argument("-r", "--rounds", type=int, default=5)
     o = ap.parse_args()
-    build = os.path.abspath(o.build)
-    env = dict(os.environ, STAGELINK_PLUGIN_PATH=os.path.join(build, "plugin"),
-               STAGELINK_LIBRARY=os.path.join(build, "src", "libstagelink.so"),
-               PYTHONPATH=os.path.join(HERE, "..", "python"))
+    env = dict(os.environ)
+    if o.build:
+        build = os.path.abspath(o.build)
+        tools = os.path.join(build, "tools")
+        env.update(STAGELINK_PLUGIN_PATH=os.path.join(build, "plugin"),
+                   STAGELINK_LIBRARY=os.path.join(build, "src",
+                                                  "libstagelink.so"),
+                   PYTHONPATH=os.pathsep.join([os.path.join(HERE, "..",
+                                                            "python"),
+                                               os.path.join(build, "python")]))
+    else:
+        for name in ("STAGELINK_PLUGIN_PATH", "STAGELINK_PLUGIN",
+                     "STAGELINK_LIBRARY", "PYTHONPATH"):
+            env.pop(name, None)
+        try:
+            import stagelink
+        except ImportError as e:
+            sys.exit("bench_python_calls.py: %s has no stagelink package "
+                     "(%s): tools/make-venv.sh installs the wheel, or pass "
+                     "-b BUILD" % (sys.executable, e))
+        # Its console scripts: the wheel's tools, on the UCX it chose.
+        tools = os.path.dirname(sys.executable)
+        print("# stagelink %s from %s" % (stagelink.__version__,
+                                          os.path.dirname(stagelink.__file__)))
     rows = []
-    csv, err = run(build, [os.path.join(build, "tools", "stagelink_perftest"),
+    csv, err = run(tools, [os.path.join(tools, "stagelink_perftest"),
                            "-t", "1", "-k", "boundary", "-s", str(o.size),
                            "-n", str(o.iters), "-w", str(o.iters // 10),
                            "--csv"], env)
@@ -93,7 +116,7 @@ def main():
                 c_us = float(f[4])  # avg one-way
     rows.append(("C (stagelink_perftest -k boundary, avg)", c_us, None, err))
     for kind in ("stagelink", "gloo"):
-        out, err = run(build, [sys.executable, os.path.abspath(__file__),
+        out, err = run(tools, [sys.executable, os.path.abspath(__file__),
                                "--rank", kind, str(o.size), str(o.iters),
                                str(o.rounds)], env)
         us = spread = None

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Installs what stagelink needs to build and test on Debian 12, as root:
-# Debian's packages (the C path: meson install, Debian's python3 and its
-# torch), then the repository's Python environment, .venv, from the pins
-# of python/requirements-venv.txt with stagelink's own wheel in it
+# Debian's packages (the C path: meson install, Debian's python3 with its
+# headers, for the package's compiled part, and its torch), then the
+# repository's Python environment, .venv, from the pins of
+# python/requirements-venv.txt with stagelink's own wheel in it
 # (tools/make-venv.sh; STAGELINK_NO_VENV=1 leaves it out).  dpkg-dev: meson
 # asks its dpkg-architecture for the multiarch libdir the loader searches.
 set -eu
@@ -13,7 +14,7 @@ apt-get install -y -qq --no-install-recommends \
     libucx-dev ucx-utils libibverbs-dev rdma-core libssl-dev \
     openmpi-bin libopenmpi-dev \
     iproute2 gnuplot-nox clang libclang-rt-14-dev valgrind ca-certificates \
-    python3-numpy python3-torch >/dev/null
+    python3-dev python3-numpy python3-torch >/dev/null
 if [ "${STAGELINK_NO_VENV:-0}" != 1 ]; then
     "$(dirname "$0")/make-venv.sh"
 fi

@@ -1,5 +1,6 @@
 """stagelink from Python: pipeline-stage tensor transfers with Megatron's
-scatter/gather, through ctypes (no compiled extension).
+scatter/gather, through ctypes, with the post, test and wait compiled
+(_calls.c).
 
     import stagelink, torch
     with stagelink.Communicator(tp_size=2) as comm:
@@ -16,7 +17,13 @@ stagelink.megatron holds the drop-in for Megatron-Core's p2p_communication.
 SPDX-License-Identifier: MIT
 """
 
-from . import _lib
+# A build tree's package spans the sources and the build output (the
+# compiled _calls): both directories are on PYTHONPATH (meson devenv).
+import pkgutil
+
+__path__ = pkgutil.extend_path(__path__, __name__)
+
+from . import _lib  # noqa: E402
 from ._version import __version__
 from .communicator import (Communicator, P2POp, Placement, Request,
                            batch_isend_irecv)

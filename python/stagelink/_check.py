@@ -17,7 +17,7 @@ import ctypes
 import os
 import struct
 
-from . import _buffer, _lib
+from . import _lib
 from .errors import STATUS, ShapeMismatchError
 
 CHECK_CHUNK_BIT = 0x400
@@ -83,31 +83,43 @@ class Check:
                 ShapeMismatchError)
 
 
-def attach(comm, req, recv, xfer, buf):
-    """Posts the descriptor of `req`, the transfer `xfer` just posted (the
-    comm's lock held).  If it cannot be posted, the data transfer is
-    canceled and completed in the background, and the error raised."""
+class Held:
+    """A descriptor record, held by its Request as a Buffer would be."""
+    __slots__ = ("keep",)
+
+    def __init__(self, keep):
+        self.keep = keep
+
+    def release(self):
+        self.keep = None
+
+
+def attach(comm, req, recv, peer, microbatch, chunk):
+    """Posts the descriptor of `req`, the transfer just posted to `peer`
+    on (microbatch, chunk) (the comm's lock held).  If it cannot be posted,
+    the data transfer is canceled and completed in the background, and the
+    error raised."""
+    buf = req._buf
     t = comm.info["tp_size"]
     record = (ctypes.c_char * _RECORD.size * t)()
     if not recv:
         mine = _encode(comm.rank, buf)
         for i in range(t):
             record[i].raw = mine
-    desc = _lib.Xfer(peer=xfer.peer, buf=ctypes.addressof(record),
+    desc = _lib.Xfer(peer=peer, buf=ctypes.addressof(record),
                      nbytes=_RECORD.size * t, elem_size=_RECORD.size,
                      mem_type=_lib.MEM_HOST,
-                     tag=_lib.Tag(microbatch=xfer.tag.microbatch,
-                                  chunk=xfer.tag.chunk | CHECK_CHUNK_BIT))
+                     tag=_lib.Tag(microbatch=microbatch,
+                                  chunk=chunk | CHECK_CHUNK_BIT))
     try:
-        sub = comm._posted(recv, desc, _buffer.Held(record),
-                           "dtype/shape descriptor of microbatch %d chunk %d"
-                           % (xfer.tag.microbatch, xfer.tag.chunk))
+        sub = comm._post_xfer(recv, desc, Held(record),
+                              "dtype/shape descriptor of microbatch %d "
+                              "chunk %d" % (microbatch, chunk))
     except BaseException:
         comm._vt.cancel(comm._comm, req._handle)
         comm._orphans.append(req)
         raise
     chk = Check(recv, buf, record, sub)
     chk.tp_slot = comm.info["tp_index"]
-    chk.what = "microbatch %d chunk %d" % (xfer.tag.microbatch,
-                                            xfer.tag.chunk)
+    chk.what = "microbatch %d chunk %d" % (microbatch, chunk)
     req._check = chk

@@ -31,7 +31,7 @@ import time
 import weakref
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from . import _buffer, _check, _group_gather, _lib, _store
+from . import _calls, _check, _group_gather, _lib, _store
 from .errors import STATUS, ClosedError, StagelinkError, error
 
 __all__ = ["Communicator", "Request", "Placement", "P2POp",
@@ -53,6 +53,7 @@ _created = itertools.count()
 # The transport may still write into a failed request's buffer until
 # comm_finalize returns (stagelink.h, comm_abort).
 _HOLD_UNTIL_CLOSE = (STATUS["ERR_PEER_FAILED"], STATUS["ERR_ABORTED"])
+_IN_PROGRESS, _TIMEOUT = STATUS["IN_PROGRESS"], STATUS["ERR_TIMEOUT"]
 
 
 def _index(value, name, low, high):
@@ -128,7 +129,8 @@ class Request:
     __slots__ = ("_comm", "_handle", "_buf", "_desc", "_done", "_err",
                  "_timed_out", "_check", "_stream", "_ordered", "__weakref__")
 
-    def __init__(self, comm, handle, buf, what, check=None, stream=None):
+    def __init__(self, comm, handle=None, buf=None, what=None, check=None,
+                 stream=None):
         self._comm, self._handle, self._buf = comm, handle, buf
         self._desc, self._check = what, check
         self._done, self._err = False, None
@@ -158,7 +160,8 @@ class Request:
     def _result(self):
         if self._err is not None:
             raise error(*self._err)
-        self._order_current_stream()
+        if self._stream is not None:
+            self._order_current_stream()
         return None
 
     def _arm_current_stream(self):
@@ -218,10 +221,12 @@ class Request:
                 comm._require_open("wait")
                 if self._done:  # another thread completed it meanwhile
                     break
-                comm._reap()
-                self._arm_current_stream()
+                if comm._orphans:
+                    comm._reap()
+                if self._stream is not None:
+                    self._arm_current_stream()
                 status = comm._wait(self, slice_ms)
-            if status == STATUS["ERR_TIMEOUT"]:
+            if status == _TIMEOUT:
                 raise error(status, self._timed_out)
             if (not self._done and deadline is not None
                     and time.monotonic() >= deadline):
@@ -444,7 +449,9 @@ class Communicator:
         self._bootstrap = bootstrap
         self._gather = gather
         self._lock = threading.RLock()   # one thread in the library at a time
-        self._scratch = _lib.Xfer()      # the descriptor a post fills
+        # posts, test and wait: compiled (_calls.c), the rest through ctypes
+        self._calls = _calls.Calls(ctypes.addressof(self._vt),
+                                   self._comm.value, _cuda_stream)
         # abort must not race finalize; reentrant for a signal handler that
         # aborts while close() finalizes on the same thread.
         self._life = threading.RLock()
@@ -464,6 +471,7 @@ class Communicator:
             self.info[key] = self.info[key].decode()
         self.plugin = self._vt.name.decode()
         self._check = _check.enabled()
+        self._max_chunk = _check.max_chunk(self._check)
         if self._check and self.plugin != "ucx":
             self._vt.comm_abort(self._comm)
             self._vt.comm_finalize(self._comm)
@@ -475,8 +483,6 @@ class Communicator:
                 % self.plugin)
         # The helper thread's torch calls run on the same device.
         self._device = device if device is not None else _cuda_device()
-        self._sliced = self._vt.struct_size >= (
-            _lib.PluginV1.wait_for.offset + ctypes.sizeof(ctypes.c_void_p))
         self._helper = threading.Thread(target=self._serve, daemon=True,
                                         name="stagelink-wait-%d" % self.rank)
         self._helper.start()
@@ -534,9 +540,8 @@ class Communicator:
         buf, req._buf = req._buf, None
         if buf is None:
             return
-        rank = ctypes.c_int(-1)
         if status != 0 and (status in _HOLD_UNTIL_CLOSE or self._vt.comm_get_error(
-                self._comm, ctypes.byref(rank)) != 0):
+                self._comm, ctypes.byref(ctypes.c_int(-1))) != 0):
             # After a failure or an abort the transport may still write
             # into it until finalize, whatever status the request ended with
             # first (stagelink.h, comm_abort).
@@ -555,9 +560,8 @@ class Communicator:
                        "outcome is unknown" % req._what)
         else:
             message = self._vt.last_error(self._comm).decode()
-        done = ctypes.c_int(0)
-        probe = self._vt.test(self._comm, req._handle, ctypes.byref(done))
-        if done.value:
+        probe, done = self._calls.test(req._handle)
+        if done:
             self._complete(req, probe)
         elif probe == STATUS["ERR_INVALID_ARG"]:
             self._complete(req, STATUS["ERR_INTERNAL"] if status is None
@@ -566,16 +570,15 @@ class Communicator:
         return message
 
     def _test(self, req):
-        done, status = ctypes.c_int(0), None
+        done, status = 0, None
         try:
-            status = self._vt.test(self._comm, req._handle,
-                                   ctypes.byref(done))
-            if done.value:
+            status, done = self._calls.test(req._handle)
+            if done:
                 self._complete(req, status)
                 return True
         except BaseException:
             if not req._done:
-                self._settle(req, status if done.value else None)
+                self._settle(req, status if done else None)
             raise
         if status != 0:  # the call failed; the request is in flight
             self._raise(status)
@@ -587,23 +590,21 @@ class Communicator:
         in flight (TIMEOUT's sentence in req._timed_out)."""
         status = None
         try:
-            if self._sliced:
-                status = self._vt.wait_for(self._comm, req._handle, slice_ms)
-            else:  # a plugin older than wait_for: signals wait for the end
-                status = self._vt.wait(self._comm, req._handle)
-            if status == STATUS["IN_PROGRESS"]:
-                return status
-            if status == STATUS["ERR_TIMEOUT"]:
-                req._timed_out = self._vt.last_error(self._comm).decode()
-            elif status == 0:
+            # A plugin older than wait_for: signals wait for the end.
+            status = self._calls.wait(req._handle, slice_ms)
+            if status == 0:
                 self._complete(req, status)
+            elif status == _IN_PROGRESS:
+                return status
+            elif status == _TIMEOUT:
+                req._timed_out = self._vt.last_error(self._comm).decode()
             else:  # completed with an error, or the call itself failed
                 message = self._settle(req, status)
                 if not req._done:
                     raise error(status, message)
         except BaseException:
-            if not req._done and status != STATUS["IN_PROGRESS"] and \
-                    status != STATUS["ERR_TIMEOUT"]:
+            if not req._done and status != _IN_PROGRESS and \
+                    status != _TIMEOUT:
                 self._settle(req, status)
             raise
         return status
@@ -703,12 +704,9 @@ class Communicator:
                                  self.info["next_rank"]))
         return _lib.PEERS[ends[0]]
 
-    def _xfer(self, recv, buf, peer, microbatch, chunk, elem_size, stream,
-              into=None):
-        """The transfer's descriptor, in `into` where given (the library
-        copies it at the post, so one per thread can be reused), its
-        Buffer, and what describes it."""
-        # The common call (a peer's name, small ints) checked in line.
+    def _args(self, peer, microbatch, chunk, elem_size):
+        """A post's arguments checked (the common ones, a peer's name and
+        small ints, in line): (peer, microbatch, chunk, elem_size or 0)."""
         peer_value = _lib.PEERS.get(peer) if type(peer) is str else None
         if peer_value is None:
             peer_value = self._peer(peer)
@@ -716,60 +714,64 @@ class Communicator:
                 not 0 <= microbatch <= _lib.TAG_MAX_MICROBATCH:
             microbatch = _index(microbatch, "microbatch", 0,
                                 _lib.TAG_MAX_MICROBATCH)
-        if type(chunk) is not int or chunk < 0 or \
-                chunk > _check.max_chunk(self._check):
-            chunk = _index(chunk, "chunk", 0, _check.max_chunk(self._check))
-        b = _buffer.describe(buf, writable=recv)
-        itemsize = b.itemsize if elem_size is None else _index(
-            elem_size, "elem_size", 1, 1 << 40)
-        if b.mem == _lib.MEM_CUDA:
-            import torch  # the stream that produced the tensor orders it
-            current = torch.cuda.current_stream(buf.device)
-            if stream is None:
-                stream = current.cuda_stream
-            elif stream != current.cuda_stream:
-                # The caching allocator must not hand this memory to
-                # another stream before the transfer's work on `stream`.
-                buf.record_stream(torch.cuda.ExternalStream(
-                    stream, device=buf.device))
-        xfer = into if into is not None else _lib.Xfer()
-        xfer.peer, xfer.buf, xfer.nbytes = peer_value, b.addr, b.nbytes
-        xfer.elem_size, xfer.mem_type, xfer.stream = itemsize, b.mem, stream
-        tag = xfer.tag
-        tag.microbatch, tag.chunk = microbatch, chunk
-        return xfer, b, (recv, microbatch, chunk, peer_value, b)
+        if type(chunk) is not int or chunk < 0 or chunk > self._max_chunk:
+            chunk = _index(chunk, "chunk", 0, self._max_chunk)
+        if elem_size is not None:
+            elem_size = _index(elem_size, "elem_size", 1, 1 << 40)
+        return peer_value, microbatch, chunk, elem_size or 0
 
-    def _posted(self, recv, xfer, buf, what):
-        """Posts one transfer (self._lock held).  A Request owns it from the
-        moment the library does, also when an exception (Ctrl-C) lands as
-        the call returns: the Request is then dropped, so it is completed
-        in the background with its memory kept."""
-        req = Request(self, ctypes.c_void_p(), buf, what,
-                      stream=_stream_of(recv, xfer, buf))
-        fn = self._vt.irecv if recv else self._vt.isend
+    def _xfer(self, recv, buf, peer, microbatch, chunk):
+        """One descriptor of a batch (the library copies it at the post),
+        its Buffer, and what describes it."""
+        peer, microbatch, chunk, _ = self._args(peer, microbatch, chunk, None)
+        b = _calls.describe(buf, recv)
+        stream = None
+        if b.mem == _lib.MEM_CUDA:
+            stream = _cuda_stream(buf, None)
+        xfer = _lib.Xfer(peer=peer, buf=b.addr, nbytes=b.nbytes,
+                         elem_size=b.itemsize, mem_type=b.mem, stream=stream,
+                         tag=_lib.Tag(microbatch=microbatch, chunk=chunk))
+        return xfer, b, (recv, microbatch, chunk, peer, b)
+
+    def _posted(self, req, status):
+        """After a post that failed or raised (self._lock held): a Request
+        owns what the library does from the moment it does (the call set
+        req._handle), also when an exception (Ctrl-C) lands as the call
+        returns; that Request is then dropped, so it is completed in the
+        background with its memory kept.  A failed post raises."""
+        if req._handle is None:
+            req._done, req._buf = True, None  # nothing was posted
+        if status is not None:
+            raise error(status, self._vt.last_error(self._comm).decode())
+
+    def _post_xfer(self, recv, xfer, held, what):
+        """Posts a descriptor of the binding's own (self._lock held)."""
+        req = Request(self, None, held, what)
         status = None
         try:
-            status = fn(self._comm, ctypes.byref(xfer),
-                        ctypes.byref(req._handle))
+            status = self._calls.post_xfer(req, recv, ctypes.addressof(xfer))
         finally:
-            if status != 0 and not req._handle.value:
-                req._done, req._buf = True, None  # nothing was posted
-        if status != 0:
-            message = self._vt.last_error(self._comm).decode()
-            buf.release()
-            raise error(status, message)
+            if status != 0:
+                self._posted(req, status)
         return req
 
     def _post(self, recv, buf, peer, microbatch, chunk, elem_size, stream):
+        peer, microbatch, chunk, elem_size = self._args(peer, microbatch,
+                                                        chunk, elem_size)
         with self._lock:
             self._require_open("irecv" if recv else "isend")
-            self._reap()
-            # The lock's holder alone fills the communicator's descriptor.
-            xfer, b, what = self._xfer(recv, buf, peer, microbatch, chunk,
-                                       elem_size, stream, into=self._scratch)
-            req = self._posted(recv, xfer, b, what)
+            if self._orphans:
+                self._reap()
+            req = Request(self)
+            status = None
+            try:
+                status = self._calls.post(req, recv, buf, peer, microbatch,
+                                          chunk, elem_size, stream)
+            finally:
+                if status != 0:
+                    self._posted(req, status)
             if self._check:
-                _check.attach(self, req, recv, xfer, b)
+                _check.attach(self, req, recv, peer, microbatch, chunk)
             return req
 
     def isend(self, buf: Buffer, peer: Peer = "next", microbatch: int = 0,
@@ -795,13 +797,15 @@ class Communicator:
              chunk: int = 0, elem_size: Optional[int] = None,
              stream: Optional[int] = None) -> None:
         """isend, then wait."""
-        self.isend(buf, peer, microbatch, chunk, elem_size, stream).wait()
+        self._post(False, buf, peer, microbatch, chunk, elem_size,
+                   stream).wait()
 
     def recv(self, buf: Buffer, peer: Peer = "prev", microbatch: int = 0,
              chunk: int = 0, elem_size: Optional[int] = None,
              stream: Optional[int] = None) -> None:
         """irecv, then wait."""
-        self.irecv(buf, peer, microbatch, chunk, elem_size, stream).wait()
+        self._post(True, buf, peer, microbatch, chunk, elem_size,
+                   stream).wait()
 
     def batch_isend_irecv(self, p2p_op_list: Sequence["P2POp"]
                           ) -> List[Request]:
@@ -816,7 +820,7 @@ class Communicator:
             if op.comm is not None and op.comm is not self:
                 raise ValueError("%r belongs to another Communicator" % op)
         built = [self._xfer(op._kind() == _lib.OP_RECV, op.tensor, op.peer,
-                            op.microbatch, op.chunk, None, None) for op in ops]
+                            op.microbatch, op.chunk) for op in ops]
         if not ops:
             return []
         with self._lock:
@@ -831,7 +835,7 @@ class Communicator:
                 status = self._vt.post_batch(self._comm, arr, len(ops),
                                              handles)
             finally:
-                posted = [Request(self, ctypes.c_void_p(h), b, what,
+                posted = [Request(self, h, b, what,
                                   stream=_stream_of(op._kind() ==
                                                     _lib.OP_RECV, x, b))
                           for op, h, (x, b, what) in zip(ops, handles, built)
@@ -845,7 +849,8 @@ class Communicator:
                 raise error(status, message)
             if self._check:
                 for op, req, (x, b, _) in zip(ops, posted, built):
-                    _check.attach(self, req, op._kind() == _lib.OP_RECV, x, b)
+                    _check.attach(self, req, op._kind() == _lib.OP_RECV,
+                                  x.peer, x.tag.microbatch, x.tag.chunk)
             return posted
 
     # -- the communicator as a whole -----------------------------------------
@@ -995,11 +1000,26 @@ def _env_world():
 
 
 def _stream_of(recv, xfer, b):
-    """What a CUDA receive's Request orders the current stream after (a
-    descriptor record of STAGELINK_CHECK is host memory of our own)."""
-    if not recv or getattr(b, "mem", None) != _lib.MEM_CUDA:
+    """What a CUDA receive's Request of a batch orders the current stream
+    after (a single post's is set by _calls.post)."""
+    if not recv or b.mem != _lib.MEM_CUDA:
         return None
     return (xfer.stream or 0, b.device)
+
+
+def _cuda_stream(tensor, stream):
+    """The stream a CUDA tensor's transfer is ordered on: `stream` (a
+    cudaStream_t as an int), else torch's current one, which produced it."""
+    import torch
+    current = torch.cuda.current_stream(tensor.device)
+    if stream is None:
+        return current.cuda_stream
+    if stream != current.cuda_stream:
+        # The caching allocator must not hand this memory to another
+        # stream before the transfer's work on `stream`.
+        tensor.record_stream(torch.cuda.ExternalStream(
+            stream, device=tensor.device))
+    return stream
 
 
 @atexit.register

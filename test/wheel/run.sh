@@ -30,6 +30,8 @@ want += ["stagelink/_lib/libstagelink.so.1",
         "stagelink/_lib/stagelink/libstagelink-ucx.so",
         "stagelink/_bin/stagelink_run", "stagelink/_bin/stagelink_info"]
 missing = [w for w in want if w not in names]
+if not any(n.startswith("stagelink/_calls.") and n.endswith(".so") for n in names):
+    missing.append("stagelink/_calls (the compiled post and wait)")
 if missing:
     sys.exit("the wheel lacks %s" % ", ".join(missing))
 print("wheel %s: %d files" % (sys.argv[1].rsplit("/", 1)[1], len(names)))
