@@ -178,20 +178,16 @@ static int sl_py_describe_tensor(sl_py_buffer_t *b, PyObject *obj)
         return -1;
     }
 
-    flag = sl_py_flag(obj, n_is_cuda);
+    flag = sl_py_tensor_on_cpu(obj);
     if (flag < 0) {
         return -1;
     }
     if (flag) {
+        b->mem = STAGELINK_MEM_HOST;
+    } else {
         size_t index;
 
-        if (sl_py_call_size(obj, n_get_device, &index)) {
-            return -1;
-        }
-        b->mem    = STAGELINK_MEM_CUDA;
-        b->device = (int)index;
-    } else {
-        flag = sl_py_tensor_on_cpu(obj);
+        flag = sl_py_flag(obj, n_is_cuda);
         if (flag < 0) {
             return -1;
         }
@@ -204,7 +200,11 @@ static int sl_py_describe_tensor(sl_py_buffer_t *b, PyObject *obj)
             }
             return -1;
         }
-        b->mem = STAGELINK_MEM_HOST;
+        if (sl_py_call_size(obj, n_get_device, &index)) {
+            return -1;
+        }
+        b->mem    = STAGELINK_MEM_CUDA;
+        b->device = (int)index;
     }
 
     r = sl_py_call(obj, n_data_ptr);

@@ -192,8 +192,7 @@ static PyObject *calls_post(calls_t *self, PyObject *const *args,
     }
     /* What the request is (its sentences are made from it only when one
      * is needed), and for a CUDA receive what its wait orders after. */
-    desc = Py_BuildValue("(OkkiO)", recv ? Py_True : Py_False, microbatch,
-                         chunk, peer, (PyObject *)b);
+    desc = PyTuple_Pack(5, args[1], args[4], args[5], args[3], (PyObject *)b);
     if (desc == NULL || PyObject_SetAttr(request, n_desc, desc) ||
         PyObject_SetAttr(request, n_buf, (PyObject *)b)) {
         goto out;
