@@ -179,6 +179,29 @@ static void wait_for_cases(int stage, char *buf)
     }
 }
 
+/* Every rank past comm_init before this one aborts: an aborted
+ * communicator skips finalize's barrier, so a peer still creating its
+ * endpoint to this rank's worker would find it gone (UCX's shared memory:
+ * "shmat ... Invalid argument").  A boundary transfer each way proves that
+ * every rank of both stages got there. */
+static void settle_peers(int stage, char *buf)
+{
+    stagelink_request_t *r = NULL;
+    stagelink_xfer_t     x;
+    int                  dir;
+
+    for (dir = 0; dir < 2; ++dir) { /* forward, then backward */
+        int sending = (stage == dir);
+
+        x = sl_host_xfer((stage == 0) ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV,
+                         buf, 64, 1, 900 + dir, 0);
+        expect(sending ? P->isend(C, &x, &r) : P->irecv(C, &x, &r),
+               STAGELINK_SUCCESS, "post of the transfer before the abort");
+        expect(P->wait(C, r), STAGELINK_SUCCESS,
+               "the transfer before the abort completes");
+    }
+}
+
 static void cross_stage_cases(int stage, char *buf)
 {
     stagelink_request_t *r1 = NULL, *r2 = NULL;
@@ -427,6 +450,7 @@ int main(void)
         fprintf(stderr, "init: %s\n", P->last_error(NULL));
         return 1;
     }
+    settle_peers(stage, buf);
     expect(P->comm_abort(C), STAGELINK_SUCCESS, "abort");
     x = sl_host_xfer(peer, buf, 8, 1, 1, 0);
     expect(P->isend(C, &x, &req), STAGELINK_ERR_ABORTED, "send after abort");
