@@ -93,16 +93,21 @@ def main():
         for name in ("STAGELINK_PLUGIN_PATH", "STAGELINK_PLUGIN",
                      "STAGELINK_LIBRARY", "PYTHONPATH"):
             env.pop(name, None)
-        try:
-            import stagelink
-        except ImportError as e:
+        # What the ranks will import, asked in their environment.
+        found = subprocess.run(
+            [sys.executable, "-c", "import os, sysconfig, stagelink._calls; "
+             "print(stagelink.__version__, os.path.dirname("
+             "stagelink.__file__), sysconfig.get_path('scripts'))"],
+            env=env, capture_output=True, text=True)
+        if found.returncode != 0:
             sys.exit("bench_python_calls.py: %s has no stagelink package "
                      "(%s): tools/make-venv.sh installs the wheel, or pass "
-                     "-b BUILD" % (sys.executable, e))
+                     "-b BUILD" % (sys.executable, (found.stderr.strip()
+                                                    .splitlines() or
+                                                    ["?"])[-1]))
+        version, where, tools = found.stdout.split()
         # Its console scripts: the wheel's tools, on the UCX it chose.
-        tools = os.path.dirname(sys.executable)
-        print("# stagelink %s from %s" % (stagelink.__version__,
-                                          os.path.dirname(stagelink.__file__)))
+        print("# stagelink %s from %s" % (version, where))
     rows = []
     csv, err = run(tools, [os.path.join(tools, "stagelink_perftest"),
                            "-t", "1", "-k", "boundary", "-s", str(o.size),

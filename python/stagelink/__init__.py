@@ -19,9 +19,13 @@ SPDX-License-Identifier: MIT
 
 # A build tree's package spans the sources and the build output (the
 # compiled _calls): both directories are on PYTHONPATH (meson devenv).
-import pkgutil
+# Only such a portion joins, never another installed stagelink.
+import os as _os
+import pkgutil as _pkgutil
 
-__path__ = pkgutil.extend_path(__path__, __name__)
+__path__ = [p for p in _pkgutil.extend_path(__path__, __name__)
+            if p == __path__[0] or
+            not _os.path.exists(_os.path.join(p, "__init__.py"))]
 
 from . import _lib  # noqa: E402
 from ._version import __version__

@@ -29,7 +29,7 @@ static PyObject *n_layout, *n_is_contiguous, *n_is_cuda, *n_is_cpu,
                 *n_stride, *n_type, *n_torch;
 
 
-static int sl_py_names(void)
+int sl_py_buffer_init(void)
 {
     static const struct {
         PyObject  **name;
@@ -63,15 +63,17 @@ static int sl_py_is_tensor(PyObject *obj)
 
     if (torch_tensor == NULL) {
         torch = PyImport_GetModule(n_torch);
-        if (torch == NULL) {
+        if (torch == NULL || torch == Py_None) { /* None: torch blocked */
+            Py_XDECREF(torch);
             return PyErr_Occurred() ? -1 : 0;
         }
-        torch_tensor  = PyObject_GetAttrString(torch, "Tensor");
-        torch_strided = PyObject_GetAttrString(torch, "strided");
+        torch_tensor = PyObject_GetAttrString(torch, "Tensor");
+        if (torch_tensor != NULL) {
+            torch_strided = PyObject_GetAttrString(torch, "strided");
+        }
         Py_DECREF(torch);
-        if (torch_tensor == NULL || torch_strided == NULL) {
+        if (torch_strided == NULL) {
             Py_CLEAR(torch_tensor);
-            Py_CLEAR(torch_strided);
             return -1;
         }
     }
@@ -233,13 +235,19 @@ static int sl_py_describe_tensor(sl_py_buffer_t *b, PyObject *obj)
     return (b->shape == NULL) ? -1 : 0;
 }
 
-/* Whether `obj` exports its memory read-only (as memoryview would). */
+/* Whether `obj` exports its memory read-only (as memoryview would); -1
+ * on an error other than the buffer protocol's own. */
 static int sl_py_readonly(PyObject *obj)
 {
     Py_buffer view;
     int       readonly;
 
     if (PyObject_GetBuffer(obj, &view, PyBUF_FULL_RO) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError) &&
+            !PyErr_ExceptionMatches(PyExc_BufferError) &&
+            !PyErr_ExceptionMatches(PyExc_ValueError)) {
+            return -1;
+        }
         PyErr_Clear();
         return 0;
     }
@@ -268,10 +276,19 @@ static const char *sl_py_format_name(const char *fmt)
     return fmt;
 }
 
+/* A type's own name, as Python prints it ("ndarray", not "numpy.ndarray"). */
+static const char *sl_py_type_name(PyObject *obj)
+{
+    const char *name = Py_TYPE(obj)->tp_name;
+    const char *dot  = strrchr(name, '.');
+
+    return (dot != NULL) ? dot + 1 : name;
+}
+
 static int sl_py_describe_export(sl_py_buffer_t *b, PyObject *obj,
                                  int writable)
 {
-    int        flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
+    int        flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT, readonly;
     PyObject  *type, *value, *tb, *dtype;
     Py_buffer *v = &b->view;
     const char *fmt;
@@ -286,17 +303,20 @@ static int sl_py_describe_export(sl_py_buffer_t *b, PyObject *obj,
             PyErr_Format(PyExc_TypeError, "%s is no buffer: pass a torch "
                          "tensor, a numpy array, a bytearray or another "
                          "object with the buffer protocol",
-                         Py_TYPE(obj)->tp_name);
+                         sl_py_type_name(obj));
         } else if (PyErr_ExceptionMatches(PyExc_BufferError) ||
                    PyErr_ExceptionMatches(PyExc_ValueError)) {
             /* numpy raises ValueError */
             PyErr_Fetch(&type, &value, &tb);
             PyErr_NormalizeException(&type, &value, &tb);
-            if (writable && sl_py_readonly(obj)) {
+            readonly = writable ? sl_py_readonly(obj) : 0;
+            if (readonly < 0) {
+                /* that error, not the buffer's */
+            } else if (readonly) {
                 PyErr_Format(PyExc_ValueError, "a receive buffer must be "
                              "writable; %s is read-only (bytes, read-only "
                              "arrays and scalars can only be sent)",
-                             Py_TYPE(obj)->tp_name);
+                             sl_py_type_name(obj));
             } else {
                 PyErr_Format(PyExc_ValueError, "the buffer must be "
                              "C-contiguous (%S): pass a contiguous copy",
@@ -334,12 +354,14 @@ static int sl_py_describe_export(sl_py_buffer_t *b, PyObject *obj,
     }
     /* numpy's own name where it has one */
     dtype = PyObject_GetAttr(obj, n_dtype);
-    if (dtype != NULL) {
+    if (dtype != NULL && dtype != Py_None) {
         b->dtype = PyObject_Str(dtype);
         Py_DECREF(dtype);
         return (b->dtype == NULL) ? -1 : 0;
     }
-    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+    if (dtype != NULL) {
+        Py_DECREF(dtype);
+    } else if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
         return -1;
     }
     PyErr_Clear();
@@ -354,9 +376,6 @@ sl_py_buffer_t *sl_py_buffer_describe(PyObject *obj, int writable)
     sl_py_buffer_t *b;
     int             tensor;
 
-    if (sl_py_names()) {
-        return NULL;
-    }
     b = PyObject_New(sl_py_buffer_t, &sl_py_buffer_type);
     if (b == NULL) {
         return NULL;
@@ -394,21 +413,25 @@ PyObject *sl_py_describe(PyObject *module, PyObject *const *args,
                             (PyObject *)sl_py_buffer_describe(args[0], writable);
 }
 
-/* Drops what held the memory: the transport no longer touches it. */
-static PyObject *sl_py_buffer_release(sl_py_buffer_t *b, PyObject *unused)
+void sl_py_buffer_release(sl_py_buffer_t *b)
 {
-    (void)unused;
     if (b->exported) {
         b->exported = 0;
         PyBuffer_Release(&b->view);
     }
     Py_CLEAR(b->keep);
+}
+
+static PyObject *sl_py_buffer_release_py(sl_py_buffer_t *b, PyObject *unused)
+{
+    (void)unused;
+    sl_py_buffer_release(b);
     Py_RETURN_NONE;
 }
 
 static void sl_py_buffer_dealloc(sl_py_buffer_t *b)
 {
-    Py_XDECREF(sl_py_buffer_release(b, NULL));
+    sl_py_buffer_release(b);
     Py_XDECREF(b->dtype);
     Py_XDECREF(b->shape);
     PyObject_Free(b);
@@ -527,7 +550,7 @@ static PyGetSetDef sl_py_buffer_getset[] = {
 };
 
 static PyMethodDef sl_py_buffer_methods[] = {
-    {"release", (PyCFunction)sl_py_buffer_release, METH_NOARGS,
+    {"release", (PyCFunction)sl_py_buffer_release_py, METH_NOARGS,
      "Drops what held the memory; the transport no longer touches it."},
     {"describe", (PyCFunction)sl_py_buffer_text, METH_NOARGS,
      "dtype[shape], for sentences."},

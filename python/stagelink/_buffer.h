@@ -28,9 +28,16 @@ typedef struct {
 
 extern PyTypeObject sl_py_buffer_type;
 
-/* The Buffer of `obj` (a new reference), or NULL with ValueError or
- * TypeError saying why it cannot be one. */
+/* Once, at the module's init: the names describe asks for; -1 on error. */
+int sl_py_buffer_init(void);
+
+/* The Buffer of `obj` (a new reference), or NULL with an exception:
+ * ValueError or TypeError saying why it cannot be one, or what the object
+ * itself raised. */
 sl_py_buffer_t *sl_py_buffer_describe(PyObject *obj, int writable);
+
+/* Drops what held the memory: the transport no longer touches it. */
+void sl_py_buffer_release(sl_py_buffer_t *b);
 
 /* describe(obj, writable) for Python. */
 PyObject *sl_py_describe(PyObject *module, PyObject *const *args,

@@ -13,6 +13,8 @@
  */
 #include "_buffer.h"
 
+#include <string.h>
+
 #include "stagelink/stagelink.h"
 
 typedef struct {
@@ -85,7 +87,7 @@ static int calls_post_xfer(calls_t *self, PyObject *request, int recv,
 {
     stagelink_request_t *req = NULL;
     stagelink_status_t   status;
-    PyObject            *handle;
+    PyObject            *handle, *type, *value, *tb, *held;
     int                  failed;
 
     Py_BEGIN_ALLOW_THREADS
@@ -98,12 +100,33 @@ static int calls_post_xfer(calls_t *self, PyObject *request, int recv,
                  PyObject_SetAttr(request, n_handle, handle);
         Py_XDECREF(handle);
         if (failed) {
-            /* Nobody holds it: finalize ends it (stagelink.h). */
+            /* Nobody can hold it (out of memory): canceled, ended by
+             * finalize (stagelink.h); its memory is kept for good, since
+             * a send cannot be canceled under UCX. */
+            PyErr_Fetch(&type, &value, &tb);
+            held = PyObject_GetAttr(request, n_buf); /* leaked on purpose */
+            Py_BEGIN_ALLOW_THREADS
             (void)self->vt->cancel(self->comm, req);
+            Py_END_ALLOW_THREADS
+            if (held == NULL) {
+                PyErr_Clear();
+            }
+            PyErr_Restore(type, value, tb);
             return -1;
         }
     }
     return (int)status;
+}
+
+/* A Calls made without its arguments has no plugin to call. */
+static int calls_ready(calls_t *self)
+{
+    if (self->vt == NULL) {
+        PyErr_SetString(PyExc_ValueError, "this Calls has no plugin: "
+                        "create it as Calls(vtable, comm, cuda_stream)");
+        return -1;
+    }
+    return 0;
 }
 
 /* post_xfer(request, recv, xfer_address) -> status: a descriptor the
@@ -121,7 +144,7 @@ static PyObject *calls_post_xfer_py(calls_t *self, PyObject *const *args,
     }
     recv = PyObject_IsTrue(args[1]);
     xfer = PyLong_AsVoidPtr(args[2]);
-    if (recv < 0 || (xfer == NULL && PyErr_Occurred())) {
+    if (calls_ready(self) || recv < 0 || (xfer == NULL && PyErr_Occurred())) {
         return NULL;
     }
     status = calls_post_xfer(self, args[0], recv, xfer);
@@ -145,51 +168,91 @@ static int calls_cuda_stream(calls_t *self, PyObject *tensor,
     return failed;
 }
 
+/* One transfer's descriptor from its arguments, as post and fill take
+ * them: (recv, buf, peer, microbatch, chunk, elem_size, stream), checked
+ * by the caller (elem_size 0: the buffer's item size; stream None:
+ * torch's current one).  Returns the Buffer (a new reference) or NULL. */
+static sl_py_buffer_t *calls_fill(calls_t *self, PyObject *const *args,
+                                  stagelink_xfer_t *xfer)
+{
+    sl_py_buffer_t *b;
+    size_t          elem_size;
+    int             recv;
+
+    memset(xfer, 0, sizeof(*xfer));
+    recv                 = PyObject_IsTrue(args[0]);
+    xfer->peer           = (stagelink_peer_t)PyLong_AsLong(args[2]);
+    xfer->tag.microbatch = (uint32_t)PyLong_AsUnsignedLong(args[3]);
+    xfer->tag.chunk      = (uint16_t)PyLong_AsUnsignedLong(args[4]);
+    elem_size            = PyLong_AsSize_t(args[5]);
+    if (recv < 0 || PyErr_Occurred()) {
+        return NULL;
+    }
+    b = sl_py_buffer_describe(args[1], recv);
+    if (b == NULL) {
+        return NULL;
+    }
+    xfer->buf       = b->addr;
+    xfer->nbytes    = b->nbytes;
+    xfer->elem_size = elem_size ? elem_size : b->itemsize;
+    xfer->mem_type  = (stagelink_mem_type_t)b->mem;
+    if (b->mem == STAGELINK_MEM_CUDA &&
+        calls_cuda_stream(self, args[1], args[6], &xfer->stream)) {
+        Py_DECREF(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* fill(xfer_address, recv, buf, peer, microbatch, chunk, elem_size,
+ *      stream) -> Buffer: a descriptor of a batch, written at that
+ * address (a stagelink_op_t's xfer). */
+static PyObject *calls_fill_py(calls_t *self, PyObject *const *args,
+                               Py_ssize_t nargs)
+{
+    stagelink_xfer_t *xfer;
+
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "fill(xfer_address, recv, buf, "
+                        "peer, microbatch, chunk, elem_size, stream)");
+        return NULL;
+    }
+    xfer = PyLong_AsVoidPtr(args[0]);
+    if (xfer == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "fill: a NULL descriptor");
+        }
+        return NULL;
+    }
+    return (PyObject *)calls_fill(self, args + 1, xfer);
+}
+
 /* post(request, recv, buf, peer, microbatch, chunk, elem_size, stream)
  *   -> status
  * The whole post of one tensor: `buf` described (the memory held by
- * request._buf from here), the descriptor filled and posted.  The
- * arguments are checked by the caller; elem_size 0 is the buffer's item
- * size, stream None is torch's current one. */
+ * request._buf from here), the descriptor filled and posted. */
 static PyObject *calls_post(calls_t *self, PyObject *const *args,
                             Py_ssize_t nargs)
 {
-    stagelink_xfer_t xfer = {0};
+    stagelink_xfer_t xfer;
     sl_py_buffer_t  *b;
     PyObject        *request, *desc = NULL, *where = NULL;
-    unsigned long    microbatch, chunk;
-    size_t           elem_size;
-    int              recv, peer, status = -1;
+    int              recv, status = -1;
 
     if (nargs != 8) {
         PyErr_SetString(PyExc_TypeError, "post(request, recv, buf, peer, "
                         "microbatch, chunk, elem_size, stream)");
         return NULL;
     }
-    request    = args[0];
-    recv       = PyObject_IsTrue(args[1]);
-    peer       = (int)PyLong_AsLong(args[3]);
-    microbatch = PyLong_AsUnsignedLong(args[4]);
-    chunk      = PyLong_AsUnsignedLong(args[5]);
-    elem_size  = PyLong_AsSize_t(args[6]);
-    if (recv < 0 || PyErr_Occurred()) {
+    if (calls_ready(self)) {
         return NULL;
     }
-    b = sl_py_buffer_describe(args[2], recv);
+    request = args[0];
+    b       = calls_fill(self, args + 1, &xfer);
     if (b == NULL) {
         return NULL;
     }
-    xfer.peer           = (stagelink_peer_t)peer;
-    xfer.buf            = b->addr;
-    xfer.nbytes         = b->nbytes;
-    xfer.elem_size      = elem_size ? elem_size : b->itemsize;
-    xfer.mem_type       = (stagelink_mem_type_t)b->mem;
-    xfer.tag.microbatch = (uint32_t)microbatch;
-    xfer.tag.chunk      = (uint16_t)chunk;
-    if (b->mem == STAGELINK_MEM_CUDA &&
-        calls_cuda_stream(self, args[2], args[7], &xfer.stream)) {
-        goto out;
-    }
+    recv = PyObject_IsTrue(args[1]);
     /* What the request is (its sentences are made from it only when one
      * is needed), and for a CUDA receive what its wait orders after. */
     desc = PyTuple_Pack(5, args[1], args[4], args[5], args[3], (PyObject *)b);
@@ -205,9 +268,8 @@ static PyObject *calls_post(calls_t *self, PyObject *const *args,
         }
     }
     status = calls_post_xfer(self, request, recv, &xfer);
-    if (status != 0 && status != -1) {
-        /* nothing was posted: the memory is let go */
-        Py_XDECREF(PyObject_CallMethod((PyObject *)b, "release", NULL));
+    if (status > 0) {
+        sl_py_buffer_release(b); /* nothing was posted: the memory goes */
     }
 out:
     Py_XDECREF(where);
@@ -223,7 +285,7 @@ static PyObject *calls_test(calls_t *self, PyObject *handle)
     stagelink_status_t status;
     int done = 0;
 
-    if (calls_request(handle, &req)) {
+    if (calls_ready(self) || calls_request(handle, &req)) {
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
@@ -245,7 +307,7 @@ static PyObject *calls_wait(calls_t *self, PyObject *const *args,
         PyErr_SetString(PyExc_TypeError, "wait(handle, slice_ms)");
         return NULL;
     }
-    if (calls_request(args[0], &req)) {
+    if (calls_ready(self) || calls_request(args[0], &req)) {
         return NULL;
     }
     slice_ms = PyLong_AsLong(args[1]);
@@ -264,6 +326,10 @@ static PyMethodDef calls_methods[] = {
      "post(request, recv, buf, peer, microbatch, chunk, elem_size, stream) "
      "-> status: describes buf (held by request._buf) and posts it; the "
      "handle (an int) goes into request._handle when one was posted."},
+    {"fill", (PyCFunction)(void (*)(void))calls_fill_py, METH_FASTCALL,
+     "fill(xfer_address, recv, buf, peer, microbatch, chunk, elem_size, "
+     "stream) -> Buffer: a batch's descriptor written at that address, "
+     "as post fills its own."},
     {"post_xfer", (PyCFunction)(void (*)(void))calls_post_xfer_py,
      METH_FASTCALL,
      "post_xfer(request, recv, xfer_address) -> status: isend or irecv of "
@@ -331,7 +397,8 @@ PyMODINIT_FUNC PyInit__calls(void)
 {
     PyObject *mod;
 
-    if ((n_handle = PyUnicode_InternFromString("_handle")) == NULL ||
+    if (sl_py_buffer_init() ||
+        (n_handle = PyUnicode_InternFromString("_handle")) == NULL ||
         (n_buf = PyUnicode_InternFromString("_buf")) == NULL ||
         (n_desc = PyUnicode_InternFromString("_desc")) == NULL ||
         (n_stream = PyUnicode_InternFromString("_stream")) == NULL) {

@@ -31,8 +31,18 @@ import time
 import weakref
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from . import _calls, _check, _group_gather, _lib, _store
+from . import _check, _group_gather, _lib, _store
 from .errors import STATUS, ClosedError, StagelinkError, error
+
+try:
+    from . import _calls
+except ImportError as e:  # a build tree's, for another interpreter
+    raise ImportError(
+        "stagelink's compiled part (stagelink._calls) cannot be imported by "
+        "%s: %s.  It is built for the interpreter of the build's -Dpython=; "
+        "run through `meson devenv -C BUILD_DIR` with that interpreter, or "
+        "install the package for this one (pip install .)"
+        % (sys.executable, e)) from None
 
 __all__ = ["Communicator", "Request", "Placement", "P2POp",
            "batch_isend_irecv"]
@@ -590,7 +600,6 @@ class Communicator:
         in flight (TIMEOUT's sentence in req._timed_out)."""
         status = None
         try:
-            # A plugin older than wait_for: signals wait for the end.
             status = self._calls.wait(req._handle, slice_ms)
             if status == 0:
                 self._complete(req, status)
@@ -720,18 +729,18 @@ class Communicator:
             elem_size = _index(elem_size, "elem_size", 1, 1 << 40)
         return peer_value, microbatch, chunk, elem_size or 0
 
-    def _xfer(self, recv, buf, peer, microbatch, chunk):
-        """One descriptor of a batch (the library copies it at the post),
-        its Buffer, and what describes it."""
-        peer, microbatch, chunk, _ = self._args(peer, microbatch, chunk, None)
-        b = _calls.describe(buf, recv)
-        stream = None
-        if b.mem == _lib.MEM_CUDA:
-            stream = _cuda_stream(buf, None)
-        xfer = _lib.Xfer(peer=peer, buf=b.addr, nbytes=b.nbytes,
-                         elem_size=b.itemsize, mem_type=b.mem, stream=stream,
-                         tag=_lib.Tag(microbatch=microbatch, chunk=chunk))
-        return xfer, b, (recv, microbatch, chunk, peer, b)
+    def _fill(self, arr, i, op):
+        """Element `i` of a batch's descriptors (the library copies them at
+        the post), filled as a single post fills its own: its Buffer, and
+        what describes it."""
+        recv = op._kind() == _lib.OP_RECV
+        peer, microbatch, chunk, _ = self._args(op.peer, op.microbatch,
+                                                op.chunk, None)
+        arr[i].kind = op._kind()
+        b = self._calls.fill(ctypes.addressof(arr) + i * ctypes.sizeof(
+            _lib.Op) + _lib.Op.xfer.offset, recv, op.tensor, peer,
+            microbatch, chunk, 0, None)
+        return b, (recv, microbatch, chunk, peer, b)
 
     def _posted(self, req, status):
         """After a post that failed or raised (self._lock held): a Request
@@ -756,10 +765,10 @@ class Communicator:
         return req
 
     def _post(self, recv, buf, peer, microbatch, chunk, elem_size, stream):
-        peer, microbatch, chunk, elem_size = self._args(peer, microbatch,
-                                                        chunk, elem_size)
         with self._lock:
             self._require_open("irecv" if recv else "isend")
+            peer, microbatch, chunk, elem_size = self._args(
+                peer, microbatch, chunk, elem_size)
             if self._orphans:
                 self._reap()
             req = Request(self)
@@ -819,16 +828,13 @@ class Communicator:
                                 "stagelink.P2POp, not %s" % type(op).__name__)
             if op.comm is not None and op.comm is not self:
                 raise ValueError("%r belongs to another Communicator" % op)
-        built = [self._xfer(op._kind() == _lib.OP_RECV, op.tensor, op.peer,
-                            op.microbatch, op.chunk) for op in ops]
         if not ops:
             return []
+        arr = (_lib.Op * len(ops))()
+        built = [self._fill(arr, i, op) for i, op in enumerate(ops)]
         with self._lock:
             self._require_open("batch_isend_irecv")
             self._reap()
-            arr = (_lib.Op * len(ops))(*[
-                _lib.Op(kind=op._kind(), xfer=x) for op, (x, _, _) in
-                zip(ops, built)])
             handles = (ctypes.c_void_p * len(ops))()
             status = None
             try:
@@ -836,21 +842,20 @@ class Communicator:
                                              handles)
             finally:
                 posted = [Request(self, h, b, what,
-                                  stream=_stream_of(op._kind() ==
-                                                    _lib.OP_RECV, x, b))
-                          for op, h, (x, b, what) in zip(ops, handles, built)
+                                  stream=_stream_of(what[0], op.xfer, b))
+                          for op, h, (b, what) in zip(arr, handles, built)
                           if h]
             if status != 0:  # then none of the batch stays posted
                 message = self._vt.last_error(self._comm).decode()
                 for req in posted:
                     req._done, req._buf = True, None
-                for _, b, _ in built:
+                for b, _ in built:
                     b.release()
                 raise error(status, message)
             if self._check:
-                for op, req, (x, b, _) in zip(ops, posted, built):
-                    _check.attach(self, req, op._kind() == _lib.OP_RECV,
-                                  x.peer, x.tag.microbatch, x.tag.chunk)
+                for req, (_, (recv, microbatch, chunk, peer, _)) in zip(
+                        posted, built):
+                    _check.attach(self, req, recv, peer, microbatch, chunk)
             return posted
 
     # -- the communicator as a whole -----------------------------------------
