@@ -189,6 +189,9 @@ def interrupted(comm):
     got = torch.zeros(n, dtype=torch.int32)
     req = comm.irecv(got, microbatch=mb)
     sent = []
+    # Python's own Ctrl-C: a job started in the background of a shell (or
+    # under nohup) inherits SIGINT ignored, and Python then keeps it so.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def interrupt():
         sent.append(time.monotonic())
