@@ -407,7 +407,9 @@ typedef struct stagelink_plugin_v1 {
      * fail with it.  Callable from any thread (a host's watchdog) while the
      * owning thread is blocked in `wait`, which then returns promptly; the
      * owning thread still calls `comm_finalize`, which then skips the
-     * closing barrier.  Must not race with `comm_finalize` itself.
+     * closing barrier, so a peer still inside `comm_init` may fail it (its
+     * endpoint to this rank cannot be made).  Must not race with
+     * `comm_finalize` itself.
      *
      * After a request completes with STAGELINK_ERR_ABORTED or
      * STAGELINK_ERR_PEER_FAILED (once any rank is known dead, every request
