@@ -15,7 +15,10 @@
  */
 #include "_buffer.h"
 
+#include <stddef.h>
 #include <string.h>
+
+#include <structmember.h>
 
 #include "stagelink/stagelink.h"
 
@@ -80,16 +83,10 @@ static int sl_py_is_tensor(PyObject *obj)
     return PyObject_IsInstance(obj, torch_tensor);
 }
 
-/* obj.name(): a new reference. */
-static PyObject *sl_py_call(PyObject *obj, PyObject *name)
-{
-    return PyObject_CallMethodNoArgs(obj, name);
-}
-
 /* An int result of obj.name() into *out; -1 on error. */
 static int sl_py_call_size(PyObject *obj, PyObject *name, size_t *out)
 {
-    PyObject *r = sl_py_call(obj, name);
+    PyObject *r = PyObject_CallMethodNoArgs(obj, name);
 
     if (r == NULL) {
         return -1;
@@ -157,7 +154,7 @@ static int sl_py_describe_tensor(sl_py_buffer_t *b, PyObject *obj)
     }
     Py_DECREF(layout);
 
-    r = sl_py_call(obj, n_is_contiguous);
+    r = PyObject_CallMethodNoArgs(obj, n_is_contiguous);
     flag = (r == NULL) ? -1 : PyObject_IsTrue(r);
     Py_XDECREF(r);
     if (flag < 0) {
@@ -169,7 +166,8 @@ static int sl_py_describe_tensor(sl_py_buffer_t *b, PyObject *obj)
             shape = PySequence_Tuple(r);
             Py_DECREF(r);
         }
-        strides = (shape != NULL) ? sl_py_call(obj, n_stride) : NULL;
+        strides = (shape != NULL) ?
+                  PyObject_CallMethodNoArgs(obj, n_stride) : NULL;
         if (strides != NULL) {
             PyErr_Format(PyExc_ValueError, "the tensor (shape %R, strides %R) "
                          "is not contiguous: pass tensor.contiguous()", shape,
@@ -209,7 +207,7 @@ static int sl_py_describe_tensor(sl_py_buffer_t *b, PyObject *obj)
         b->device = (int)index;
     }
 
-    r = sl_py_call(obj, n_data_ptr);
+    r = PyObject_CallMethodNoArgs(obj, n_data_ptr);
     if (r == NULL) {
         return -1;
     }
@@ -222,10 +220,10 @@ static int sl_py_describe_tensor(sl_py_buffer_t *b, PyObject *obj)
     }
     b->nbytes = numel * b->itemsize;
 
-    b->keep = sl_py_call(obj, n_untyped_storage);
+    b->keep = PyObject_CallMethodNoArgs(obj, n_untyped_storage);
     if (b->keep == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
         PyErr_Clear(); /* a torch older than untyped storages */
-        b->keep = sl_py_call(obj, n_storage);
+        b->keep = PyObject_CallMethodNoArgs(obj, n_storage);
     }
     if (b->keep == NULL) {
         return -1;
@@ -522,30 +520,22 @@ static PyObject *sl_py_buffer_device(sl_py_buffer_t *b, void *closure)
     return PyLong_FromLong(b->device);
 }
 
-static PyObject *sl_py_buffer_mem(sl_py_buffer_t *b, void *closure)
-{
-    (void)closure;
-    return PyLong_FromLong(b->mem);
-}
-
-static PyObject *sl_py_buffer_shape(sl_py_buffer_t *b, void *closure)
-{
-    (void)closure;
-    Py_INCREF(b->shape);
-    return b->shape;
-}
+static PyMemberDef sl_py_buffer_members[] = {
+    {"mem", T_INT, offsetof(sl_py_buffer_t, mem), READONLY,
+     "stagelink_mem_type_t"},
+    {"shape", T_OBJECT, offsetof(sl_py_buffer_t, shape), READONLY, "a tuple"},
+    {NULL, 0, 0, 0, NULL}
+};
 
 static PyGetSetDef sl_py_buffer_getset[] = {
     {"addr", (getter)sl_py_buffer_addr, NULL, "the first byte", NULL},
     {"nbytes", (getter)sl_py_buffer_nbytes, NULL, "its size in bytes", NULL},
     {"itemsize", (getter)sl_py_buffer_itemsize, NULL, "an element's size",
      NULL},
-    {"mem", (getter)sl_py_buffer_mem, NULL, "stagelink_mem_type_t", NULL},
     {"device", (getter)sl_py_buffer_device, NULL,
      "a CUDA tensor's device, else None", NULL},
     {"dtype", (getter)sl_py_buffer_dtype, NULL,
      "the element type's name, as torch and numpy print it", NULL},
-    {"shape", (getter)sl_py_buffer_shape, NULL, "a tuple", NULL},
     {NULL, NULL, NULL, NULL, NULL}
 };
 
@@ -568,4 +558,5 @@ PyTypeObject sl_py_buffer_type = {
                     "release().",
     .tp_methods   = sl_py_buffer_methods,
     .tp_getset    = sl_py_buffer_getset,
+    .tp_members   = sl_py_buffer_members,
 };
