@@ -192,7 +192,9 @@ static void sl_rv_drop(sl_rendezvous_t *rv, sl_rv_client_t *c,
                        const char *why)
 {
     SL_WARN(SL_SUBSYS_BOOT, "dropped rendezvous client %s: %s", c->peer, why);
-    snprintf(rv->refused, sizeof(rv->refused), "%s: %s", c->peer, why);
+    /* refused[256] holds the peer and the reason's first 190 bytes */
+    snprintf(rv->refused, sizeof(rv->refused), "%.63s: %.190s", c->peer,
+             why);
     close(c->fd);
     c->fd    = -1;
     c->state = SL_RV_FREE;

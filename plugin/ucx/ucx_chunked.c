@@ -561,7 +561,7 @@ sl_status_t sl_chunked_sub_prepare(sl_sub_t *sub, void *buf, size_t len,
     sl_comm_t   *comm   = req->comm;
     int          direct = !req->device ||
                           sl_device_buffer_direct(comm, sub->peer, buf);
-    sl_staged_t *st;
+    sl_staged_t *st     = NULL; /* set by sl_staged_get (-O3 cannot tell) */
 
     if (!direct) {
         SL_CHECK(sl_device_staging_ready(comm));
@@ -589,7 +589,7 @@ sl_status_t sl_chunked_drain(sl_sub_t *sub, uint64_t len, sl_chunked_end_t end,
                              sl_staged_t **out)
 {
     sl_comm_t   *comm = sub->req->comm;
-    sl_staged_t *st;
+    sl_staged_t *st   = NULL; /* set by sl_staged_get (-O3 cannot tell) */
 
     SL_CHECK(sl_staged_get(comm, sub, 1, 1, NULL, 0, &st));
     st->end        = end;
