@@ -1,32 +1,17 @@
 /*
  * stagelink._calls: what a transfer goes through on its way (its buffer's
- * description, the post, test and wait), in compiled code.  Through
- * ctypes and Python these cost several microseconds a message, more than
- * the transfer itself at a few KiB; everything else stays in ctypes
- * (_lib.py) and Python (communicator.py).
- *
- * The GIL is released around every plugin call, as ctypes does: a call
- * progresses the transport, which may run the config's callbacks (a TP
- * group's gather in Python) and must not hold up the helper thread.
+ * description, the post, test and wait, the Request), in compiled code.
+ * Through ctypes and Python these cost several microseconds a message,
+ * more than the transfer itself at a few KiB; everything else stays in
+ * ctypes (_lib.py) and Python (communicator.py).  This file: one
+ * communicator's plugin calls, and the module.
  *
  * SPDX-License-Identifier: MIT
  */
-#include "_buffer.h"
+#include "_calls.h"
+#include "_request.h"
 
 #include <string.h>
-
-#include "stagelink/stagelink.h"
-
-typedef struct {
-    PyObject_HEAD
-    stagelink_comm_t            *comm;
-    const stagelink_plugin_v1_t *vt;
-    int                          sliced; /* the plugin has wait_for */
-    PyObject                    *cuda_stream; /* (tensor, stream) -> stream */
-} calls_t;
-
-/* Request attributes, interned once. */
-static PyObject *n_handle, *n_buf, *n_desc, *n_stream;
 
 /* An address as ctypes gives it: an int (None for NULL). */
 static int calls_addr(PyObject *obj, void **out)
@@ -39,7 +24,7 @@ static int calls_addr(PyObject *obj, void **out)
     return (*out == NULL && PyErr_Occurred()) ? -1 : 0;
 }
 
-static int calls_init(calls_t *self, PyObject *args, PyObject *kwargs)
+static int calls_init(sl_py_calls_t *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *vt, *comm, *cuda_stream;
     void *vt_addr, *comm_addr;
@@ -67,6 +52,24 @@ static int calls_init(calls_t *self, PyObject *args, PyObject *kwargs)
     return 0;
 }
 
+sl_py_calls_t *sl_py_calls_of(PyObject *obj)
+{
+    sl_py_calls_t *c = (sl_py_calls_t *)obj;
+
+    if (!PyObject_TypeCheck(obj, &sl_py_calls_type)) {
+        PyErr_Format(PyExc_TypeError, "a communicator's _calls is a "
+                     "stagelink._calls.Calls, not %s", Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    if (c->vt == NULL) {
+        /* made without its arguments: no plugin to call */
+        PyErr_SetString(PyExc_ValueError, "this Calls has no plugin: "
+                        "create it as Calls(vtable, comm, cuda_stream)");
+        return NULL;
+    }
+    return c;
+}
+
 /* The request of an int argument: the handle a post returned. */
 static int calls_request(PyObject *obj, stagelink_request_t **req)
 {
@@ -78,85 +81,37 @@ static int calls_request(PyObject *obj, stagelink_request_t **req)
     return (*req == NULL) ? -1 : 0;
 }
 
-/* isend or irecv of `xfer`; the handle goes into request._handle before
- * the call returns, so that no exception (Ctrl-C) landing on the return
- * can lose a request the library owns.  -1 with an exception set, else
- * the status. */
-static int calls_post_xfer(calls_t *self, PyObject *request, int recv,
-                           const stagelink_xfer_t *xfer)
+stagelink_status_t sl_py_calls_post(sl_py_calls_t *c, int recv,
+                                    const stagelink_xfer_t *xfer,
+                                    stagelink_request_t **req)
 {
-    stagelink_request_t *req = NULL;
-    stagelink_status_t   status;
-    PyObject            *handle, *type, *value, *tb, *held;
-    int                  failed;
+    stagelink_status_t status;
+
+    *req = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    status = (recv ? c->vt->irecv : c->vt->isend)(c->comm, xfer, req);
+    Py_END_ALLOW_THREADS
+    return status;
+}
+
+stagelink_status_t sl_py_calls_wait(sl_py_calls_t *c,
+                                    stagelink_request_t *req, int slice_ms)
+{
+    stagelink_status_t status;
 
     Py_BEGIN_ALLOW_THREADS
-    status = (recv ? self->vt->irecv : self->vt->isend)(self->comm, xfer,
-                                                        &req);
+    status = c->sliced ? c->vt->wait_for(c->comm, req, slice_ms) :
+                         c->vt->wait(c->comm, req);
     Py_END_ALLOW_THREADS
-    if (req != NULL) {
-        handle = PyLong_FromVoidPtr(req);
-        failed = (handle == NULL) ||
-                 PyObject_SetAttr(request, n_handle, handle);
-        Py_XDECREF(handle);
-        if (failed) {
-            /* Nobody can hold it (out of memory): canceled, ended by
-             * finalize (stagelink.h); its memory is kept for good, since
-             * a send cannot be canceled under UCX. */
-            PyErr_Fetch(&type, &value, &tb);
-            held = PyObject_GetAttr(request, n_buf); /* leaked on purpose */
-            Py_BEGIN_ALLOW_THREADS
-            (void)self->vt->cancel(self->comm, req);
-            Py_END_ALLOW_THREADS
-            if (held == NULL) {
-                PyErr_Clear();
-            }
-            PyErr_Restore(type, value, tb);
-            return -1;
-        }
-    }
-    return (int)status;
-}
-
-/* A Calls made without its arguments has no plugin to call. */
-static int calls_ready(calls_t *self)
-{
-    if (self->vt == NULL) {
-        PyErr_SetString(PyExc_ValueError, "this Calls has no plugin: "
-                        "create it as Calls(vtable, comm, cuda_stream)");
-        return -1;
-    }
-    return 0;
-}
-
-/* post_xfer(request, recv, xfer_address) -> status: a descriptor the
- * binding built itself (a STAGELINK_CHECK record). */
-static PyObject *calls_post_xfer_py(calls_t *self, PyObject *const *args,
-                                    Py_ssize_t nargs)
-{
-    const stagelink_xfer_t *xfer;
-    int recv, status;
-
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError,
-                        "post_xfer(request, recv, xfer_address)");
-        return NULL;
-    }
-    recv = PyObject_IsTrue(args[1]);
-    xfer = PyLong_AsVoidPtr(args[2]);
-    if (calls_ready(self) || recv < 0 || (xfer == NULL && PyErr_Occurred())) {
-        return NULL;
-    }
-    status = calls_post_xfer(self, args[0], recv, xfer);
-    return (status < 0) ? NULL : PyLong_FromLong(status);
+    return status;
 }
 
 /* The stream a CUDA tensor's transfer is ordered on: cuda_stream(tensor,
  * stream) (torch's current one, or `stream` recorded on the tensor). */
-static int calls_cuda_stream(calls_t *self, PyObject *tensor,
+static int calls_cuda_stream(sl_py_calls_t *c, PyObject *tensor,
                              PyObject *stream, void **out)
 {
-    PyObject *r = PyObject_CallFunctionObjArgs(self->cuda_stream, tensor,
+    PyObject *r = PyObject_CallFunctionObjArgs(c->cuda_stream, tensor,
                                                stream, NULL);
     int       failed;
 
@@ -168,12 +123,8 @@ static int calls_cuda_stream(calls_t *self, PyObject *tensor,
     return failed;
 }
 
-/* One transfer's descriptor from its arguments, as post and fill take
- * them: (recv, buf, peer, microbatch, chunk, elem_size, stream), checked
- * by the caller (elem_size 0: the buffer's item size; stream None:
- * torch's current one).  Returns the Buffer (a new reference) or NULL. */
-static sl_py_buffer_t *calls_fill(calls_t *self, PyObject *const *args,
-                                  stagelink_xfer_t *xfer)
+sl_py_buffer_t *sl_py_calls_fill(sl_py_calls_t *c, PyObject *const *args,
+                                 stagelink_xfer_t *xfer)
 {
     sl_py_buffer_t *b;
     size_t          elem_size;
@@ -197,7 +148,7 @@ static sl_py_buffer_t *calls_fill(calls_t *self, PyObject *const *args,
     xfer->elem_size = elem_size ? elem_size : b->itemsize;
     xfer->mem_type  = (stagelink_mem_type_t)b->mem;
     if (b->mem == STAGELINK_MEM_CUDA &&
-        calls_cuda_stream(self, args[1], args[6], &xfer->stream)) {
+        calls_cuda_stream(c, args[1], args[6], &xfer->stream)) {
         Py_DECREF(b);
         return NULL;
     }
@@ -207,7 +158,7 @@ static sl_py_buffer_t *calls_fill(calls_t *self, PyObject *const *args,
 /* fill(xfer_address, recv, buf, peer, microbatch, chunk, elem_size,
  *      stream) -> Buffer: a descriptor of a batch, written at that
  * address (a stagelink_op_t's xfer). */
-static PyObject *calls_fill_py(calls_t *self, PyObject *const *args,
+static PyObject *calls_fill_py(sl_py_calls_t *self, PyObject *const *args,
                                Py_ssize_t nargs)
 {
     stagelink_xfer_t *xfer;
@@ -224,68 +175,21 @@ static PyObject *calls_fill_py(calls_t *self, PyObject *const *args,
         }
         return NULL;
     }
-    return (PyObject *)calls_fill(self, args + 1, xfer);
-}
-
-/* post(request, recv, buf, peer, microbatch, chunk, elem_size, stream)
- *   -> status
- * The whole post of one tensor: `buf` described (the memory held by
- * request._buf from here), the descriptor filled and posted. */
-static PyObject *calls_post(calls_t *self, PyObject *const *args,
-                            Py_ssize_t nargs)
-{
-    stagelink_xfer_t xfer;
-    sl_py_buffer_t  *b;
-    PyObject        *request, *desc = NULL, *where = NULL;
-    int              recv, status = -1;
-
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "post(request, recv, buf, peer, "
-                        "microbatch, chunk, elem_size, stream)");
+    if (sl_py_calls_of((PyObject *)self) == NULL) {
         return NULL;
     }
-    if (calls_ready(self)) {
-        return NULL;
-    }
-    request = args[0];
-    b       = calls_fill(self, args + 1, &xfer);
-    if (b == NULL) {
-        return NULL;
-    }
-    recv = PyObject_IsTrue(args[1]);
-    /* What the request is (its sentences are made from it only when one
-     * is needed), and for a CUDA receive what its wait orders after. */
-    desc = PyTuple_Pack(5, args[1], args[4], args[5], args[3], (PyObject *)b);
-    if (desc == NULL || PyObject_SetAttr(request, n_desc, desc) ||
-        PyObject_SetAttr(request, n_buf, (PyObject *)b)) {
-        goto out;
-    }
-    if (recv && b->mem == STAGELINK_MEM_CUDA) {
-        where = Py_BuildValue("(Ni)", PyLong_FromVoidPtr(xfer.stream),
-                              b->device);
-        if (where == NULL || PyObject_SetAttr(request, n_stream, where)) {
-            goto out;
-        }
-    }
-    status = calls_post_xfer(self, request, recv, &xfer);
-    if (status > 0) {
-        sl_py_buffer_release(b); /* nothing was posted: the memory goes */
-    }
-out:
-    Py_XDECREF(where);
-    Py_XDECREF(desc);
-    Py_DECREF(b);
-    return (status == -1) ? NULL : PyLong_FromLong(status);
+    return (PyObject *)sl_py_calls_fill(self, args + 1, xfer);
 }
 
 /* test(handle) -> (status, done) */
-static PyObject *calls_test(calls_t *self, PyObject *handle)
+static PyObject *calls_test(sl_py_calls_t *self, PyObject *handle)
 {
     stagelink_request_t *req;
     stagelink_status_t status;
     int done = 0;
 
-    if (calls_ready(self) || calls_request(handle, &req)) {
+    if (sl_py_calls_of((PyObject *)self) == NULL ||
+        calls_request(handle, &req)) {
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
@@ -294,46 +198,33 @@ static PyObject *calls_test(calls_t *self, PyObject *handle)
     return Py_BuildValue("(ii)", (int)status, done);
 }
 
-/* wait(handle, slice_ms) -> status: one slice of wait_for (IN_PROGRESS
- * when it ends first); a plugin older than wait_for waits to the end. */
-static PyObject *calls_wait(calls_t *self, PyObject *const *args,
+/* wait(handle, slice_ms) -> status: one slice of wait_for. */
+static PyObject *calls_wait(sl_py_calls_t *self, PyObject *const *args,
                             Py_ssize_t nargs)
 {
     stagelink_request_t *req;
-    stagelink_status_t status;
     int slice_ms;
 
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "wait(handle, slice_ms)");
         return NULL;
     }
-    if (calls_ready(self) || calls_request(args[0], &req)) {
+    if (sl_py_calls_of((PyObject *)self) == NULL ||
+        calls_request(args[0], &req)) {
         return NULL;
     }
     slice_ms = PyLong_AsLong(args[1]);
     if (slice_ms == -1 && PyErr_Occurred()) {
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    status = self->sliced ? self->vt->wait_for(self->comm, req, slice_ms) :
-                            self->vt->wait(self->comm, req);
-    Py_END_ALLOW_THREADS
-    return PyLong_FromLong(status);
+    return PyLong_FromLong(sl_py_calls_wait(self, req, slice_ms));
 }
 
 static PyMethodDef calls_methods[] = {
-    {"post", (PyCFunction)(void (*)(void))calls_post, METH_FASTCALL,
-     "post(request, recv, buf, peer, microbatch, chunk, elem_size, stream) "
-     "-> status: describes buf (held by request._buf) and posts it; the "
-     "handle (an int) goes into request._handle when one was posted."},
     {"fill", (PyCFunction)(void (*)(void))calls_fill_py, METH_FASTCALL,
      "fill(xfer_address, recv, buf, peer, microbatch, chunk, elem_size, "
      "stream) -> Buffer: a batch's descriptor written at that address, "
-     "as post fills its own."},
-    {"post_xfer", (PyCFunction)(void (*)(void))calls_post_xfer_py,
-     METH_FASTCALL,
-     "post_xfer(request, recv, xfer_address) -> status: isend or irecv of "
-     "a stagelink_xfer_t the caller built."},
+     "as a single post fills its own."},
     {"test", (PyCFunction)calls_test, METH_O,
      "test(handle) -> (status, done)."},
     {"wait", (PyCFunction)(void (*)(void))calls_wait, METH_FASTCALL,
@@ -342,16 +233,16 @@ static PyMethodDef calls_methods[] = {
     {NULL, NULL, 0, NULL}
 };
 
-static void calls_dealloc(calls_t *self)
+static void calls_dealloc(sl_py_calls_t *self)
 {
     Py_XDECREF(self->cuda_stream);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyTypeObject calls_type = {
+PyTypeObject sl_py_calls_type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name      = "stagelink._calls.Calls",
-    .tp_basicsize = sizeof(calls_t),
+    .tp_basicsize = sizeof(sl_py_calls_t),
     .tp_dealloc   = (destructor)calls_dealloc,
     .tp_flags     = Py_TPFLAGS_DEFAULT,
     .tp_doc       = "Calls(vtable, comm, cuda_stream): the posts, test and "
@@ -375,7 +266,7 @@ static struct PyModuleDef calls_module = {
     PyModuleDef_HEAD_INIT,
     .m_name    = "stagelink._calls",
     .m_doc     = "A transfer's buffer description, post, test and wait, "
-                 "compiled.",
+                 "and its Request, compiled.",
     .m_size    = -1,
     .m_methods = module_methods,
 };
@@ -397,19 +288,16 @@ PyMODINIT_FUNC PyInit__calls(void)
 {
     PyObject *mod;
 
-    if (sl_py_buffer_init() ||
-        (n_handle = PyUnicode_InternFromString("_handle")) == NULL ||
-        (n_buf = PyUnicode_InternFromString("_buf")) == NULL ||
-        (n_desc = PyUnicode_InternFromString("_desc")) == NULL ||
-        (n_stream = PyUnicode_InternFromString("_stream")) == NULL) {
+    if (sl_py_buffer_init() || sl_py_request_init()) {
         return NULL;
     }
     mod = PyModule_Create(&calls_module);
     if (mod == NULL) {
         return NULL;
     }
-    if (calls_add_type(mod, "Calls", &calls_type) ||
-        calls_add_type(mod, "Buffer", &sl_py_buffer_type)) {
+    if (calls_add_type(mod, "Calls", &sl_py_calls_type) ||
+        calls_add_type(mod, "Buffer", &sl_py_buffer_type) ||
+        calls_add_type(mod, "Request", &sl_py_request_type)) {
         Py_DECREF(mod);
         return NULL;
     }

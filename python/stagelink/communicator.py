@@ -131,24 +131,15 @@ class Placement:
         return topo, ranks
 
 
-class Request:
+class Request(_calls.Request):
     """One isend or irecv.  wait() blocks until it completes (raising its
     error), test() polls, cancel() asks to stop it.  A dropped Request is
-    completed in the background; its buffer stays alive until then."""
+    completed in the background; its buffer stays alive until then.
 
-    __slots__ = ("_comm", "_handle", "_buf", "_desc", "_done", "_err",
-                 "_timed_out", "_check", "_stream", "_ordered", "__weakref__")
+    Its state, post and wait are compiled (_request.c); what follows is
+    the rest, and what the wait hands over on its uncommon paths."""
 
-    def __init__(self, comm, handle=None, buf=None, what=None, check=None,
-                 stream=None):
-        self._comm, self._handle, self._buf = comm, handle, buf
-        self._desc, self._check = what, check
-        self._done, self._err = False, None
-        self._timed_out = None
-        # A CUDA receive: (cudaStream_t of the post, device).  The data is
-        # ready on that stream (a gather's collective runs behind it).
-        self._stream = stream
-        self._ordered = None  # the stream the library orders at completion
+    __slots__ = ()
 
     @property
     def _what(self):
@@ -210,41 +201,14 @@ class Request:
             ready.record(torch.cuda.ExternalStream(stream, device=device))
             current.wait_event(ready)
 
-    def wait(self, timeout: Optional[float] = None) -> None:
-        """Blocks until the transfer completes; raises its error.  As
-        torch's Work.wait(), the current CUDA stream then waits for a
-        received CUDA tensor's data (an event on the post's stream).
-
-        The wait sleeps in slices of 50 ms, so signals are handled at once
-        (Ctrl-C raises KeyboardInterrupt; the request stays in flight).
-        `timeout` (seconds) bounds this wait only: on expiry TimeoutError
-        is raised and the request stays in flight, as after the library's
-        own deadline (STAGELINK_TIMEOUT): wait again or cancel it."""
-        comm = self._comm
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._done:
-            slice_ms = _SLICE_MS
-            if deadline is not None:
-                slice_ms = min(slice_ms, max(
-                    int((deadline - time.monotonic()) * 1e3), 0))
-            with comm._lock:
-                comm._require_open("wait")
-                if self._done:  # another thread completed it meanwhile
-                    break
-                if comm._orphans:
-                    comm._reap()
-                if self._stream is not None:
-                    self._arm_current_stream()
-                status = comm._wait(self, slice_ms)
-            if status == _TIMEOUT:
-                raise error(status, self._timed_out)
-            if (not self._done and deadline is not None
-                    and time.monotonic() >= deadline):
-                raise error(STATUS["ERR_TIMEOUT"],
-                            "%s did not complete within wait(timeout=%g); it "
-                            "stays in flight: wait again or cancel it"
-                            % (self._what, timeout))
-        return self._result()
+    def _raise_timeout(self, timeout):
+        """The wait that ended in flight: at the library's deadline
+        (STAGELINK_TIMEOUT; timeout None), or at wait(timeout)'s."""
+        if timeout is None:
+            raise error(_TIMEOUT, self._timed_out)
+        raise error(_TIMEOUT, "%s did not complete within wait(timeout=%g); "
+                    "it stays in flight: wait again or cancel it"
+                    % (self._what, timeout))
 
     def test(self) -> bool:
         """True once the transfer completed (raising its error if it
@@ -601,21 +565,25 @@ class Communicator:
         status = None
         try:
             status = self._calls.wait(req._handle, slice_ms)
-            if status == 0:
-                self._complete(req, status)
-            elif status == _IN_PROGRESS:
-                return status
-            elif status == _TIMEOUT:
-                req._timed_out = self._vt.last_error(self._comm).decode()
-            else:  # completed with an error, or the call itself failed
-                message = self._settle(req, status)
-                if not req._done:
-                    raise error(status, message)
+            return self._waited(req, status)
         except BaseException:
             if not req._done and status != _IN_PROGRESS and \
                     status != _TIMEOUT:
                 self._settle(req, status)
             raise
+
+    def _waited(self, req, status):
+        """What a wait's status makes of `req` (self._lock held since the
+        call, so a released request's slot is not yet reused): completed,
+        in flight, past the library's deadline, or failed (raised)."""
+        if status == 0:
+            self._complete(req, status)
+        elif status == _TIMEOUT:
+            req._timed_out = self._vt.last_error(self._comm).decode()
+        elif status != _IN_PROGRESS:  # failed, or the call itself did
+            message = self._settle(req, status)
+            if not req._done:
+                raise error(status, message)
         return status
 
     def _settle_check(self, req, status):
@@ -758,30 +726,11 @@ class Communicator:
         req = Request(self, None, held, what)
         status = None
         try:
-            status = self._calls.post_xfer(req, recv, ctypes.addressof(xfer))
+            status = req._post_xfer(recv, ctypes.addressof(xfer))
         finally:
             if status != 0:
                 self._posted(req, status)
         return req
-
-    def _post(self, recv, buf, peer, microbatch, chunk, elem_size, stream):
-        with self._lock:
-            self._require_open("irecv" if recv else "isend")
-            peer, microbatch, chunk, elem_size = self._args(
-                peer, microbatch, chunk, elem_size)
-            if self._orphans:
-                self._reap()
-            req = Request(self)
-            status = None
-            try:
-                status = self._calls.post(req, recv, buf, peer, microbatch,
-                                          chunk, elem_size, stream)
-            finally:
-                if status != 0:
-                    self._posted(req, status)
-            if self._check:
-                _check.attach(self, req, recv, peer, microbatch, chunk)
-            return req
 
     def isend(self, buf: Buffer, peer: Peer = "next", microbatch: int = 0,
               chunk: int = 0, elem_size: Optional[int] = None,
@@ -791,30 +740,30 @@ class Communicator:
         Request.  Shards fall on whole elements (elem_size, default the
         buffer's item size).  A CUDA tensor is ordered on `stream` (a
         cudaStream_t as an int; default torch's current stream)."""
-        return self._post(False, buf, peer, microbatch, chunk, elem_size,
-                          stream)
+        return Request._post(self, False, buf, peer, microbatch, chunk,
+                             elem_size, stream)
 
     def irecv(self, buf: Buffer, peer: Peer = "prev", microbatch: int = 0,
               chunk: int = 0, elem_size: Optional[int] = None,
               stream: Optional[int] = None) -> Request:
         """Starts receiving into `buf` (the full tensor; writable) from a
         neighbour stage; returns a Request."""
-        return self._post(True, buf, peer, microbatch, chunk, elem_size,
-                          stream)
+        return Request._post(self, True, buf, peer, microbatch, chunk,
+                             elem_size, stream)
 
     def send(self, buf: Buffer, peer: Peer = "next", microbatch: int = 0,
              chunk: int = 0, elem_size: Optional[int] = None,
              stream: Optional[int] = None) -> None:
         """isend, then wait."""
-        self._post(False, buf, peer, microbatch, chunk, elem_size,
-                   stream).wait()
+        Request._post(self, False, buf, peer, microbatch, chunk, elem_size,
+                      stream).wait()
 
     def recv(self, buf: Buffer, peer: Peer = "prev", microbatch: int = 0,
              chunk: int = 0, elem_size: Optional[int] = None,
              stream: Optional[int] = None) -> None:
         """irecv, then wait."""
-        self._post(True, buf, peer, microbatch, chunk, elem_size,
-                   stream).wait()
+        Request._post(self, True, buf, peer, microbatch, chunk, elem_size,
+                      stream).wait()
 
     def batch_isend_irecv(self, p2p_op_list: Sequence["P2POp"]
                           ) -> List[Request]:

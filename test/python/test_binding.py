@@ -88,6 +88,30 @@ with stagelink.Communicator(tp_size=world // 2) as comm:
         check(False, "a read-only memoryview was accepted to receive into")
     except ValueError:
         pass
+
+    # A post's arguments: the common ones are taken in line, any other is
+    # checked by the binding, and a refused one posts nothing.
+    for kwargs, kind in (({"microbatch": -1}, ValueError),
+                         ({"microbatch": 1 << 32}, ValueError),
+                         ({"microbatch": True}, TypeError),
+                         ({"microbatch": 1.0}, TypeError),
+                         ({"chunk": 1 << 11}, ValueError),
+                         ({"chunk": -2}, ValueError),
+                         ({"peer": "nxt"}, ValueError),
+                         ({"peer": None}, TypeError),
+                         ({"elem_size": 0}, ValueError)):
+        try:
+            comm.isend(act, **kwargs)
+            check(False, "isend(**%r) was accepted" % kwargs)
+        except kind as e:
+            check(list(kwargs)[0] in str(e), "isend(**%r): %s" % (kwargs, e))
+    other = comm.info["next_rank"] if first else comm.info["prev_rank"]
+    if first:  # a rank for the peer, index-able ints for the tag
+        comm.send(act, peer=other, microbatch=np.int64(6), chunk=np.int16(3))
+    else:
+        y = torch.empty_like(act)
+        comm.recv(y, peer=other, microbatch=np.uint32(6), chunk=3)
+        check(torch.equal(y, act), "a rank as peer, numpy ints as the tag")
     check(comm.counters()["transfers_completed"] >= 5, "counters")
     print("rank %d (stage %d, %s plugin, stagelink %s): %s" % (
         comm.info["rank"], stage, comm.plugin, stagelink.version(),
