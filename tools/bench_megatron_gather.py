@@ -1,8 +1,10 @@
 """Which gather rebuilds a scatter/gather boundary faster under Megatron-Core's
 own 1F1B schedule: stagelink's (the shard relayed inside the TP group as it
 lands) or torch's all_gather_into_tensor on Megatron's TP group (the
-config's gather callback, gather="tp_group").  CPU tensors over gloo; the
-model is one elementwise scale per stage, so the step is the boundary.
+config's gather callback, gather="tp_group").  CPU tensors over gloo, or
+with STAGELINK_TEST_DEVICE=cuda CUDA tensors over NCCL (tools/gpu-check);
+the model is one elementwise scale per stage, so the step is the
+boundary.
 
     stagelink_run -n 4 -- .venv/bin/python tools/bench_megatron_gather.py \\
         [T] [S,B,H] [MICROBATCHES] [STEPS]
@@ -29,19 +31,24 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 
 import stagelink.megatron
 
-# schedules.py's token counter allocates on CUDA: the tests' CPU shim.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "test", "python"))
-import megatron_cpu  # noqa: E402
+DEVICE = torch.device(os.environ.get("STAGELINK_TEST_DEVICE", "cpu"))
+if DEVICE.type == "cuda":
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) %
+                          torch.cuda.device_count())
+else:
+    # schedules.py's token counter allocates on CUDA: the tests' CPU shim.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(
+        __file__)), "..", "test", "python"))
+    import megatron_cpu  # noqa: E402
 
-megatron_cpu.token_counter()
+    megatron_cpu.token_counter()
 
 
 class Stage(torch.nn.Module):
     def __init__(self, config, first, h):
         super().__init__()
         self.config, self.first = config, first
-        self.scale = torch.nn.Parameter(torch.ones(h))
+        self.scale = torch.nn.Parameter(torch.ones(h, device=DEVICE))
         self.model_type = ModelType.encoder_or_decoder
         self.input_tensor = None
 
@@ -59,7 +66,7 @@ def main():
                                 else "256,4,1024").split(","))
     m = int(sys.argv[3]) if len(sys.argv) > 3 else 16
     steps = int(sys.argv[4]) if len(sys.argv) > 4 else 5
-    dist.init_process_group("gloo")
+    dist.init_process_group("nccl" if DEVICE.type == "cuda" else "gloo")
     p = dist.get_world_size() // t
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=t, pipeline_model_parallel_size=p)
@@ -70,7 +77,7 @@ def main():
         use_cpu_initialization=True)
     model = Stage(config, parallel_state.get_pipeline_model_parallel_rank()
                   == 0, h)
-    x = torch.randn(s, b, h)
+    x = torch.randn(s, b, h, device=DEVICE)
 
     def forward_step(_it, mod):
         out = mod(x)
@@ -86,13 +93,16 @@ def main():
                 forward_step_func=forward_step, data_iterator=None,
                 model=model, num_microbatches=m, seq_length=s,
                 micro_batch_size=b, forward_only=False)
+            if DEVICE.type == "cuda":
+                torch.cuda.synchronize()
             dist.barrier()
             if step > 0:
                 times[gather].append(time.perf_counter() - t0)
     if dist.get_rank() == 0:
         mib = s * b * h * 4 / 2**20
-        print("t=%d p=%d tensor %d x %d x %d fp32 (%.1f MiB), %d "
-              "microbatches, %d steps" % (t, p, s, b, h, mib, m, steps))
+        print("t=%d p=%d tensor %d x %d x %d fp32 (%.1f MiB) on %s, %d "
+              "microbatches, %d steps" % (t, p, s, b, h, mib, DEVICE.type, m,
+                                          steps))
         for gather, ts in times.items():
             print("  gather=%-9s median %.1f ms  (min %.1f, max %.1f)"
                   % (gather, statistics.median(ts) * 1e3, min(ts) * 1e3,

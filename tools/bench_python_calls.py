@@ -3,9 +3,10 @@
 stages (t = 1) through stagelink.Communicator with torch tensors, through
 torch.distributed over gloo, and stagelink_perftest's one-way boundary time
 from C, all on the same machine and in the same run; µs per one-way
-message (round trip / 2, the median of the rounds) and each against C.
+message (round trip / 2, the median of the rounds), the median of L
+launches of each, interleaved, and each against C.
 
-    tools/bench_python_calls.py [-b BUILD] [-s 4096] [-n 2000] [-r 5]
+    tools/bench_python_calls.py [-b BUILD] [-s 4096] [-n 2000] [-r 5] [-l 3]
 
 Runs its own ranks, once per peer, each peer in its own processes: by
 default with the stagelink package this interpreter has installed (the
@@ -54,8 +55,8 @@ def rank_main(kind, size, iters, rounds):
             times.append((time.perf_counter() - start) / (2 * iters) * 1e6)
     close()
     if rank == 0:
-        print("RESULT %s %.2f %.2f" % (kind, statistics.median(times),
-                                       max(times) - min(times)), flush=True)
+        print("RESULT %s %.2f" % (kind, statistics.median(times)),
+              flush=True)
 
 
 def run(tools, args, env):
@@ -68,6 +69,28 @@ def run(tools, args, env):
     return out.stdout, None
 
 
+def measure(tools, kind, o, env):
+    """One launch of one path: (us per one-way message, None), or (None,
+    why it could not run)."""
+    if kind == "c":
+        csv, err = run(tools, [os.path.join(tools, "stagelink_perftest"),
+                               "-t", "1", "-k", "boundary", "-s",
+                               str(o.size), "-n", str(o.iters), "-w",
+                               str(o.iters // 10), "--csv"], env)
+        for line in (csv or "").splitlines():
+            f = line.split(",")
+            if f and f[0] == str(o.size):
+                return float(f[4]), None  # avg one-way
+        return None, err
+    out, err = run(tools, [sys.executable, os.path.abspath(__file__),
+                           "--rank", kind, str(o.size), str(o.iters),
+                           str(o.rounds)], env)
+    for line in (out or "").splitlines():
+        if line.startswith("RESULT "):
+            return float(line.split()[2]), None
+    return None, err or "no result"
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--rank":
         rank_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]),
@@ -78,6 +101,7 @@ def main():
     ap.add_argument("-s", "--size", type=int, default=4096)
     ap.add_argument("-n", "--iters", type=int, default=2000)
     ap.add_argument("-r", "--rounds", type=int, default=5)
+    ap.add_argument("-l", "--launches", type=int, default=3)
     o = ap.parse_args()
     env = dict(os.environ)
     if o.build:
@@ -108,41 +132,35 @@ def main():
         version, where, tools = found.stdout.split()
         # Its console scripts: the wheel's tools, on the UCX it chose.
         print("# stagelink %s from %s" % (version, where))
-    rows = []
-    csv, err = run(tools, [os.path.join(tools, "stagelink_perftest"),
-                           "-t", "1", "-k", "boundary", "-s", str(o.size),
-                           "-n", str(o.iters), "-w", str(o.iters // 10),
-                           "--csv"], env)
-    c_us = None
-    if csv is not None:
-        for line in csv.splitlines():
-            f = line.split(",")
-            if f and f[0] == str(o.size):
-                c_us = float(f[4])  # avg one-way
-    rows.append(("C (stagelink_perftest -k boundary, avg)", c_us, None, err))
-    for kind in ("stagelink", "gloo"):
-        out, err = run(tools, [sys.executable, os.path.abspath(__file__),
-                               "--rank", kind, str(o.size), str(o.iters),
-                               str(o.rounds)], env)
-        us = spread = None
-        for line in (out or "").splitlines():
-            if line.startswith("RESULT "):
-                _, _, us, spread = line.split()
-                us, spread = float(us), float(spread)
-        rows.append(({"stagelink": "Python: stagelink.Communicator, torch tensors",
-                      "gloo": "Python: torch.distributed send/recv, gloo"}[kind],
-                     us, spread, err))
+    names = {"c": "C (stagelink_perftest -k boundary, avg)",
+             "stagelink": "Python: stagelink.Communicator, torch tensors",
+             "gloo": "Python: torch.distributed send/recv, gloo"}
+    got = {kind: [] for kind in names}
+    errors = {}
+    # Launches interleaved: where the scheduler puts two ranks and their
+    # progress threads on two cores changes a launch's figure by up to 2x.
+    for _ in range(o.launches):
+        for kind in names:
+            us, err = measure(tools, kind, o, env)
+            if us is None:
+                errors[kind] = err
+            else:
+                got[kind].append(us)
     print("# one-way message, %d bytes, t = 1, two processes on this machine, "
-          "us (median of %d rounds of %d round trips)" % (o.size, o.rounds,
-                                                          o.iters))
-    print("%-48s %9s %9s %11s" % ("path", "us", "spread", "minus C"))
-    for name, us, spread, err in rows:
-        if us is None:
-            print("%-48s %9s  (could not run: %s)" % (name, "-", err))
+          "us: median of %d launches (each: C's average, Python's median of "
+          "%d rounds; %d round trips a round), and their range"
+          % (o.size, o.launches, o.rounds, o.iters))
+    print("%-48s %9s %13s %11s" % ("path", "us", "range", "minus C"))
+    c_us = statistics.median(got["c"]) if got["c"] else None
+    for kind, name in names.items():
+        if not got[kind]:
+            print("%-48s %9s  (could not run: %s)" % (name, "-",
+                                                      errors.get(kind)))
             continue
-        print("%-48s %9.2f %9s %11s" % (
-            name, us, "-" if spread is None else "%.2f" % spread,
-            "-" if c_us is None or name.startswith("C ") else "%+.2f" % (us - c_us)))
+        us = statistics.median(got[kind])
+        print("%-48s %9.2f %13s %11s" % (
+            name, us, "%.2f-%.2f" % (min(got[kind]), max(got[kind])),
+            "-" if c_us is None or kind == "c" else "%+.2f" % (us - c_us)))
     return 0
 
 
