@@ -4,17 +4,15 @@
  * Through ctypes and Python these cost several microseconds a message,
  * more than the transfer itself at a few KiB; everything else stays in
  * ctypes (_lib.py) and Python (communicator.py).  This file: one
- * communicator's plugin calls, and the module.
+ * communicator's plugin calls.
  *
  * SPDX-License-Identifier: MIT
  */
 #include "_calls.h"
-#include "_request.h"
 
 #include <string.h>
 
-/* An address as ctypes gives it: an int (None for NULL). */
-static int calls_addr(PyObject *obj, void **out)
+int sl_py_addr(PyObject *obj, void **out)
 {
     if (obj == Py_None) {
         *out = NULL;
@@ -32,7 +30,7 @@ static int calls_init(sl_py_calls_t *self, PyObject *args, PyObject *kwargs)
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:Calls", names, &vt,
                                      &comm, &cuda_stream) ||
-        calls_addr(vt, &vt_addr) || calls_addr(comm, &comm_addr)) {
+        sl_py_addr(vt, &vt_addr) || sl_py_addr(comm, &comm_addr)) {
         return -1;
     }
     if (vt_addr == NULL || comm_addr == NULL) {
@@ -70,15 +68,20 @@ sl_py_calls_t *sl_py_calls_of(PyObject *obj)
     return c;
 }
 
+int sl_py_handle(stagelink_request_t *req)
+{
+    if (req == NULL) {
+        PyErr_SetString(PyExc_ValueError, "a request handle of 0: the "
+                        "request was never posted or is already released");
+        return -1;
+    }
+    return 0;
+}
+
 /* The request of an int argument: the handle a post returned. */
 static int calls_request(PyObject *obj, stagelink_request_t **req)
 {
-    *req = PyLong_AsVoidPtr(obj);
-    if (*req == NULL && !PyErr_Occurred()) {
-        PyErr_SetString(PyExc_ValueError, "a request handle of 0: the "
-                        "request was never posted or is already released");
-    }
-    return (*req == NULL) ? -1 : 0;
+    return (sl_py_addr(obj, (void **)req) || sl_py_handle(*req)) ? -1 : 0;
 }
 
 stagelink_status_t sl_py_calls_post(sl_py_calls_t *c, int recv,
@@ -118,7 +121,7 @@ static int calls_cuda_stream(sl_py_calls_t *c, PyObject *tensor,
     if (r == NULL) {
         return -1;
     }
-    failed = calls_addr(r, out);
+    failed = sl_py_addr(r, out);
     Py_DECREF(r);
     return failed;
 }
@@ -253,53 +256,3 @@ PyTypeObject sl_py_calls_type = {
     .tp_init      = (initproc)calls_init,
     .tp_new       = PyType_GenericNew,
 };
-
-static PyMethodDef module_methods[] = {
-    {"describe", (PyCFunction)(void (*)(void))sl_py_describe, METH_FASTCALL,
-     "describe(obj, writable) -> Buffer: what obj is as a transfer buffer "
-     "(ValueError or TypeError when it cannot be one); it holds the memory "
-     "until release()."},
-    {NULL, NULL, 0, NULL}
-};
-
-static struct PyModuleDef calls_module = {
-    PyModuleDef_HEAD_INIT,
-    .m_name    = "stagelink._calls",
-    .m_doc     = "A transfer's buffer description, post, test and wait, "
-                 "and its Request, compiled.",
-    .m_size    = -1,
-    .m_methods = module_methods,
-};
-
-static int calls_add_type(PyObject *mod, const char *name, PyTypeObject *type)
-{
-    if (PyType_Ready(type) < 0) {
-        return -1;
-    }
-    Py_INCREF(type);
-    if (PyModule_AddObject(mod, name, (PyObject *)type) < 0) {
-        Py_DECREF(type);
-        return -1;
-    }
-    return 0;
-}
-
-PyMODINIT_FUNC PyInit__calls(void)
-{
-    PyObject *mod;
-
-    if (sl_py_buffer_init() || sl_py_request_init()) {
-        return NULL;
-    }
-    mod = PyModule_Create(&calls_module);
-    if (mod == NULL) {
-        return NULL;
-    }
-    if (calls_add_type(mod, "Calls", &sl_py_calls_type) ||
-        calls_add_type(mod, "Buffer", &sl_py_buffer_type) ||
-        calls_add_type(mod, "Request", &sl_py_request_type)) {
-        Py_DECREF(mod);
-        return NULL;
-    }
-    return mod;
-}

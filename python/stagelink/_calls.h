@@ -23,6 +23,13 @@ typedef struct {
 
 extern PyTypeObject sl_py_calls_type;
 
+/* An address as ctypes gives it: an int (None for NULL); -1 on error. */
+int sl_py_addr(PyObject *obj, void **out);
+
+/* -1 with ValueError when `req` is no request (never posted, or already
+ * released). */
+int sl_py_handle(stagelink_request_t *req);
+
 /* `obj` as the Calls of a communicator, ready to call; NULL with an
  * exception when it is not one. */
 sl_py_calls_t *sl_py_calls_of(PyObject *obj);

@@ -11,17 +11,16 @@
  */
 #include "_request.h"
 
+#include <math.h>
 #include <structmember.h>
 #include <time.h>
-
-#define SL_PY_SLICE_MS 50 /* a wait looks at pending signals this often */
 
 /* Names asked for, interned once. */
 static PyObject *n_calls, *n_lock, *n_acquire, *n_release, *n_open,
                 *n_closing, *n_require_open, *n_wait, *n_orphans, *n_reap,
                 *n_arm, *n_waited, *n_posted, *n_result, *n_raise_timeout,
-                *n_settle, *n_buf_release, *n_isend, *n_irecv, *n_args,
-                *n_max_chunk, *n_check, *n_attach;
+                *n_settle, *n_isend, *n_irecv, *n_args, *n_max_chunk,
+                *n_check, *n_attach_check;
 
 int sl_py_request_init(void)
 {
@@ -36,9 +35,9 @@ int sl_py_request_init(void)
         {&n_arm, "_arm_current_stream"}, {&n_waited, "_waited"},
         {&n_posted, "_posted"}, {&n_result, "_result"},
         {&n_raise_timeout, "_raise_timeout"}, {&n_settle, "_settle"},
-        {&n_buf_release, "release"}, {&n_isend, "isend"},
-        {&n_irecv, "irecv"}, {&n_args, "_args"}, {&n_max_chunk, "_max_chunk"},
-        {&n_check, "_check"}, {&n_attach, "attach"},
+        {&n_isend, "isend"}, {&n_irecv, "irecv"}, {&n_args, "_args"},
+        {&n_max_chunk, "_max_chunk"}, {&n_check, "_check"},
+        {&n_attach_check, "_attach_check"},
     };
     size_t i;
 
@@ -57,15 +56,16 @@ static int request_none(PyObject *obj)
     return obj == NULL || obj == Py_None;
 }
 
-/* A handle as Python holds it: an int, or None. */
-static int request_handle_of(PyObject *obj, stagelink_request_t **out)
+/* -1 with ValueError for a Request made without a communicator. */
+static int request_ready(sl_py_request_t *self)
 {
-    if (obj == Py_None) {
-        *out = NULL;
-        return 0;
+    if (self->comm == NULL || self->calls == NULL) {
+        PyErr_SetString(PyExc_ValueError, "this Request belongs to no "
+                        "communicator: Requests come from a Communicator's "
+                        "isend, irecv and batch_isend_irecv");
+        return -1;
     }
-    *out = PyLong_AsVoidPtr(obj);
-    return (*out == NULL && PyErr_Occurred()) ? -1 : 0;
+    return 0;
 }
 
 /* comm.<name>(request, status): its Python handling of a status. */
@@ -110,14 +110,15 @@ static int request_init(sl_py_request_t *self, PyObject *args,
                             "stream", NULL};
     PyObject *comm, *handle = Py_None, *buf = NULL, *what = NULL;
     PyObject *check = NULL, *stream = NULL;
+    void     *req;
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOOOO:Request", names,
                                      &comm, &handle, &buf, &what, &check,
                                      &stream) ||
-        request_handle_of(handle, &self->handle) ||
-        request_bind(self, comm)) {
+        sl_py_addr(handle, &req) || request_bind(self, comm)) {
         return -1;
     }
+    self->handle = req;
     Py_XINCREF(buf);
     Py_XSETREF(self->buf, buf);
     Py_XINCREF(what);
@@ -127,16 +128,6 @@ static int request_init(sl_py_request_t *self, PyObject *args,
     Py_XINCREF(stream);
     Py_XSETREF(self->stream, stream);
     return 0;
-}
-
-/* isend or irecv of `xfer`; the handle is the request's from the moment
- * the library made it. */
-static stagelink_status_t request_post(sl_py_request_t *self, int recv,
-                                       const stagelink_xfer_t *xfer)
-{
-    sl_py_calls_t *c = (sl_py_calls_t *)self->calls;
-
-    return sl_py_calls_post(c, recv, xfer, &self->handle);
 }
 
 /* The communicator's lock taken (one thread in the library at a time);
@@ -246,7 +237,7 @@ static int request_args(PyObject *comm, PyObject *const *in, PyObject **out)
 {
     PyObject          *r, *max_obj;
     unsigned long long v, max_chunk = 0;
-    int                peer = -1;
+    int                peer = -1, i;
 
     if (PyUnicode_CheckExact(in[0])) {
         peer = (PyUnicode_CompareWithASCIIString(in[0], "next") == 0) ?
@@ -254,27 +245,32 @@ static int request_args(PyObject *comm, PyObject *const *in, PyObject **out)
                (PyUnicode_CompareWithASCIIString(in[0], "prev") == 0) ?
                STAGELINK_PEER_PREV : -1;
     }
-    max_obj = PyObject_GetAttr(comm, n_max_chunk);
-    if (max_obj == NULL) {
-        return -1;
-    }
-    max_chunk = PyLong_AsUnsignedLongLong(max_obj);
-    Py_DECREF(max_obj);
-    if (max_chunk == (unsigned long long)-1 && PyErr_Occurred()) {
-        return -1;
+    if (peer >= 0 && in[3] == Py_None &&
+        request_small(in[1], STAGELINK_TAG_MAX_MICROBATCH, &v)) {
+        max_obj = PyObject_GetAttr(comm, n_max_chunk);
+        if (max_obj == NULL) {
+            return -1;
+        }
+        max_chunk = PyLong_AsUnsignedLongLong(max_obj);
+        Py_DECREF(max_obj);
+        if (max_chunk == (unsigned long long)-1 && PyErr_Occurred()) {
+            return -1;
+        }
     }
     if (peer >= 0 && in[3] == Py_None &&
         request_small(in[1], STAGELINK_TAG_MAX_MICROBATCH, &v) &&
         request_small(in[2], max_chunk, &v)) {
         out[0] = PyLong_FromLong(peer);
-        if (out[0] == NULL) {
+        out[3] = PyLong_FromLong(0);
+        if (out[0] == NULL || out[3] == NULL) {
+            Py_CLEAR(out[0]);
+            Py_CLEAR(out[3]);
             return -1;
         }
         Py_INCREF(in[1]);
         Py_INCREF(in[2]);
         out[1] = in[1];
         out[2] = in[2];
-        out[3] = PyLong_FromLong(0);
         return 0;
     }
     r = PyObject_CallMethodObjArgs(comm, n_args, in[0], in[1], in[2], in[3],
@@ -288,23 +284,22 @@ static int request_args(PyObject *comm, PyObject *const *in, PyObject **out)
         Py_DECREF(r);
         return -1;
     }
-    for (v = 0; v < 4; ++v) {
-        out[v] = PyTuple_GET_ITEM(r, v);
-        Py_INCREF(out[v]);
+    for (i = 0; i < 4; ++i) {
+        out[i] = PyTuple_GET_ITEM(r, i);
+        Py_INCREF(out[i]);
     }
     Py_DECREF(r);
     return 0;
 }
 
 /* With STAGELINK_CHECK, the dtype/shape descriptor of a request just
- * posted goes beside it (_check.attach, which cancels the transfer when
- * it cannot). */
+ * posted goes beside it (comm._attach_check, which cancels the transfer
+ * when it cannot). */
 static int request_checked(sl_py_request_t *self, PyObject *comm,
                            PyObject *recv, PyObject *const *args)
 {
-    static PyObject *attach;
-    PyObject        *on = PyObject_GetAttr(comm, n_check), *mod, *r;
-    int              truth;
+    PyObject *on = PyObject_GetAttr(comm, n_check), *r;
+    int       truth;
 
     if (on == NULL) {
         return -1;
@@ -314,16 +309,8 @@ static int request_checked(sl_py_request_t *self, PyObject *comm,
     if (truth <= 0) {
         return truth;
     }
-    if (attach == NULL) {
-        mod = PyImport_ImportModule("stagelink._check");
-        attach = (mod != NULL) ? PyObject_GetAttr(mod, n_attach) : NULL;
-        Py_XDECREF(mod);
-        if (attach == NULL) {
-            return -1;
-        }
-    }
-    r = PyObject_CallFunctionObjArgs(attach, comm, (PyObject *)self, recv,
-                                     args[0], args[1], args[2], NULL);
+    r = PyObject_CallMethodObjArgs(comm, n_attach_check, (PyObject *)self,
+                                   recv, args[0], args[1], args[2], NULL);
     Py_XDECREF(r);
     return (r == NULL) ? -1 : 0;
 }
@@ -373,7 +360,8 @@ static sl_py_request_t *request_post_locked(PyTypeObject *cls,
             goto err;
         }
     }
-    status = request_post(self, recv, &xfer);
+    status = sl_py_calls_post((sl_py_calls_t *)self->calls, recv, &xfer,
+                              &self->handle);
     if (status != STAGELINK_SUCCESS) {
         if (status > 0) {
             sl_py_buffer_release(b); /* nothing was posted: memory goes */
@@ -447,10 +435,12 @@ static PyObject *request_post_xfer_py(sl_py_request_t *self,
     }
     recv = PyObject_IsTrue(args[0]);
     xfer = PyLong_AsVoidPtr(args[1]);
-    if (recv < 0 || (xfer == NULL && PyErr_Occurred())) {
+    if (recv < 0 || (xfer == NULL && PyErr_Occurred()) ||
+        request_ready(self)) {
         return NULL;
     }
-    return PyLong_FromLong(request_post(self, recv, xfer));
+    return PyLong_FromLong(sl_py_calls_post((sl_py_calls_t *)self->calls,
+                                            recv, xfer, &self->handle));
 }
 
 /* Completed without an error and without a descriptor to settle: its
@@ -471,7 +461,7 @@ static int request_done_ok(sl_py_request_t *self)
         Py_DECREF(buf);
         return 0;
     }
-    r = PyObject_CallMethodNoArgs(buf, n_buf_release);
+    r = PyObject_CallMethodNoArgs(buf, n_release);
     Py_DECREF(buf);
     Py_XDECREF(r);
     return (r == NULL) ? -1 : 0;
@@ -517,13 +507,14 @@ static int request_slice_locked(sl_py_request_t *self, int slice_ms,
     if (self->done) { /* the reap completed it */
         return 0;
     }
-    if (self->handle == NULL) {
-        PyErr_SetString(PyExc_ValueError, "a request handle of 0: the "
-                        "request was never posted or is already released");
+    if (sl_py_handle(self->handle)) {
         return -1;
     }
     *status = sl_py_calls_wait((sl_py_calls_t *)self->calls, self->handle,
                                slice_ms);
+    if (*status == STAGELINK_IN_PROGRESS) {
+        return 0;
+    }
     if (*status == STAGELINK_SUCCESS && request_none(self->check)) {
         return request_done_ok(self);
     }
@@ -560,18 +551,23 @@ static double request_now(void)
 static PyObject *request_wait(sl_py_request_t *self, PyObject *const *args,
                               Py_ssize_t nargs, PyObject *kwnames)
 {
-    PyObject *timeout = Py_None, *r;
-    double    limit = 0, deadline = 0, left;
-    int       slice_ms, status;
+    PyObject  *timeout = Py_None, *r;
+    Py_ssize_t nkw = (kwnames != NULL) ? PyTuple_GET_SIZE(kwnames) : 0;
+    double     limit = 0, deadline = 0, left;
+    int        slice_ms, status;
 
-    if (nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0) > 1 ||
-        (kwnames != NULL && PyTuple_GET_SIZE(kwnames) == 1 &&
-         PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0),
-                                          "timeout") != 0)) {
-        PyErr_SetString(PyExc_TypeError, "wait(timeout=None)");
+    if (nargs + nkw > 1) {
+        PyErr_Format(PyExc_TypeError, "wait() takes at most 1 argument "
+                     "(%zd given)", nargs + nkw);
         return NULL;
     }
-    if (nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0) == 1) {
+    if (nkw == 1 && PyUnicode_CompareWithASCIIString(
+                        PyTuple_GET_ITEM(kwnames, 0), "timeout") != 0) {
+        PyErr_Format(PyExc_TypeError, "wait() got an unexpected keyword "
+                     "argument '%U'", PyTuple_GET_ITEM(kwnames, 0));
+        return NULL;
+    }
+    if (nargs + nkw == 1) {
         timeout = args[0];
     }
     if (timeout != Py_None) {
@@ -579,7 +575,15 @@ static PyObject *request_wait(sl_py_request_t *self, PyObject *const *args,
         if (limit == -1 && PyErr_Occurred()) {
             return NULL;
         }
+        if (isnan(limit)) {
+            PyErr_SetString(PyExc_ValueError, "wait(timeout=nan): give "
+                            "seconds, or None to wait until it completes");
+            return NULL;
+        }
         deadline = request_now() + limit;
+    }
+    if (!self->done && request_ready(self)) {
+        return NULL;
     }
     while (!self->done) {
         slice_ms = SL_PY_SLICE_MS;
@@ -625,11 +629,17 @@ static int request_set_handle(sl_py_request_t *self, PyObject *value,
                               void *closure)
 {
     (void)closure;
+    void *req;
+
     if (value == NULL) {
         PyErr_SetString(PyExc_AttributeError, "_handle cannot be deleted");
         return -1;
     }
-    return request_handle_of(value, &self->handle);
+    if (sl_py_addr(value, &req)) {
+        return -1;
+    }
+    self->handle = req;
+    return 0;
 }
 
 static int request_traverse(sl_py_request_t *self, visitproc visit,
@@ -702,8 +712,8 @@ static PyGetSetDef request_getset[] = {
 static PyMethodDef request_methods[] = {
     {"wait", (PyCFunction)(void (*)(void))request_wait,
      METH_FASTCALL | METH_KEYWORDS,
-     "wait(timeout=None): blocks until the transfer completes; raises its "
-     "error.  As torch's Work.wait(), the current CUDA stream then waits "
+     "wait($self, /, timeout=None)\n--\n\n"
+     "Blocks until the transfer completes; raises its error.  As torch's Work.wait(), the current CUDA stream then waits "
      "for a received CUDA tensor's data (an event on the post's "
      "stream).\n\n"
      "The wait sleeps in slices of 50 ms, so signals are handled at once "

@@ -10,6 +10,8 @@
 
 #include "_calls.h"
 
+#define SL_PY_SLICE_MS 50 /* a wait looks at pending signals this often */
+
 typedef struct {
     PyObject_HEAD
     stagelink_request_t *handle;    /* NULL: never posted, or released */

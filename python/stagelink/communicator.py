@@ -52,7 +52,7 @@ _log = logging.getLogger("stagelink")
 Buffer = Any
 # "next", "prev", or the world rank of that neighbour (batch operations).
 Peer = Union[str, int]
-_SLICE_MS = 50  # a wait looks at pending signals this often
+_SLICE_MS = _calls.SLICE_MS  # a wait looks at pending signals this often
 _CHECK_WAIT = 1.0  # seconds a checked receive waits for its descriptor
 _STOP, _REAP = object(), object()
 # Open communicators by creation number: every rank creates them in the
@@ -732,6 +732,11 @@ class Communicator:
                 self._posted(req, status)
         return req
 
+    def _attach_check(self, req, recv, peer, microbatch, chunk):
+        """With STAGELINK_CHECK: the dtype/shape descriptor of `req`, just
+        posted, goes beside it (self._lock held)."""
+        _check.attach(self, req, recv, peer, microbatch, chunk)
+
     def isend(self, buf: Buffer, peer: Peer = "next", microbatch: int = 0,
               chunk: int = 0, elem_size: Optional[int] = None,
               stream: Optional[int] = None) -> Request:
@@ -804,7 +809,7 @@ class Communicator:
             if self._check:
                 for req, (_, (recv, microbatch, chunk, peer, _)) in zip(
                         posted, built):
-                    _check.attach(self, req, recv, peer, microbatch, chunk)
+                    self._attach_check(req, recv, peer, microbatch, chunk)
             return posted
 
     # -- the communicator as a whole -----------------------------------------

@@ -112,6 +112,27 @@ with stagelink.Communicator(tp_size=world // 2) as comm:
         y = torch.empty_like(act)
         comm.recv(y, peer=other, microbatch=np.uint32(6), chunk=3)
         check(torch.equal(y, act), "a rank as peer, numpy ints as the tag")
+
+    # wait()'s own arguments, refused before it waits; a timeout given by
+    # position; a Request that no communicator made.
+    r = (comm.isend(bytes(8), microbatch=7) if first else
+         comm.irecv(bytearray(8), microbatch=7))
+    for args, kwargs, kind in (((1, 2), {}, TypeError),
+                               ((), {"bogus": 1}, TypeError),
+                               (("1",), {}, TypeError),
+                               ((float("nan"),), {}, ValueError)):
+        try:
+            r.wait(*args, **kwargs)
+            check(False, "wait(*%r, **%r) was accepted" % (args, kwargs))
+        except kind:
+            pass
+    r.wait(30)
+    check(r.test(), "wait(30) returned before the transfer completed")
+    try:
+        stagelink.Request.__new__(stagelink.Request).wait()
+        check(False, "a Request of no communicator waited")
+    except ValueError as e:
+        check("no communicator" in str(e), str(e))
     check(comm.counters()["transfers_completed"] >= 5, "counters")
     print("rank %d (stage %d, %s plugin, stagelink %s): %s" % (
         comm.info["rank"], stage, comm.plugin, stagelink.version(),
