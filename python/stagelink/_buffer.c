@@ -34,10 +34,7 @@ static PyObject *n_layout, *n_is_contiguous, *n_is_cuda, *n_is_cpu,
 
 int sl_py_buffer_init(void)
 {
-    static const struct {
-        PyObject  **name;
-        const char *text;
-    } names[] = {
+    static const sl_py_name_t names[] = {
         {&n_layout, "layout"}, {&n_is_contiguous, "is_contiguous"},
         {&n_is_cuda, "is_cuda"}, {&n_is_cpu, "is_cpu"},
         {&n_get_device, "get_device"}, {&n_device, "device"},
@@ -46,16 +43,8 @@ int sl_py_buffer_init(void)
         {&n_storage, "storage"}, {&n_dtype, "dtype"}, {&n_shape, "shape"},
         {&n_stride, "stride"}, {&n_type, "type"}, {&n_torch, "torch"},
     };
-    size_t i;
 
-    for (i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
-        if (*names[i].name == NULL &&
-            (*names[i].name = PyUnicode_InternFromString(names[i].text)) ==
-                NULL) {
-            return -1;
-        }
-    }
-    return 0;
+    return sl_py_intern(names, sizeof(names) / sizeof(names[0]));
 }
 
 /* 1 when `obj` is a torch tensor, 0 when not (or torch is not imported),

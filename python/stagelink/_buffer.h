@@ -7,8 +7,7 @@
 #ifndef STAGELINK_PY_BUFFER_H
 #define STAGELINK_PY_BUFFER_H
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_names.h"
 
 #include <stddef.h>
 

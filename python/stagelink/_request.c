@@ -24,10 +24,7 @@ static PyObject *n_calls, *n_lock, *n_acquire, *n_release, *n_open,
 
 int sl_py_request_init(void)
 {
-    static const struct {
-        PyObject  **name;
-        const char *text;
-    } names[] = {
+    static const sl_py_name_t names[] = {
         {&n_calls, "_calls"}, {&n_lock, "_lock"}, {&n_acquire, "acquire"},
         {&n_release, "release"}, {&n_open, "_open"},
         {&n_closing, "_closing"}, {&n_require_open, "_require_open"},
@@ -39,16 +36,8 @@ int sl_py_request_init(void)
         {&n_max_chunk, "_max_chunk"}, {&n_check, "_check"},
         {&n_attach_check, "_attach_check"},
     };
-    size_t i;
 
-    for (i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
-        if (*names[i].name == NULL &&
-            (*names[i].name = PyUnicode_InternFromString(names[i].text)) ==
-                NULL) {
-            return -1;
-        }
-    }
-    return 0;
+    return sl_py_intern(names, sizeof(names) / sizeof(names[0]));
 }
 
 static int request_none(PyObject *obj)
