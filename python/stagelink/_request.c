@@ -225,8 +225,8 @@ static int request_small(PyObject *obj, unsigned long long max,
 static int request_args(PyObject *comm, PyObject *const *in, PyObject **out)
 {
     PyObject          *r, *max_obj;
-    unsigned long long v, max_chunk = 0;
-    int                peer = -1, i;
+    unsigned long long v, max_chunk;
+    int                peer = -1, fast, i;
 
     if (PyUnicode_CheckExact(in[0])) {
         peer = (PyUnicode_CompareWithASCIIString(in[0], "next") == 0) ?
@@ -234,8 +234,9 @@ static int request_args(PyObject *comm, PyObject *const *in, PyObject **out)
                (PyUnicode_CompareWithASCIIString(in[0], "prev") == 0) ?
                STAGELINK_PEER_PREV : -1;
     }
-    if (peer >= 0 && in[3] == Py_None &&
-        request_small(in[1], STAGELINK_TAG_MAX_MICROBATCH, &v)) {
+    fast = peer >= 0 && in[3] == Py_None &&
+           request_small(in[1], STAGELINK_TAG_MAX_MICROBATCH, &v);
+    if (fast) {
         max_obj = PyObject_GetAttr(comm, n_max_chunk);
         if (max_obj == NULL) {
             return -1;
@@ -245,10 +246,9 @@ static int request_args(PyObject *comm, PyObject *const *in, PyObject **out)
         if (max_chunk == (unsigned long long)-1 && PyErr_Occurred()) {
             return -1;
         }
+        fast = request_small(in[2], max_chunk, &v);
     }
-    if (peer >= 0 && in[3] == Py_None &&
-        request_small(in[1], STAGELINK_TAG_MAX_MICROBATCH, &v) &&
-        request_small(in[2], max_chunk, &v)) {
+    if (fast) {
         out[0] = PyLong_FromLong(peer);
         out[3] = PyLong_FromLong(0);
         if (out[0] == NULL || out[3] == NULL) {
