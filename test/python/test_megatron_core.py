@@ -11,7 +11,7 @@ stage bytes).
 
 Cases: 1F1B and interleaved (v = 2), overlap_p2p_comm on and off for the
 interleaved one (batch_p2p_comm off with it, as upstream requires), m
-divisible by p and not, variable_seq_lengths, sequence_parallel on and
+divisible by p and not (interleaved: microbatch groups of p + 1), variable_seq_lengths, sequence_parallel on and
 off at t = 2, and Megatron's tp-pp-dp rank order; both wiring routes:
 stagelink.megatron.install() and p2p_communicator= with pg_collection=; at
 t = 2 each replicated case again with gather="tp_group" (the TP group's
@@ -96,13 +96,26 @@ def forward_step(data_iterator, model):
     return out, loss_func
 
 
+_layout = []
+
+
+def model_parallel(t, p, v=1, order="tp-cp-ep-dp-pp"):
+    """parallel_state as a case needs it, initialized again only when the
+    layout changes: Megatron's destroy_model_parallel drops its groups but
+    torch keeps them (each gloo group's threads), as in a training run that
+    re-initializes once, not once a case."""
+    if _layout != [(t, p, v, order)]:
+        parallel_state.destroy_model_parallel()
+        parallel_state.initialize_model_parallel(
+            tensor_model_parallel_size=t, pipeline_model_parallel_size=p,
+            virtual_pipeline_model_parallel_size=v if v > 1 else None,
+            order=order)
+        _layout[:] = [(t, p, v, order)]
+
+
 def run_case(case):
     p, t, v = case.p, case.t, case.v
-    parallel_state.destroy_model_parallel()
-    parallel_state.initialize_model_parallel(
-        tensor_model_parallel_size=t, pipeline_model_parallel_size=p,
-        virtual_pipeline_model_parallel_size=v if v > 1 else None,
-        order=case.order)
+    model_parallel(t, p, v, case.order)
     pp_rank = parallel_state.get_pipeline_model_parallel_rank()
     tp_index = parallel_state.get_tensor_model_parallel_rank()
     config = TransformerConfig(
@@ -112,6 +125,7 @@ def run_case(case):
         sequence_parallel=case.sp, variable_seq_lengths=case.varlen,
         pipeline_dtype=DTYPE, params_dtype=DTYPE,
         overlap_p2p_comm=case.overlap, batch_p2p_comm=not case.overlap,
+        microbatch_group_size_per_vp_stage=case.group if v > 1 else None,
         deallocate_pipeline_outputs=True, use_cpu_initialization=True,
         moe_token_dispatcher_type="alltoall")  # allgather refuses varlen
     # Model chunk c of stage s is virtual stage c * p + s.
@@ -162,9 +176,7 @@ def run_case(case):
 def misuse(t, p):
     """Each refused before anything is posted, with a sentence that says
     what to do; nothing is left half-made (the next case still runs)."""
-    parallel_state.destroy_model_parallel()
-    parallel_state.initialize_model_parallel(
-        tensor_model_parallel_size=t, pipeline_model_parallel_size=p)
+    model_parallel(t, p)
     pp = parallel_state.get_pipeline_model_parallel_group()
     config = TransformerConfig(
         num_layers=p, hidden_size=H, num_attention_heads=t,
@@ -228,7 +240,10 @@ def main():
     stagelink.megatron.install()
     cases = []
     for sched, v in (("1f1b", 1), ("interleaved", 2)):
-        for m in (p * 2, p * 2 + 1) if v == 1 else (p * 2,):
+        # m not divisible by p: the interleaved schedule then takes
+        # microbatch groups of p + 1 a virtual stage (upstream refuses a
+        # last group smaller than p).
+        for m in (p * 2, p * 2 + 1):
             # Megatron's training refuses p = 2 interleaved without overlap.
             for overlap in ((False,) if v == 1 else
                             (True,) if p == 2 else (False, True)):
@@ -240,6 +255,7 @@ def main():
                                 " varlen" if varlen else "",
                                 " sp" if sp else ""),
                             p=p, t=t, v=v, m=m, overlap=overlap,
+                            group=p if m % p == 0 else p + 1,
                             varlen=varlen, sp=sp, route="install",
                             order="tp-cp-ep-dp-pp"))
     if t > 1:
@@ -257,6 +273,7 @@ def main():
         cases.append(SimpleNamespace(**dict(
             explicit, name="1f1b explicit tp-pp-dp tp_group-gather",
             gather="tp_group")))
+    cases.sort(key=lambda c: (c.order, c.v))  # one layout after another
     sent = {}
     misuse(t, p)
     dist.barrier()
