@@ -45,6 +45,7 @@ Megatron-Core before core_v0.14 looked functions up on p2p_communication:
 SPDX-License-Identifier: MIT
 """
 
+import functools
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -250,27 +251,33 @@ def _shape_tensor(tensor):
 
 
 class _Handles(dict):
-    """The requests of an overlapped call, keyed as Megatron-Core's
-    _p2p_ops keys them ("send_next", "recv_prev", "send_prev",
-    "recv_next"; schedules pop them by key); iterating yields the requests
-    themselves, as the schedules of older Megatron-Core that loop
-    `for req in handles: req.wait()` expect."""
+    """The module functions' requests of an overlapped call, keyed as
+    P2PCommunicator's; iterating yields the requests themselves, as the
+    schedules of Megatron-Core before core_v0.14 loop
+    `for req in handles: req.wait()`.  P2PCommunicator returns a plain
+    dict, as upstream does."""
 
     def __iter__(self):
         return iter(list(self.values()))
 
 
+class _Refused(ValueError, AssertionError):
+    """A combination upstream refuses with an assert: caught as either."""
+
+
 def _communicate(link, *, tensor_send_next, tensor_send_prev, recv_prev,
-                 recv_next, tensor_shape, config, wait_on_reqs=True):
+                 recv_next, tensor_shape, config, wait_on_reqs=True,
+                 handles=dict):
     """Megatron-Core's _communicate: (tensor_recv_prev, tensor_recv_next,
-    requests), the requests None once waited for."""
+    requests), the requests None once waited for, else a `handles` keyed
+    "send_next", "recv_prev", "send_prev", "recv_next"."""
     if link.broken is not None:
         raise RuntimeError(
             "stagelink.megatron: an earlier transfer failed (%s), so this "
             "rank's tag counters no longer match its peers': restart from a "
             "checkpoint" % link.broken)
     if getattr(config, "batch_p2p_comm", False) and not wait_on_reqs:
-        raise ValueError("batch_p2p_comm and overlap_p2p_comm together: "
+        raise _Refused("batch_p2p_comm and overlap_p2p_comm together: "
                          "Megatron-Core refuses them too; set "
                          "batch_p2p_comm=False")
     send = {"next": tensor_send_next, "prev": tensor_send_prev}
@@ -283,7 +290,7 @@ def _communicate(link, *, tensor_send_next, tensor_send_prev, recv_prev,
         if getattr(config, "pipeline_dtype", None) is None:
             raise RuntimeError("pipeline_dtype must be provided if recv_%s is "
                                "True" % p)
-        if tensor_shape is None and not varlen:
+        if tensor_shape is None:
             raise RuntimeError(
                 "tensor_shape must be specified if recv_%s is True. Common "
                 "tensor_shape is (seq_length, micro_batch_size, hidden_size)"
@@ -296,7 +303,7 @@ def _communicate(link, *, tensor_send_next, tensor_send_prev, recv_prev,
                  if recv[p]})
     try:
         return _exchange(link, send, recv, tags, tensor_shape, config, varlen,
-                         wait_on_reqs)
+                         wait_on_reqs, handles)
     except BaseException as e:
         link.broken = "%s: %s" % (type(e).__name__, e)
         raise
@@ -307,7 +314,7 @@ def _post(comm, ops):
 
 
 def _exchange(link, send, recv, tags, tensor_shape, config, varlen,
-              wait_on_reqs):
+              wait_on_reqs, handles):
     comm = link.comm
     shapes = {"prev": tensor_shape, "next": tensor_shape}
     if varlen:
@@ -345,9 +352,9 @@ def _exchange(link, send, recv, tags, tensor_shape, config, varlen,
             req.wait()
         # As upstream: None once waited for, the empty container if none.
         reqs = None if reqs else ([] if getattr(config, "batch_p2p_comm",
-                                                False) else _Handles())
+                                                False) else handles())
     else:
-        reqs = _Handles(zip(keys, reqs))
+        reqs = handles(zip(keys, reqs))
     return received.get("prev"), received.get("next"), reqs
 
 
@@ -364,6 +371,27 @@ class _Timed:
     def __exit__(self, *exc):
         if self.timers is not None:
             self.timers(self.name).stop()
+
+
+def _nvtx(method):
+    """Upstream's @nvtx_decorator(): the NVTX range Megatron-Core's
+    profiling (configure_nvtx_profiling) opens around each method, under
+    upstream's name, so Nsight's filters still find it."""
+    name = "megatron.core.pipeline_parallel.p2p_communication." + \
+        method.__name__
+
+    @functools.wraps(method)
+    def ranged(*args, **kwargs):
+        try:
+            from megatron.core import utils
+        except ImportError:
+            return method(*args, **kwargs)
+        utils.nvtx_range_push(name)
+        try:
+            return method(*args, **kwargs)
+        finally:
+            utils.nvtx_range_pop(name)
+    return ranged
 
 
 class P2PCommunicator:
@@ -446,6 +474,7 @@ class P2PCommunicator:
             received.append(got)
         return received
 
+    @_nvtx
     def recv_forward(self, tensor_shapes, is_first_stage: bool):
         """Receive tensor from previous rank in pipeline (forward receive)."""
         unwrap = is_single_shape(tensor_shapes)
@@ -455,6 +484,7 @@ class P2PCommunicator:
                          None, "prev")
         return got[0] if unwrap else got
 
+    @_nvtx
     def recv_backward(self, tensor_shapes, is_last_stage: bool):
         """Receive tensor from next rank in pipeline (backward receive)."""
         unwrap = is_single_shape(tensor_shapes)
@@ -464,6 +494,7 @@ class P2PCommunicator:
                          None, "next")
         return got[0] if unwrap else got
 
+    @_nvtx
     def send_forward(self, output_tensors, is_last_stage: bool) -> None:
         """Send tensor to next rank in pipeline (forward send)."""
         if not isinstance(output_tensors, list):
@@ -471,6 +502,7 @@ class P2PCommunicator:
         self._each("forward-send", is_last_stage,
                    [(t, None) for t in output_tensors], "next", None)
 
+    @_nvtx
     def send_backward(self, input_tensor_grads, is_first_stage: bool) -> None:
         """Send tensor to previous rank in pipeline (backward send)."""
         if not isinstance(input_tensor_grads, list):
@@ -478,6 +510,7 @@ class P2PCommunicator:
         self._each("backward-send", is_first_stage,
                    [(t, None) for t in input_tensor_grads], "prev", None)
 
+    @_nvtx
     def send_forward_recv_backward(self, output_tensors, tensor_shapes,
                                    is_last_stage: bool):
         """Batched send and recv with next rank in pipeline."""
@@ -490,6 +523,7 @@ class P2PCommunicator:
                          "next", "next")
         return got[0] if unwrap else got
 
+    @_nvtx
     def send_backward_recv_forward(self, input_tensor_grads, tensor_shapes,
                                    is_first_stage: bool):
         """Batched send and recv with previous rank in pipeline."""
@@ -502,6 +536,7 @@ class P2PCommunicator:
                          "prev", "prev")
         return got[0] if unwrap else got
 
+    @_nvtx
     def send_forward_recv_forward(self, output_tensor, recv_prev: bool,
                                   tensor_shape, overlap_p2p_comm: bool = False):
         """Batched recv from previous rank and send to next rank in
@@ -515,6 +550,7 @@ class P2PCommunicator:
             return input_tensor, wait_handles
         return input_tensor
 
+    @_nvtx
     def send_backward_recv_backward(self, input_tensor_grad, recv_next: bool,
                                     tensor_shape,
                                     overlap_p2p_comm: bool = False):
@@ -529,6 +565,7 @@ class P2PCommunicator:
             return output_tensor_grad, wait_handles
         return output_tensor_grad
 
+    @_nvtx
     def send_forward_backward_recv_forward_backward(
             self, output_tensor, input_tensor_grad, recv_prev: bool,
             recv_next: bool, tensor_shape):
@@ -650,7 +687,7 @@ def _legacy(config, **kw):
     link = _get()
     _mode(config, link.comm.tp_size,
           [k for k, v in _lib.MODES.items() if v == link.comm.info["mode"]][0])
-    return _communicate(link, config=config, **kw)
+    return _communicate(link, config=config, handles=_Handles, **kw)
 
 
 def recv_forward(tensor_shape: Optional[List[int]], config: Any,

@@ -26,6 +26,7 @@ model, the data and every boundary tensor are on the rank's GPU instead
 Usage (p = WORLD_SIZE / t): stagelink_run -n 4 -- python test_megatron_core.py T
 SPDX-License-Identifier: MIT
 """
+import dataclasses
 import os
 import sys
 import warnings
@@ -37,6 +38,7 @@ try:
     import torch
     import torch.distributed as dist
     from megatron.core import parallel_state
+    from megatron.core import utils as mcore_utils
     from megatron.core.enums import ModelType
     from megatron.core.pipeline_parallel import schedules
     from megatron.core.process_groups_config import ProcessGroupCollection
@@ -222,6 +224,41 @@ def misuse(t, p):
     check(ab.info["mode"] == stagelink._lib.MODES["full"],
           "STAGELINK_MODE=full did not choose full for a replicated boundary")
     del os.environ["STAGELINK_MODE"]
+    # Around the ring with overlap: upstream's plain dict of handles, each
+    # waited for by key, and its NVTX range opened and closed; with
+    # batch_p2p_comm too, upstream's assert (caught as either error).
+    overlap = dataclasses.replace(config, batch_p2p_comm=False)
+    ring = stagelink.megatron.P2PCommunicator(pp, overlap)
+    ranges = []
+    push, pop = mcore_utils.nvtx_range_push, mcore_utils.nvtx_range_pop
+    mcore_utils.nvtx_range_push = lambda msg: ranges.append(("push", msg))
+    mcore_utils.nvtx_range_pop = lambda msg: ranges.append(("pop", msg))
+    try:
+        x = torch.full((4, B, H), float(dist.get_rank()), dtype=DTYPE,
+                       device=DEVICE)
+        got, handles = ring.send_forward_recv_forward(
+            x, True, (4, B, H), overlap_p2p_comm=True)
+    finally:
+        mcore_utils.nvtx_range_push, mcore_utils.nvtx_range_pop = push, pop
+    check(type(handles) is dict and sorted(handles) == ["recv_prev",
+                                                        "send_next"],
+          "overlap handles: %r, want a dict of recv_prev and send_next"
+          % (handles,))
+    for key in list(handles):
+        handles.pop(key).wait()
+    check(torch.all(got == float(ring.prev_rank)).item(),
+          "the ring's tensor is not the previous stage's (rank %d)"
+          % ring.prev_rank)
+    name = "megatron.core.pipeline_parallel.p2p_communication." \
+        "send_forward_recv_forward"
+    check(ranges == [("push", name), ("pop", name)],
+          "NVTX ranges %r, want upstream's %s" % (ranges, name))
+    for exc in (AssertionError, ValueError):
+        refused("batch_p2p_comm with overlap_p2p_comm (as %s)" % exc.__name__,
+                lambda: stagelink.megatron.P2PCommunicator(
+                    pp, config).send_forward_recv_forward(
+                        x, True, (4, B, H), overlap_p2p_comm=True),
+                exc, "batch_p2p_comm")
     # A Communicator whose placement is not Megatron's groups.
     if t > 1:
         wrong = stagelink.Communicator(tp_size=1, mode="full")
