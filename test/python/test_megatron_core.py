@@ -11,8 +11,9 @@ stage bytes).
 
 Cases: 1F1B and interleaved (v = 2), overlap_p2p_comm on and off for the
 interleaved one (batch_p2p_comm off with it, as upstream requires), m
-divisible by p and not (interleaved: microbatch groups of p + 1), variable_seq_lengths, sequence_parallel on and
-off at t = 2, and Megatron's tp-pp-dp rank order; both wiring routes:
+divisible by p and not (interleaved: microbatch groups of p + 1),
+forward_only (the last stage's losses checked), variable_seq_lengths,
+sequence_parallel on and off at t = 2, and Megatron's tp-pp-dp rank order; both wiring routes:
 stagelink.megatron.install() and p2p_communicator= with pg_collection=; at
 t = 2 each replicated case again with gather="tp_group" (the TP group's
 all_gather_into_tensor rebuilds the boundary).
@@ -93,7 +94,8 @@ def forward_step(data_iterator, model):
 
     def loss_func(output):
         loss = torch.nn.functional.mse_loss(output, target)
-        return loss, {"loss": loss.detach()}
+        # A copy: the schedule divides `loss` in place by m.
+        return loss, {"loss": loss.detach().clone()}
 
     return out, loss_func
 
@@ -138,7 +140,8 @@ def run_case(case):
                   data_iterator=iters if v > 1 else iters[0],
                   model=model if v > 1 else model[0],
                   num_microbatches=case.m, seq_length=seq_len(0, case),
-                  micro_batch_size=B, forward_only=False)
+                  micro_batch_size=B,
+                  forward_only=getattr(case, "forward_only", False))
     pp_group = parallel_state.get_pipeline_model_parallel_group()
     gather = getattr(case, "gather", None)
     if case.route == "explicit":
@@ -160,8 +163,22 @@ def run_case(case):
     before = comm.counters()["stage_bytes_sent"]
     fn = (schedules.forward_backward_pipelining_with_interleaving if v > 1
           else schedules.forward_backward_pipelining_without_interleaving)
-    fn(**kwargs)
-    want = reference(case, tp_index)
+    got_losses = fn(**kwargs)
+    losses = []
+    want = reference(case, tp_index, losses)
+    if getattr(case, "forward_only", False):
+        # Only forward boundaries, no gradient: the last stage's losses,
+        # microbatch by microbatch, are the single-process model's.
+        last = pp_rank == p - 1
+        check(len(got_losses) == (case.m if last else 0) and all(
+            torch.allclose(d["loss"], losses[k], atol=1e-12)
+            for k, d in enumerate(got_losses)),
+            "%s: stage %d: losses %s, want %s" % (
+                case.name, pp_rank, [d["loss"].item() for d in got_losses],
+                [x.item() for x in losses] if last else []))
+        check(all(model[c].lin.weight.grad is None for c in range(v)),
+              "%s: forward_only left gradients" % case.name)
+        return comm.counters()["stage_bytes_sent"] - before
     for c in range(v):
         g = c * p + pp_rank
         got = model[c].lin.weight.grad
@@ -295,6 +312,11 @@ def main():
                             group=p if m % p == 0 else p + 1,
                             varlen=varlen, sp=sp, route="install",
                             order="tp-cp-ep-dp-pp"))
+    # Inference and evaluation: forward_only, the forward boundaries alone.
+    cases += [SimpleNamespace(**dict(vars(c), forward_only=True,
+                                     name=c.name + " forward_only"))
+              for c in cases if c.m % p == 0 and not c.varlen and
+              (c.v == 1 or c.overlap)]
     if t > 1:
         # The TP group's all_gather_into_tensor (gloo here) rebuilds them.
         cases += [SimpleNamespace(**dict(vars(c), gather="tp_group",
