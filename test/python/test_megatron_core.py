@@ -13,7 +13,8 @@ Cases: 1F1B and interleaved (v = 2), overlap_p2p_comm on and off for the
 interleaved one (batch_p2p_comm off with it, as upstream requires), m
 divisible by p and not (interleaved: microbatch groups of p + 1),
 forward_only (the last stage's losses checked), variable_seq_lengths,
-sequence_parallel on and off at t = 2, and Megatron's tp-pp-dp rank order; both wiring routes:
+sequence_parallel on and off at t = 2, context parallelism (cp = 2: each
+CP rank its own part of the sequence), and Megatron's tp-pp-dp rank order; both wiring routes:
 stagelink.megatron.install() and p2p_communicator= with pg_collection=; at
 t = 2 each replicated case again with gather="tp_group" (the TP group's
 all_gather_into_tensor rebuilds the boundary).
@@ -24,7 +25,8 @@ both schedules) goes to the CPU.  With STAGELINK_TEST_DEVICE=cuda the
 model, the data and every boundary tensor are on the rank's GPU instead
 (LOCAL_RANK modulo the GPUs), with no shim (tools/gpu-check runs it).
 
-Usage (p = WORLD_SIZE / t): stagelink_run -n 4 -- python test_megatron_core.py T
+Usage (p = WORLD_SIZE / (t * cp), context parallelism cp default 1):
+stagelink_run -n 4 -- python test_megatron_core.py T [CP]
 SPDX-License-Identifier: MIT
 """
 import dataclasses
@@ -83,9 +85,9 @@ class Stage(torch.nn.Module):
         return torch.tanh(self.lin(x if self.first else self.input_tensor))
 
 
-def data(case, tp_index):
-    return [tuple(my_slice(a, case, tp_index) for a in batch(k, case))
-            for k in range(case.m)]
+def data(case, tp_index, cp_index):
+    return [tuple(my_slice(a, case, tp_index, cp_index)
+                  for a in batch(k, case)) for k in range(case.m)]
 
 
 def forward_step(data_iterator, model):
@@ -103,30 +105,31 @@ def forward_step(data_iterator, model):
 _layout = []
 
 
-def model_parallel(t, p, v=1, order="tp-cp-ep-dp-pp"):
+def model_parallel(t, p, v=1, order="tp-cp-ep-dp-pp", cp=1):
     """parallel_state as a case needs it, initialized again only when the
     layout changes: Megatron's destroy_model_parallel drops its groups but
     torch keeps them (each gloo group's threads), as in a training run that
     re-initializes once, not once a case."""
-    if _layout != [(t, p, v, order)]:
+    if _layout != [(t, p, v, order, cp)]:
         parallel_state.destroy_model_parallel()
         parallel_state.initialize_model_parallel(
             tensor_model_parallel_size=t, pipeline_model_parallel_size=p,
             virtual_pipeline_model_parallel_size=v if v > 1 else None,
-            order=order)
-        _layout[:] = [(t, p, v, order)]
+            context_parallel_size=cp, order=order)
+        _layout[:] = [(t, p, v, order, cp)]
 
 
 def run_case(case):
-    p, t, v = case.p, case.t, case.v
-    model_parallel(t, p, v, case.order)
+    p, t, v, cp = case.p, case.t, case.v, case.cp
+    model_parallel(t, p, v, case.order, cp)
     pp_rank = parallel_state.get_pipeline_model_parallel_rank()
     tp_index = parallel_state.get_tensor_model_parallel_rank()
+    cp_index = parallel_state.get_context_parallel_rank()
     config = TransformerConfig(
         num_layers=p * v, hidden_size=H, num_attention_heads=t,
         tensor_model_parallel_size=t, pipeline_model_parallel_size=p,
         virtual_pipeline_model_parallel_size=v if v > 1 else None,
-        sequence_parallel=case.sp, variable_seq_lengths=case.varlen,
+        context_parallel_size=cp, sequence_parallel=case.sp, variable_seq_lengths=case.varlen,
         pipeline_dtype=DTYPE, params_dtype=DTYPE,
         overlap_p2p_comm=case.overlap, batch_p2p_comm=not case.overlap,
         microbatch_group_size_per_vp_stage=case.group if v > 1 else None,
@@ -135,7 +138,7 @@ def run_case(case):
     # Model chunk c of stage s is virtual stage c * p + s.
     model = [Stage(config, c * p + pp_rank, pp_rank == 0 and c == 0)
              for c in range(v)]
-    iters = [iter(data(case, tp_index)) for _ in range(v)]
+    iters = [iter(data(case, tp_index, cp_index)) for _ in range(v)]
     kwargs = dict(forward_step_func=forward_step,
                   data_iterator=iters if v > 1 else iters[0],
                   model=model if v > 1 else model[0],
@@ -165,7 +168,7 @@ def run_case(case):
           else schedules.forward_backward_pipelining_without_interleaving)
     got_losses = fn(**kwargs)
     losses = []
-    want = reference(case, tp_index, losses)
+    want = reference(case, tp_index, losses, cp_index)
     if getattr(case, "forward_only", False):
         # Only forward boundaries, no gradient: the last stage's losses,
         # microbatch by microbatch, are the single-process model's.
@@ -288,9 +291,10 @@ def misuse(t, p):
 
 def main():
     t = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    cp = int(sys.argv[2]) if len(sys.argv) > 2 else 1
     dist.init_process_group("gloo")
     world = dist.get_world_size()
-    p = world // t
+    p = world // (t * cp)
     stagelink.megatron.install()
     cases = []
     for sched, v in (("1f1b", 1), ("interleaved", 2)):
@@ -310,7 +314,7 @@ def main():
                                 " sp" if sp else ""),
                             p=p, t=t, v=v, m=m, overlap=overlap,
                             group=p if m % p == 0 else p + 1,
-                            varlen=varlen, sp=sp, route="install",
+                            varlen=varlen, sp=sp, cp=cp, route="install",
                             order="tp-cp-ep-dp-pp"))
     # Inference and evaluation: forward_only, the forward boundaries alone.
     cases += [SimpleNamespace(**dict(vars(c), forward_only=True,
@@ -322,7 +326,10 @@ def main():
         cases += [SimpleNamespace(**dict(vars(c), gather="tp_group",
                                          name=c.name + " tp_group-gather"))
                   for c in cases if not c.sp]
-    explicit = dict(vars(cases[0]), route="explicit", order="tp-pp-dp")
+    # Megatron's --use-tp-pp-dp-mapping (which upstream refuses with
+    # context parallelism: the expert layers' data-parallel size differs).
+    explicit = dict(vars(cases[0]), route="explicit",
+                    order="tp-cp-ep-pp-dp" if cp == 1 else "tp-cp-ep-dp-pp")
     cases.append(SimpleNamespace(**dict(explicit,
                                         name="1f1b explicit tp-pp-dp")))
     cases.append(SimpleNamespace(**dict(explicit,

@@ -73,6 +73,8 @@ for t in 1 2; do
         "$src/test/python/test_megatron_gpt.py" $t
 done
 check megatron-core-p2-t1 run -n 2 -- "$py" "$src/test/python/test_megatron_core.py" 1
+check megatron-core-p2-t1-cp2 run -n 4 -- "$py" \
+    "$src/test/python/test_megatron_core.py" 1 2
 # Two simulated nodes, one stage of t = 2 each: the boundary crosses the
 # link (needs root for the namespaces: skipped, saying so, without).
 two_node() {
