@@ -276,10 +276,6 @@ def _communicate(link, *, tensor_send_next, tensor_send_prev, recv_prev,
             "stagelink.megatron: an earlier transfer failed (%s), so this "
             "rank's tag counters no longer match its peers': restart from a "
             "checkpoint" % link.broken)
-    if getattr(config, "batch_p2p_comm", False) and not wait_on_reqs:
-        raise _Refused("batch_p2p_comm and overlap_p2p_comm together: "
-                         "Megatron-Core refuses them too; set "
-                         "batch_p2p_comm=False")
     send = {"next": tensor_send_next, "prev": tensor_send_prev}
     recv = {"prev": recv_prev, "next": recv_next}
     varlen = (getattr(config, "variable_seq_lengths", False) or
@@ -295,6 +291,13 @@ def _communicate(link, *, tensor_send_next, tensor_send_prev, recv_prev,
                 "tensor_shape must be specified if recv_%s is True. Common "
                 "tensor_shape is (seq_length, micro_batch_size, hidden_size)"
                 % p)
+    # Upstream asserts it where it picks batched operations (its ring
+    # exchange, which stagelink's transfers replace, goes first).
+    if getattr(config, "batch_p2p_comm", False) and not wait_on_reqs and \
+            not getattr(config, "use_ring_exchange_p2p", False):
+        raise _Refused("batch_p2p_comm and overlap_p2p_comm together: "
+                       "Megatron-Core refuses them too; set "
+                       "batch_p2p_comm=False")
     # Tags only once nothing can be refused before posting, in one fixed
     # order, so that both sides count alike.
     tags = {("send", p): link.tag("send", p) for p in ("next", "prev")
@@ -373,18 +376,28 @@ class _Timed:
             self.timers(self.name).stop()
 
 
+_nvtx_utils: List[Any] = []  # megatron.core.utils, or None; looked up once
+
+
 def _nvtx(method):
     """Upstream's @nvtx_decorator(): the NVTX range Megatron-Core's
     profiling (configure_nvtx_profiling) opens around each method, under
     upstream's name, so Nsight's filters still find it."""
-    name = "megatron.core.pipeline_parallel.p2p_communication." + \
-        method.__name__
+    name = ("megatron.core.pipeline_parallel.p2p_communication." +
+            method.__name__)
 
     @functools.wraps(method)
     def ranged(*args, **kwargs):
-        try:
-            from megatron.core import utils
-        except ImportError:
+        if not _nvtx_utils:
+            try:
+                from megatron.core import utils
+            except ImportError:
+                utils = None
+            _nvtx_utils.append(utils if hasattr(utils, "nvtx_range_push")
+                               and hasattr(utils, "nvtx_range_pop")
+                               else None)
+        utils = _nvtx_utils[0]
+        if utils is None:
             return method(*args, **kwargs)
         utils.nvtx_range_push(name)
         try:

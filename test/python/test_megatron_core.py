@@ -14,10 +14,13 @@ interleaved one (batch_p2p_comm off with it, as upstream requires), m
 divisible by p and not (interleaved: microbatch groups of p + 1),
 forward_only (the last stage's losses checked), variable_seq_lengths,
 sequence_parallel on and off at t = 2, context parallelism (cp = 2: each
-CP rank its own part of the sequence), and Megatron's tp-pp-dp rank order; both wiring routes:
-stagelink.megatron.install() and p2p_communicator= with pg_collection=; at
-t = 2 each replicated case again with gather="tp_group" (the TP group's
-all_gather_into_tensor rebuilds the boundary).
+CP rank its own part of the sequence), and Megatron's tp-pp-dp rank order;
+both wiring routes: stagelink.megatron.install() and p2p_communicator=
+with pg_collection=; at t = 2 each replicated case again with
+gather="tp_group" (the TP group's all_gather_into_tensor rebuilds the
+boundary).  Before them, misuse refused, and a cyclic
+send_forward_recv_forward (last stage to first) with overlap: upstream's
+dict of handles and NVTX range.
 
 CPU shim (megatron_cpu.token_counter, the only change): schedules.py's
 `total_num_tokens = torch.zeros([], dtype=torch.int, device="cuda")` (in
@@ -129,7 +132,8 @@ def run_case(case):
         num_layers=p * v, hidden_size=H, num_attention_heads=t,
         tensor_model_parallel_size=t, pipeline_model_parallel_size=p,
         virtual_pipeline_model_parallel_size=v if v > 1 else None,
-        context_parallel_size=cp, sequence_parallel=case.sp, variable_seq_lengths=case.varlen,
+        context_parallel_size=cp, sequence_parallel=case.sp,
+        variable_seq_lengths=case.varlen,
         pipeline_dtype=DTYPE, params_dtype=DTYPE,
         overlap_p2p_comm=case.overlap, batch_p2p_comm=not case.overlap,
         microbatch_group_size_per_vp_stage=case.group if v > 1 else None,
@@ -167,6 +171,12 @@ def run_case(case):
     fn = (schedules.forward_backward_pipelining_with_interleaving if v > 1
           else schedules.forward_backward_pipelining_without_interleaving)
     got_losses = fn(**kwargs)
+    sent = comm.counters()["stage_bytes_sent"] - before
+    mode = getattr(case, "mode", None) or ("full" if case.sp
+                                           else "scatter_gather")
+    check(comm.info["mode"] == stagelink._lib.MODES[mode],
+          "%s: boundary mode %d, not %s" % (case.name, comm.info["mode"],
+                                            mode))
     losses = []
     want = reference(case, tp_index, losses, cp_index)
     if getattr(case, "forward_only", False):
@@ -181,18 +191,79 @@ def run_case(case):
                 [x.item() for x in losses] if last else []))
         check(all(model[c].lin.weight.grad is None for c in range(v)),
               "%s: forward_only left gradients" % case.name)
-        return comm.counters()["stage_bytes_sent"] - before
+        return sent, pp_rank
     for c in range(v):
         g = c * p + pp_rank
         got = model[c].lin.weight.grad
         check(got is not None and torch.allclose(got, want[g], atol=1e-12),
               "%s: virtual stage %d: gradient differs from the single-process "
               "model's" % (case.name, g))
-    mode = getattr(case, "mode", None) or ("full" if case.sp else "scatter_gather")
-    check(comm.info["mode"] == stagelink._lib.MODES[mode],
-          "%s: boundary mode %d, not %s" % (case.name, comm.info["mode"],
-                                            mode))
-    return comm.counters()["stage_bytes_sent"] - before
+    return sent, pp_rank
+
+
+def refused(what, fn, exc, *words):
+    try:
+        fn()
+    except exc as e:
+        check(all(w in str(e) for w in words),
+              "%s: the error does not say %s: %s" % (what, words, e))
+    else:
+        check(False, "%s was accepted" % what)
+
+
+def overlap_ring(t, p):
+    """A cyclic send_forward_recv_forward (each stage to the next, the
+    last to the first) with overlap, as the interleaved schedule makes."""
+    model_parallel(t, p)
+    pp = parallel_state.get_pipeline_model_parallel_group()
+    config = TransformerConfig(
+        num_layers=p, hidden_size=H, num_attention_heads=t,
+        tensor_model_parallel_size=t, pipeline_model_parallel_size=p,
+        sequence_parallel=t > 1, pipeline_dtype=DTYPE, params_dtype=DTYPE,
+        use_cpu_initialization=True)
+    # Around the ring with overlap: upstream's plain dict of handles, each
+    # waited for by key, and its NVTX range opened and closed; with
+    # batch_p2p_comm too, upstream's assert (caught as either error).
+    overlap = dataclasses.replace(config, batch_p2p_comm=False)
+    ring = stagelink.megatron.P2PCommunicator(pp, overlap)
+    x = torch.full((4, B, H), float(dist.get_rank()), dtype=DTYPE,
+                   device=DEVICE)
+    # As upstream: a receive needs a shape, variable lengths or not (and
+    # the refusal leaves the boundary usable: the exchange below runs).
+    varlen = dataclasses.replace(overlap, variable_seq_lengths=True,
+                                 moe_token_dispatcher_type="alltoall")
+    refused("a receive of no tensor_shape under variable_seq_lengths",
+            lambda: stagelink.megatron.P2PCommunicator(
+                pp, varlen).send_forward_recv_forward(x, True, None),
+            RuntimeError, "tensor_shape must be specified")
+    ranges = []
+    push, pop = mcore_utils.nvtx_range_push, mcore_utils.nvtx_range_pop
+    mcore_utils.nvtx_range_push = lambda msg: ranges.append(("push", msg))
+    mcore_utils.nvtx_range_pop = lambda msg: ranges.append(("pop", msg))
+    try:
+        got, handles = ring.send_forward_recv_forward(
+            x, True, (4, B, H), overlap_p2p_comm=True)
+    finally:
+        mcore_utils.nvtx_range_push, mcore_utils.nvtx_range_pop = push, pop
+    check(type(handles) is dict and sorted(handles) == ["recv_prev",
+                                                        "send_next"],
+          "overlap handles: %r, want a dict of recv_prev and send_next"
+          % (handles,))
+    for key in list(handles):
+        handles.pop(key).wait()
+    check(torch.all(got == float(ring.prev_rank)).item(),
+          "the ring's tensor is not the previous stage's (rank %d)"
+          % ring.prev_rank)
+    name = ("megatron.core.pipeline_parallel.p2p_communication."
+            "send_forward_recv_forward")
+    check(ranges == [("push", name), ("pop", name)],
+          "NVTX ranges %r, want upstream's %s" % (ranges, name))
+    for exc in (AssertionError, ValueError):
+        refused("batch_p2p_comm with overlap_p2p_comm (as %s)" % exc.__name__,
+                lambda: stagelink.megatron.P2PCommunicator(
+                    pp, config).send_forward_recv_forward(
+                        x, True, (4, B, H), overlap_p2p_comm=True),
+                exc, "batch_p2p_comm")
 
 
 def misuse(t, p):
@@ -205,15 +276,6 @@ def misuse(t, p):
         tensor_model_parallel_size=t, pipeline_model_parallel_size=p,
         sequence_parallel=t > 1, pipeline_dtype=DTYPE, params_dtype=DTYPE,
         use_cpu_initialization=True)
-
-    def refused(what, fn, exc, *words):
-        try:
-            fn()
-        except exc as e:
-            check(all(w in str(e) for w in words),
-                  "%s: the error does not say %s: %s" % (what, words, e))
-        else:
-            check(False, "%s was accepted" % what)
 
     refused("mode sharded", lambda: stagelink.megatron.P2PCommunicator(
         pp, config, mode="sharded"), ValueError, "sharded", "full")
@@ -244,41 +306,6 @@ def misuse(t, p):
     check(ab.info["mode"] == stagelink._lib.MODES["full"],
           "STAGELINK_MODE=full did not choose full for a replicated boundary")
     del os.environ["STAGELINK_MODE"]
-    # Around the ring with overlap: upstream's plain dict of handles, each
-    # waited for by key, and its NVTX range opened and closed; with
-    # batch_p2p_comm too, upstream's assert (caught as either error).
-    overlap = dataclasses.replace(config, batch_p2p_comm=False)
-    ring = stagelink.megatron.P2PCommunicator(pp, overlap)
-    ranges = []
-    push, pop = mcore_utils.nvtx_range_push, mcore_utils.nvtx_range_pop
-    mcore_utils.nvtx_range_push = lambda msg: ranges.append(("push", msg))
-    mcore_utils.nvtx_range_pop = lambda msg: ranges.append(("pop", msg))
-    try:
-        x = torch.full((4, B, H), float(dist.get_rank()), dtype=DTYPE,
-                       device=DEVICE)
-        got, handles = ring.send_forward_recv_forward(
-            x, True, (4, B, H), overlap_p2p_comm=True)
-    finally:
-        mcore_utils.nvtx_range_push, mcore_utils.nvtx_range_pop = push, pop
-    check(type(handles) is dict and sorted(handles) == ["recv_prev",
-                                                        "send_next"],
-          "overlap handles: %r, want a dict of recv_prev and send_next"
-          % (handles,))
-    for key in list(handles):
-        handles.pop(key).wait()
-    check(torch.all(got == float(ring.prev_rank)).item(),
-          "the ring's tensor is not the previous stage's (rank %d)"
-          % ring.prev_rank)
-    name = "megatron.core.pipeline_parallel.p2p_communication." \
-        "send_forward_recv_forward"
-    check(ranges == [("push", name), ("pop", name)],
-          "NVTX ranges %r, want upstream's %s" % (ranges, name))
-    for exc in (AssertionError, ValueError):
-        refused("batch_p2p_comm with overlap_p2p_comm (as %s)" % exc.__name__,
-                lambda: stagelink.megatron.P2PCommunicator(
-                    pp, config).send_forward_recv_forward(
-                        x, True, (4, B, H), overlap_p2p_comm=True),
-                exc, "batch_p2p_comm")
     # A Communicator whose placement is not Megatron's groups.
     if t > 1:
         wrong = stagelink.Communicator(tp_size=1, mode="full")
@@ -328,33 +355,46 @@ def main():
                   for c in cases if not c.sp]
     # Megatron's --use-tp-pp-dp-mapping (which upstream refuses with
     # context parallelism: the expert layers' data-parallel size differs).
-    explicit = dict(vars(cases[0]), route="explicit",
-                    order="tp-cp-ep-pp-dp" if cp == 1 else "tp-cp-ep-dp-pp")
-    cases.append(SimpleNamespace(**dict(explicit,
-                                        name="1f1b explicit tp-pp-dp")))
-    cases.append(SimpleNamespace(**dict(explicit,
-                                        name="1f1b explicit tp-pp-dp full",
+    order = "tp-cp-ep-pp-dp" if cp == 1 else "tp-cp-ep-dp-pp"
+    explicit = "1f1b explicit " + order
+    base = dict(vars(cases[0]), route="explicit", order=order)
+    cases.append(SimpleNamespace(**dict(base, name=explicit)))
+    cases.append(SimpleNamespace(**dict(base, name=explicit + " full",
                                         mode="full")))
     if t > 1:
         cases.append(SimpleNamespace(**dict(
-            explicit, name="1f1b explicit tp-pp-dp tp_group-gather",
-            gather="tp_group")))
+            base, name=explicit + " tp_group-gather", gather="tp_group")))
     cases.sort(key=lambda c: (c.order, c.v))  # one layout after another
-    sent = {}
+    sent, stage = {}, {}
     misuse(t, p)
+    overlap_ring(t, p)
     dist.barrier()
     for case in cases:
-        sent[case.name] = run_case(case)
+        sent[case.name], stage[case.name] = run_case(case)
         print("rank %d: %s ok" % (dist.get_rank(), case.name), flush=True)
         dist.barrier()
+    # forward_only sends the forward boundaries alone: what training sends
+    # less the backward ones (none from the last stage without
+    # interleaving; every stage sends backward with it).
+    for case in cases:
+        if getattr(case, "forward_only", False):
+            train = case.name.replace(" forward_only", "")
+            fwd, both = sent[case.name], sent[train]
+            alone = case.v == 1 and stage[case.name] == 0
+            last = case.v == 1 and stage[case.name] == p - 1
+            check((fwd == both if alone else fwd < both) and
+                  (fwd == 0) == last,
+                  "%s: stage %d sent %d bytes, training %d (want %s)" % (
+                      case.name, stage[case.name], fwd, both,
+                      "the same" if alone else "none" if last else "fewer"))
     # The same schedule, scatter_gather against full: 1/t of the bytes.
-    sg, full = (sent["1f1b explicit tp-pp-dp" + s] for s in ("", " full"))
+    sg, full = (sent[explicit + s] for s in ("", " full"))
     # Every stage sends (forward or backward): none may send nothing.
     check(sg * t == full and full > 0,
           "stage bytes sent: scatter_gather %d, full %d (want 1/%d)"
           % (sg, full, t))
     if t > 1:
-        by_group = sent["1f1b explicit tp-pp-dp tp_group-gather"]
+        by_group = sent[explicit + " tp_group-gather"]
         check(by_group == sg, "stage bytes sent with the TP group's gather: "
               "%d, with stagelink's %d (want the same 1/%d)" % (by_group, sg,
                                                                  t))
