@@ -211,16 +211,22 @@ def refused(what, fn, exc, *words):
         check(False, "%s was accepted" % what)
 
 
+def one_chunk_pipeline(t, p):
+    """The pipeline group and a config of one layer a stage (sequence
+    parallel at t > 1) for the checks outside the schedules."""
+    model_parallel(t, p)
+    return parallel_state.get_pipeline_model_parallel_group(), \
+        TransformerConfig(
+            num_layers=p, hidden_size=H, num_attention_heads=t,
+            tensor_model_parallel_size=t, pipeline_model_parallel_size=p,
+            sequence_parallel=t > 1, pipeline_dtype=DTYPE,
+            params_dtype=DTYPE, use_cpu_initialization=True)
+
+
 def overlap_ring(t, p):
     """A cyclic send_forward_recv_forward (each stage to the next, the
     last to the first) with overlap, as the interleaved schedule makes."""
-    model_parallel(t, p)
-    pp = parallel_state.get_pipeline_model_parallel_group()
-    config = TransformerConfig(
-        num_layers=p, hidden_size=H, num_attention_heads=t,
-        tensor_model_parallel_size=t, pipeline_model_parallel_size=p,
-        sequence_parallel=t > 1, pipeline_dtype=DTYPE, params_dtype=DTYPE,
-        use_cpu_initialization=True)
+    pp, config = one_chunk_pipeline(t, p)
     # Around the ring with overlap: upstream's plain dict of handles, each
     # waited for by key, and its NVTX range opened and closed; with
     # batch_p2p_comm too, upstream's assert (caught as either error).
@@ -269,13 +275,7 @@ def overlap_ring(t, p):
 def misuse(t, p):
     """Each refused before anything is posted, with a sentence that says
     what to do; nothing is left half-made (the next case still runs)."""
-    model_parallel(t, p)
-    pp = parallel_state.get_pipeline_model_parallel_group()
-    config = TransformerConfig(
-        num_layers=p, hidden_size=H, num_attention_heads=t,
-        tensor_model_parallel_size=t, pipeline_model_parallel_size=p,
-        sequence_parallel=t > 1, pipeline_dtype=DTYPE, params_dtype=DTYPE,
-        use_cpu_initialization=True)
+    pp, config = one_chunk_pipeline(t, p)
 
     refused("mode sharded", lambda: stagelink.megatron.P2PCommunicator(
         pp, config, mode="sharded"), ValueError, "sharded", "full")
