@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "sl_layout.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,6 +103,28 @@ sl_status_t sl_layout_from_topology(int rank, int world_size, int tp_size,
                             world_size, rank);
         }
     }
+    for (i = 0; i < tp_size; ++i) {
+        int k;
+
+        for (k = 0; k < i; ++k) {
+            if (topo->tp_ranks[k] == topo->tp_ranks[i]) {
+                return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
+                                "explicit topology: tp_ranks[%d] and "
+                                "tp_ranks[%d] are both rank %d; a TP group "
+                                "names each of its ranks once", k, i,
+                                topo->tp_ranks[i]);
+            }
+        }
+        if (topo->tp_ranks[i] == topo->prev_rank ||
+            topo->tp_ranks[i] == topo->next_rank) {
+            return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
+                            "explicit topology: rank %d is in this rank's TP "
+                            "group and is its %s stage; a neighbour stage is "
+                            "outside the TP group", topo->tp_ranks[i],
+                            topo->tp_ranks[i] == topo->prev_rank ? "previous"
+                                                                 : "next");
+        }
+    }
     layout->rank       = rank;
     layout->world_size = world_size;
     layout->tp_size    = tp_size;
@@ -145,6 +168,92 @@ int sl_layout_peers(const sl_layout_t *layout, int *peers)
     }
     n = sl_layout_add(peers, n, layout->prev_rank, layout->rank);
     return sl_layout_add(peers, n, layout->next_rank, layout->rank);
+}
+
+static uint64_t sl_layout_group_hash(const sl_layout_t *layout)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a over the ranks' bytes */
+    int      k;
+    size_t   b;
+
+    for (k = 0; k < layout->tp_size; ++k) {
+        uint32_t r = (uint32_t)layout->tp_ranks[k];
+
+        for (b = 0; b < sizeof(r); ++b) {
+            h = (h ^ ((r >> (8 * b)) & 0xffu)) * 0x100000001b3ull;
+        }
+    }
+    return h;
+}
+
+void sl_layout_claim(const sl_layout_t *layout, sl_layout_claim_t *claim)
+{
+    memset(claim, 0, sizeof(*claim));
+    claim->prev_rank = layout->prev_rank;
+    claim->next_rank = layout->next_rank;
+    claim->tp_size   = layout->tp_size;
+    claim->tp_index  = layout->tp_index;
+    claim->tp_group  = sl_layout_group_hash(layout);
+}
+
+/* "{0,3,...}" of at most `len` characters. */
+static void sl_layout_group_text(const sl_layout_t *layout, char *buf,
+                                 size_t len)
+{
+    size_t used = (size_t)snprintf(buf, len, "{");
+    int    k;
+
+    for (k = 0; k < layout->tp_size && used < len; ++k) {
+        used += (size_t)snprintf(buf + used, len - used, "%s%d",
+                                 k ? "," : "", layout->tp_ranks[k]);
+    }
+    if (used < len) {
+        snprintf(buf + used, len - used, "}");
+    }
+}
+
+static const char sl_layout_advice[] =
+    "give every rank its placement from the same process groups";
+
+sl_status_t sl_layout_agrees(const sl_layout_t *layout, int rank,
+                             const sl_layout_claim_t *theirs,
+                             sl_errbuf_t *eb)
+{
+    char group[128];
+    int  k;
+
+    if (rank == layout->next_rank && theirs->prev_rank != layout->rank) {
+        return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
+                        "this rank (%d) sends to rank %d as its next stage, "
+                        "but rank %d's previous stage is rank %d (-1: none); "
+                        "%s", layout->rank, rank, rank, theirs->prev_rank,
+                        sl_layout_advice);
+    }
+    if (rank == layout->prev_rank && theirs->next_rank != layout->rank) {
+        return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
+                        "this rank (%d) receives from rank %d as its "
+                        "previous stage, but rank %d's next stage is rank %d "
+                        "(-1: none); %s", layout->rank, rank, rank,
+                        theirs->next_rank, sl_layout_advice);
+    }
+    for (k = 0; k < layout->tp_size; ++k) {
+        if (layout->tp_ranks[k] != rank || rank == layout->rank) {
+            continue;
+        }
+        if (theirs->tp_size != layout->tp_size || theirs->tp_index != k ||
+            theirs->tp_group != sl_layout_group_hash(layout)) {
+            sl_layout_group_text(layout, group, sizeof(group));
+            return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
+                            "rank %d is TP index %d of this rank's (%d) TP "
+                            "group %s, but it places itself at TP index %d "
+                            "of %s group of %d ranks; %s", rank, k,
+                            layout->rank, group, theirs->tp_index,
+                            theirs->tp_group == sl_layout_group_hash(layout)
+                                ? "the same" : "another",
+                            theirs->tp_size, sl_layout_advice);
+        }
+    }
+    return STAGELINK_SUCCESS;
 }
 
 void sl_layout_cleanup(sl_layout_t *layout)

@@ -9,6 +9,8 @@
 
 #include "sl_error.h"
 
+#include <stdint.h>
+
 typedef struct sl_layout {
     int  rank, world_size;
     int  tp_size, pp_size, dp_size;
@@ -34,6 +36,24 @@ sl_status_t sl_layout_from_topology(int rank, int world_size, int tp_size,
  * how many it filled.
  */
 int sl_layout_peers(const sl_layout_t *layout, int *peers);
+
+/** What a rank says of its placement to the ranks it talks to, so that
+ *  placements given rank by rank are found to disagree at init, not as a
+ *  hang or a shard from the wrong rank later. */
+typedef struct sl_layout_claim {
+    int32_t  prev_rank, next_rank;
+    int32_t  tp_size, tp_index;
+    uint64_t tp_group; /**< hash of tp_ranks, by index */
+} sl_layout_claim_t;
+
+void sl_layout_claim(const sl_layout_t *layout, sl_layout_claim_t *claim);
+
+/** Whether peer `rank`'s claim agrees with this rank's placement: it names
+ *  this rank as its neighbour stage where this one names it, and the same
+ *  TP group where it is in this one's. */
+sl_status_t sl_layout_agrees(const sl_layout_t *layout, int rank,
+                             const sl_layout_claim_t *theirs,
+                             sl_errbuf_t *eb);
 
 void sl_layout_cleanup(sl_layout_t *layout);
 

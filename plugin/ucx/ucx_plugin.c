@@ -123,6 +123,7 @@ typedef struct sl_rank_facts {
     uint32_t          mode;
     uint32_t          host_gather; /**< the host's collective rebuilds (gather_host.c) */
     sl_peer_process_t proc;  /**< to watch same-node peers (ucx_fault.c) */
+    sl_layout_claim_t place;
 } sl_rank_facts_t;
 
 static void sl_chunk_text(uint64_t chunk, char *buf, size_t len)
@@ -164,6 +165,7 @@ static sl_status_t sl_comm_peer_facts(sl_comm_t *comm, int rank,
                         f->host_gather ? "uses" : "does not use",
                         f->host_gather ? "does not" : "does");
     }
+    SL_CHECK(sl_layout_agrees(&comm->layout, rank, &f->place, &comm->err));
     for (k = 0; k < sl_peer_count(comm); ++k) {
         sl_ucx_peer_t *slot = sl_peer_at(comm, k);
 
@@ -243,6 +245,7 @@ static sl_status_t sl_comm_facts(sl_comm_t *comm, const sl_launcher_t *launcher)
     mine.mode  = (uint32_t)comm->mode;
     mine.host_gather = (comm->gather_choice == SL_GATHER_HOST);
     sl_peer_process_self(&mine.proc);
+    sl_layout_claim(&comm->layout, &mine.place);
     SL_CHECK_GOTO(sl_bootstrap_exchange_fixed(comm->bootstrap, "facts", &mine,
                                               sizeof(mine), comm->peer_ranks,
                                               comm->npeers, theirs,

@@ -286,6 +286,64 @@ static void test_layout(void)
     topo.tp_index = 0;
     CHECK(sl_layout_from_topology(6, 10, 2, 2, &topo, &l, &eb) ==
               STAGELINK_ERR_INVALID_ARG, "tp_ranks[tp_index] != rank accepted");
+    group[0] = 6;
+    topo.tp_index = 1;
+    CHECK(sl_layout_from_topology(6, 10, 2, 2, &topo, &l, &eb) ==
+              STAGELINK_ERR_INVALID_ARG && strstr(eb.msg, "both rank 6"),
+          "a TP group naming rank 6 twice: %s", eb.msg);
+    group[0] = 9;
+    CHECK(sl_layout_from_topology(6, 10, 2, 2, &topo, &l, &eb) ==
+              STAGELINK_ERR_INVALID_ARG && strstr(eb.msg, "next stage"),
+          "the next stage inside the TP group: %s", eb.msg);
+}
+
+/* Rank 5 of t = 2, p = 3 (Megatron order, 12 ranks) against the claims
+ * of its peers: its neighbours must name it back, its TP peer the same
+ * group at the index where rank 5 has it. */
+static void test_claims(void)
+{
+    sl_layout_t       me, peer;
+    sl_layout_claim_t c;
+    sl_errbuf_t       eb;
+    int               r;
+
+    CHECK(sl_layout_from_order(5, 12, 2, 3, &me, &eb) == 0 &&
+          me.prev_rank == 1 && me.next_rank == 9, "rank 5's layout");
+    for (r = 0; r < 12; ++r) {
+        CHECK(sl_layout_from_order(r, 12, 2, 3, &peer, &eb) == 0, "rank %d",
+              r);
+        sl_layout_claim(&peer, &c);
+        CHECK(sl_layout_agrees(&me, r, &c, &eb) == 0,
+              "rank %d of the same order refused: %s", r, eb.msg);
+        sl_layout_cleanup(&peer);
+    }
+    CHECK(sl_layout_from_order(9, 12, 2, 3, &peer, &eb) == 0, "rank 9");
+    sl_layout_claim(&peer, &c);
+    c.prev_rank = 3;
+    CHECK(sl_layout_agrees(&me, 9, &c, &eb) == STAGELINK_ERR_INVALID_ARG &&
+          strstr(eb.msg, "rank 9's previous stage is rank 3"),
+          "a next stage receiving from another rank: %s", eb.msg);
+    sl_layout_cleanup(&peer);
+    CHECK(sl_layout_from_order(1, 12, 2, 3, &peer, &eb) == 0, "rank 1");
+    sl_layout_claim(&peer, &c);
+    c.next_rank = -1;
+    CHECK(sl_layout_agrees(&me, 1, &c, &eb) == STAGELINK_ERR_INVALID_ARG &&
+          strstr(eb.msg, "rank 1's next stage is rank -1"),
+          "a previous stage sending nowhere: %s", eb.msg);
+    sl_layout_cleanup(&peer);
+    CHECK(sl_layout_from_order(4, 12, 2, 3, &peer, &eb) == 0, "rank 4");
+    sl_layout_claim(&peer, &c);
+    c.tp_index = 1;
+    CHECK(sl_layout_agrees(&me, 4, &c, &eb) == STAGELINK_ERR_INVALID_ARG &&
+          strstr(eb.msg, "TP index 0 of this rank's (5) TP group {4,5}"),
+          "a TP peer at another index: %s", eb.msg);
+    sl_layout_claim(&peer, &c);
+    c.tp_group ^= 1;
+    CHECK(sl_layout_agrees(&me, 4, &c, &eb) == STAGELINK_ERR_INVALID_ARG &&
+          strstr(eb.msg, "another group"),
+          "a TP peer naming another group: %s", eb.msg);
+    sl_layout_cleanup(&peer);
+    sl_layout_cleanup(&me);
 }
 
 static void test_topo(void)
@@ -306,6 +364,7 @@ static void test_topo(void)
 int main(void)
 {
     test_table();
+    test_claims();
     test_parsers();
     test_mode_choice();
     test_launchers();
