@@ -125,8 +125,8 @@ static sl_status_t sl_boot_store_exchange(sl_bootstrap_t *bs, const char *name,
             status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
                               "the host's store_get returned %d for key %s "
                               "(rank %d's part of exchange %s); did that rank "
-                              "start, with the same store?", rc, key, peers[i],
-                              name);
+                              "start, with the same store, and get this far "
+                              "(see its own error)?", rc, key, peers[i], name);
         } else if (size > SL_BOOTSTRAP_MAX_BLOCK) {
             status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
                               "key %s holds %zu bytes, above the bootstrap "

@@ -33,9 +33,10 @@ static sl_status_t sl_settings_mode(const stagelink_config_t *config,
         sl_env_raw(SL_ENV_MODE) != NULL && from_env != config->mode) {
         return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
                         "STAGELINK_MODE=%s disagrees with the mode the "
-                        "host's code asked for (%s); unset STAGELINK_MODE, or "
-                        "leave the code's mode at its default so that the "
-                        "variable chooses", names[choice],
+                        "host's code asked for (%s); unset STAGELINK_MODE or "
+                        "set it to %s (the variable chooses only where the "
+                        "code leaves the mode at its default)", names[choice],
+                        names[config->mode - STAGELINK_MODE_SCATTER_GATHER],
                         names[config->mode - STAGELINK_MODE_SCATTER_GATHER]);
     }
     *mode = (config->mode == STAGELINK_MODE_DEFAULT) ? from_env : config->mode;

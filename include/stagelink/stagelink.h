@@ -154,7 +154,9 @@ typedef int (*stagelink_allgather_fn_t)(void *ctx, const void *sendbuf,
  * within one communicator; give each communicator its own namespace
  * (a prefix) when several share a store.
  *  - `set` publishes `size` bytes under `key`;
- *  - `get` waits until `key` exists (the host's store decides how long),
+ *  - `get` waits until `key` exists (the host's store decides how long;
+ *    bound it by STAGELINK_TIMEOUT, as the Python package does, so that a
+ *    peer that failed before writing its key is reported in time),
  *    copies at most `capacity` bytes of it into `buf` and sets `*size` to
  *    its full length.
  * Both return 0 on success.  Called during init and by comm_finalize's

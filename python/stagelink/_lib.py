@@ -109,6 +109,11 @@ class Op(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int), ("xfer", Xfer)]
 
 
+class EnvVar(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("default_value", ctypes.c_char_p),
+                ("description", ctypes.c_char_p)]
+
+
 class PluginV1(ctypes.Structure):
     """stagelink_plugin_v1_t: the vtable, field for field.  The loader hands
     out a full-size copy, stubs included, whatever the plugin's age."""
@@ -198,5 +203,20 @@ def library():
         lib.stagelink_loader_comm_init.argtypes = [
             P, ctypes.POINTER(Config), PP, ctypes.c_char_p, c_size]
         lib.stagelink_loader_close.argtypes = [P]
+        lib.stagelink_env_var.restype = ctypes.POINTER(EnvVar)
+        lib.stagelink_env_var.argtypes = [c_size]
         _lib = lib
         return lib
+
+
+def setting(name):
+    """A variable of the library's table: its value, else its default."""
+    lib, k = library(), 0
+    while True:
+        var = lib.stagelink_env_var(k)
+        if not var:
+            raise KeyError("%s is not in stagelink's variable table" % name)
+        if var.contents.name.decode() == name:
+            return (os.environ.get(name) or
+                    var.contents.default_value.decode())
+        k += 1

@@ -13,6 +13,7 @@ SPDX-License-Identifier: MIT
 """
 
 import ctypes
+import datetime
 import itertools
 import logging
 
@@ -35,6 +36,18 @@ def default_store():
             dist.get_world_size())
 
 
+def _timeout():
+    """STAGELINK_TIMEOUT, which bounds the bootstrap's waits, for the
+    store's: a peer that failed before writing its key is then reported
+    at that deadline, not at the store's own (torch: 30 minutes).  None
+    where it waits forever (0) or cannot be read (init refuses it)."""
+    try:
+        seconds = float(_lib.setting("STAGELINK_TIMEOUT"))
+    except ValueError:
+        return None
+    return datetime.timedelta(seconds=seconds) if seconds > 0 else None
+
+
 class StoreBootstrap:
     """The store callbacks over `store`; `error` keeps the exception of a
     failed call for the caller's message, `reads` counts the keys read."""
@@ -45,6 +58,7 @@ class StoreBootstrap:
         self.written = []
         self.reads = 0
         self.error = None
+        self.timeout = _timeout()
         self.set_callback = _lib.STORE_SET(self._set)
         self.get_callback = _lib.STORE_GET(self._get)
 
@@ -59,7 +73,10 @@ class StoreBootstrap:
 
     def _get(self, _ctx, key, buf, capacity, size):
         try:
-            data = self.store.get(self.prefix + key.decode())
+            name = self.prefix + key.decode()
+            if self.timeout is not None:
+                self.store.wait([name], self.timeout)
+            data = self.store.get(name)
             self.reads += 1
             ctypes.memmove(buf, data, min(len(data), capacity))
             size[0] = len(data)

@@ -320,7 +320,8 @@ class Communicator:
       False forces the TCP rendezvous (STAGELINK_BOOTSTRAP_PORT).
     placement: a Placement, for rank orders other than Megatron's.
     tp_group: a torch.distributed process group of this rank's TP group
-      (ranks in TP index order, as Megatron's): gathered receives are then
+      (ranks in TP index order, as Megatron's; another group raises
+      ValueError): gathered receives are then
       rebuilt with torch's all_gather_into_tensor on it, inside the wait()
       or test() that completes them, on the receive's stream (no second
       communicator beside the host's).  Every rank of the group must then
@@ -385,6 +386,8 @@ class Communicator:
                 env_rank, world_size or _env_world(), tp_size)
             keep = (topo, ranks)
             cfg.topology = ctypes.pointer(topo)
+        if tp_group is not None:
+            _check_tp_group(tp_group, tp_size, rank, placement)
         if store is not None and store is not False:
             # Numbered only once every argument passed, alike on every rank.
             bootstrap = _store.StoreBootstrap(store)
@@ -393,9 +396,6 @@ class Communicator:
 
         gather = None
         if tp_group is not None:
-            if tp_group.size() != tp_size:
-                raise ValueError("tp_group has %d ranks, tp_size is %d"
-                                 % (tp_group.size(), tp_size))
             gather = _group_gather.GroupGather(tp_group)
             cfg.gather = gather.callback
 
@@ -940,6 +940,33 @@ def _device_index(device):
         raise ValueError("device=%r is not a CUDA device: stagelink moves "
                          "host tensors without one" % (device,))
     return dev.index if dev.index is not None else torch.cuda.current_device()
+
+
+def _group_ranks(group) -> List[int]:
+    """A torch.distributed group's world ranks, by group rank."""
+    import torch.distributed as dist
+    return [dist.get_global_rank(group, i) for i in range(group.size())]
+
+
+def _check_tp_group(tp_group, tp_size, rank, placement):
+    """tp_group must be this rank's TP group, by TP index: its gather puts
+    group rank k's shard where TP index k's belongs."""
+    import torch.distributed as dist
+    if rank is None:
+        rank = dist.get_rank()
+    if placement is not None:
+        want, where = list(placement.tp_ranks), "the placement's tp_ranks"
+    else:
+        want = [rank - rank % tp_size + k for k in range(tp_size)]
+        where = "Megatron's rank order"
+    got = _group_ranks(tp_group)
+    if got != want:
+        raise ValueError(
+            "tp_group holds ranks %s by group rank, but rank %d's TP group by "
+            "TP index is %s (%s): the gather would put each shard at the "
+            "wrong place; pass the TP group itself (torch.distributed."
+            "new_group sorts its ranks: order tp_ranks alike)"
+            % (got, rank, want, where))
 
 
 def _env_rank():

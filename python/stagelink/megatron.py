@@ -52,7 +52,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from . import _lib
-from .communicator import Communicator, P2POp, Placement
+from .communicator import Communicator, P2POp, Placement, _group_ranks
+from .errors import StagelinkError, error
 
 __all__ = ["P2PCommunicator", "install", "is_single_shape", "initialize",
            "recv_forward", "recv_backward", "send_forward", "send_backward",
@@ -104,11 +105,6 @@ _links: Dict[Tuple, _Link] = {}
 _installed: Dict[str, Any] = {}
 
 
-def _group_ranks(group) -> List[int]:
-    import torch.distributed as dist
-    return [dist.get_global_rank(group, i) for i in range(group.size())]
-
-
 def _tp_group(tp_group):
     if tp_group is not None:
         return tp_group
@@ -125,19 +121,22 @@ def _tp_group(tp_group):
         "tp_group= (pg_collection.tp)")
 
 
-def _mode(config, tp_size, mode):
+def _mode(config, tp_size, mode, source="mode="):
     """The mode to create the Communicator with: "default" (STAGELINK_MODE
     may choose, for A/B tests) where the boundary is replicated and the
-    code asked for none, else the one it must be."""
+    code asked for none, else the one it must be.  `source`: who chose
+    `mode`, for the sentence."""
     sp = bool(getattr(config, "sequence_parallel", False)) and tp_size > 1
     if mode is None:
         return "full" if sp else "default"
     if mode == "sharded":
         raise ValueError(
-            "stagelink.megatron: mode \"sharded\" leaves all but 1/t of each "
+            "stagelink.megatron: %s\"sharded\" leaves all but 1/t of each "
             "received tensor unwritten, and no Megatron boundary reads only "
             "its shard: use scatter_gather (replicated [s, b, h]) or full "
-            "(sequence parallelism's own [s/t, b, h] slice)")
+            "(sequence parallelism's own [s/t, b, h] slice)%s" % (
+                source, "; unset STAGELINK_MODE" if "STAGELINK" in source
+                else ""))
     if mode not in _MODES:
         raise ValueError("stagelink.megatron: mode %r: want one of %s"
                          % (mode, ", ".join(_MODES)))
@@ -215,14 +214,24 @@ def _link_for(pp_group, config, tp_group, mode, comm, gather=None):
                 "does not tile the job's %d ranks; a P2PCommunicator of a "
                 "sub-pipeline needs comm= made for it" % (
                     len(pp_ranks), len(tp_ranks), dist.get_world_size()))
-        comm = Communicator(tp_size=len(tp_ranks), pp_size=len(pp_ranks),
-                            mode=asked, placement=Placement(
-                                prev_rank, next_rank, tp_ranks),
-                            tp_group=group if by == "tp_group" else None)
+        try:
+            comm = Communicator(tp_size=len(tp_ranks),
+                                pp_size=len(pp_ranks), mode=asked,
+                                placement=Placement(prev_rank, next_rank,
+                                                    tp_ranks),
+                                tp_group=group if by == "tp_group" else None)
+        except StagelinkError as e:
+            if mode is None and asked == "full" and \
+                    os.environ.get("STAGELINK_MODE") is not None:
+                raise error(e.code, (
+                    "stagelink.megatron asked for mode full because "
+                    "config.sequence_parallel gives each TP rank its own "
+                    "[s/t, b, h] slice: %s") % e.message) from e
+            raise
     got = [k for k, v in _lib.MODES.items() if v == comm.info["mode"]][0]
     try:
         if asked == "default" and got == "sharded":
-            _mode(config, len(tp_ranks), "sharded")  # STAGELINK_MODE=sharded
+            _mode(config, len(tp_ranks), "sharded", "STAGELINK_MODE=")
         _check_placement(comm, prev_rank, next_rank, tp_ranks,
                          got if asked == "default" else asked)
         if not made and gather is not None and \

@@ -300,7 +300,14 @@ def misuse(t, p):
         pipeline_dtype=DTYPE, params_dtype=DTYPE, use_cpu_initialization=True)
     refused("STAGELINK_MODE=sharded for a replicated boundary",
             lambda: stagelink.megatron.P2PCommunicator(pp, replicated),
-            ValueError, "sharded")
+            ValueError, "STAGELINK_MODE=\"sharded\"", "unset STAGELINK_MODE")
+    if t > 1:
+        # Sequence parallelism asks for full though the code named none.
+        os.environ["STAGELINK_MODE"] = "scatter_gather"
+        refused("STAGELINK_MODE=scatter_gather under sequence_parallel",
+                lambda: stagelink.megatron.P2PCommunicator(pp, config),
+                stagelink.StagelinkError, "sequence_parallel",
+                "STAGELINK_MODE=scatter_gather", "set it to full")
     os.environ["STAGELINK_MODE"] = "full"
     ab = stagelink.megatron.P2PCommunicator(pp, replicated).communicator
     check(ab.info["mode"] == stagelink._lib.MODES["full"],

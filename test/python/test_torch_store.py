@@ -5,7 +5,9 @@ store holds), and through a store passed in; an explicit Placement with
 the stages in reverse rank order, reading only its peers' keys;
 batch_isend_irecv with torch's P2POp
 forms (comm.isend, torch.distributed.isend with comm=, a neighbour's
-world rank as the peer).  t = WORLD_SIZE / 2.
+world rank as the peer); a wrong tp_group and neighbours that disagree
+refused, and a rank refused alone reported to its peers at
+STAGELINK_TIMEOUT.  t = WORLD_SIZE / 2.
 SPDX-License-Identifier: MIT
 """
 import gc
@@ -96,6 +98,44 @@ with stagelink.Communicator(tp_size=t, store=store, rank=rank,
         check(False, "its own rank accepted as a peer")
     except ValueError as e:
         check("no neighbour" in str(e), "own rank as peer: %s" % e)
+
+# 3. Misplacement, refused on every rank before anything is posted: a
+# tp_group that is not the TP group, and neighbours that do not name each
+# other back (found in init's exchange with them).
+if t > 1:
+    across = [dist.new_group([i, i + t]) for i in range(t)]
+    try:
+        stagelink.Communicator(tp_size=t, tp_group=across[rank % t])
+        check(False, "a tp_group across the stages accepted")
+    except ValueError as e:
+        check("tp_group holds ranks" in str(e), "wrong tp_group: %s" % e)
+    crossed = stagelink.Placement(
+        prev_rank=None if stage == 0 else rank + t,
+        next_rank=(rank + 1) % t if stage == 0 else None,
+        tp_ranks=tp_ranks)
+    try:
+        stagelink.Communicator(tp_size=t, placement=crossed)
+        check(False, "neighbours that do not name each other accepted")
+    except stagelink.StagelinkError as e:
+        check("stage" in str(e) and "same process groups" in str(e),
+              "crossed neighbours: %s" % e)
+    # One rank refused alone (its TP peer named as its previous stage): the
+    # others, waiting for its keys, fail at STAGELINK_TIMEOUT, not at the
+    # store's own timeout.
+    bad = stagelink.Placement(prev_rank=1 if rank == 0 else placement.prev_rank,
+                              next_rank=placement.next_rank, tp_ranks=tp_ranks)
+    timeout, os.environ["STAGELINK_TIMEOUT"] = \
+        os.environ.get("STAGELINK_TIMEOUT"), "3"
+    try:
+        stagelink.Communicator(tp_size=t, placement=bad)
+        check(False, "a TP peer as the previous stage accepted")
+    except stagelink.StagelinkError as e:
+        want = "previous stage" if rank == 0 else "did that rank start"
+        check(want in str(e), "rank 0 refused alone: %s" % e)
+    if timeout is None:
+        del os.environ["STAGELINK_TIMEOUT"]
+    else:
+        os.environ["STAGELINK_TIMEOUT"] = timeout
 
 dist.barrier()
 dist.destroy_process_group()
