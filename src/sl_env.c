@@ -59,7 +59,7 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
     [SL_ENV_LIBRARY] = {"STAGELINK_LIBRARY", "",
         "Path of libstagelink for the Python package (which reads it); default: the directory meson install put it in, then the dynamic loader's search for libstagelink.so.1."},
     [SL_ENV_UCX] = {"STAGELINK_UCX", "auto",
-        "Python package (a wheel): which UCX the plugin runs on. auto: the system's where it has an InfiniBand transport and device, else the libucx-cu13 wheel's where installed, else the system's; system; or wheel."},
+        "Python package (a wheel): which UCX the plugin runs on. auto: the system's where it has an InfiniBand transport and device, else the libucx-cu13 wheel's where installed, else the system's; system; or wheel. A libucp.so.0 already in the process stays, and a choice naming the other UCX is then refused."},
     [SL_ENV_CHECK] = {"STAGELINK_CHECK", "0",
         "Python package: 1 sends each tensor's dtype and shape with it (one 128-byte transfer per TP rank more), so the same bytes received as another dtype or shape raise ShapeMismatchError naming both sides; chunk ids then stop at 1023."},
     [SL_ENV_JOB_KEY] = {"STAGELINK_JOB_KEY", "",

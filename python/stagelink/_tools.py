@@ -9,6 +9,7 @@ import os
 import sys
 
 from . import _ucx
+from .errors import StagelinkError
 
 
 def _exec(name):
@@ -18,7 +19,10 @@ def _exec(name):
         sys.exit("%s: not in this package (%s); it is installed with the "
                  "C library by meson install" % (name, path))
     env = dict(os.environ)
-    _ucx.export(env)
+    try:
+        _ucx.export(env)
+    except StagelinkError as e:
+        sys.exit("%s: %s" % (name, e))
     os.execve(path, [name] + sys.argv[1:], env)
 
 

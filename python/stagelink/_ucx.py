@@ -12,7 +12,8 @@ the plugin (STAGELINK_UCX, in the variable table of docs/configuration.md):
 
 The wheel's libraries are loaded first and globally, so the plugin's
 libucp.so.0 is theirs; where a libucp.so.0 is loaded already, that one
-stays (two copies would not share the plugin's).  The plugin was built against an older UCX's
+stays (two copies would not share the plugin's), and a STAGELINK_UCX
+naming the other is refused.  The plugin was built against an older UCX's
 headers; UCX keeps its ABI across 1.x, newer libraries serve older callers.
 
 SPDX-License-Identifier: MIT
@@ -83,31 +84,49 @@ def _in_wheel():
     return _install_paths.LIBDIR == ""
 
 
-def _ucp_loaded():
-    """Whether a libucp.so.0 is in the process already (Open MPI's UCX, an
-    earlier import): a second copy would not be the plugin's."""
+def _loaded_libucp():
+    """The path of the libucp.so.0 in the process already (Open MPI's UCX,
+    an earlier import), or None: a second copy would not be the plugin's."""
     try:
-        ctypes.CDLL("libucp.so.0", mode=os.RTLD_NOLOAD | ctypes.RTLD_GLOBAL)
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split(None, 5)[-1].strip()
+                if os.path.basename(path).startswith("libucp.so"):
+                    return path
     except OSError:
-        return False
-    return True
+        pass
+    return None
 
 
 def _decide():
-    value = os.environ.get("STAGELINK_UCX", "auto") or "auto"
+    value = (os.environ.get("STAGELINK_UCX") or "auto").strip().lower()
     if value not in CHOICES:
         raise StagelinkError(
-            STATUS["ERR_INVALID_ARG"],
-            "STAGELINK_UCX=%s: want one of %s" % (value, ", ".join(CHOICES)))
+            STATUS["ERR_CONFIG"],
+            "STAGELINK_UCX=%s: want one of %s (or unset it)"
+            % (os.environ.get("STAGELINK_UCX"), ", ".join(CHOICES)))
     if value == "auto" and not _in_wheel():
         # meson install and build trees run on the UCX they were built
         # with (the system's, or -Ducx_prefix's, by run path).
         return {"ucx": "system", "libdir": None,
                 "why": "not a wheel: the UCX the plugin was built against"}
-    if value != "system" and _ucp_loaded():
-        return {"ucx": "system", "libdir": None,
-                "why": "a libucp.so.0 is loaded in this process already"}
     wheel = _wheel_libdir()
+    loaded = _loaded_libucp()
+    if loaded is not None:
+        which = ("wheel" if wheel is not None and
+                 os.path.realpath(loaded).startswith(
+                     os.path.realpath(wheel) + os.sep) else "system")
+        if value not in ("auto", which):
+            raise StagelinkError(
+                STATUS["ERR_CONFIG"],
+                "STAGELINK_UCX=%s, but %s libucp.so.0 (%s) is loaded in this "
+                "process already, and the plugin would run on it: import "
+                "stagelink before what loads it, or set STAGELINK_UCX=%s"
+                % (value, "libucx-cu13's" if which == "wheel"
+                   else "another", loaded, which))
+        return {"ucx": which, "libdir": wheel if which == "wheel" else None,
+                "why": "its libucp.so.0 (%s) is loaded in this process "
+                       "already" % loaded}
     system = _system_libucp()
     if value == "wheel" and wheel is None:
         raise StagelinkError(

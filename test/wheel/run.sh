@@ -93,6 +93,24 @@ ucx_is() {
         grep -q "^UCX $2" "$tmp/info-$1"
 }
 check ucx-wheel ucx_is wheel '1\.22\.[0-9]* at run time (.*/libucx/lib/libucp'
+check ucx-wheel-any-case ucx_is WHEEL '1\.22\.[0-9]* at run time (.*/libucx/lib/libucp'
+# A value it does not know: one sentence, no traceback; a forced UCX that
+# another libucp.so.0 already in the process would overrule: refused.
+ucx_refused() {
+    ! $clean STAGELINK_UCX=bogus "$venv/bin/stagelink_info" >"$tmp/info-bogus" 2>&1 &&
+        grep -q "want one of auto, system, wheel" "$tmp/info-bogus" &&
+        ! grep -q Traceback "$tmp/info-bogus" &&
+        $clean STAGELINK_UCX=wheel "$py" -c '
+import ctypes, stagelink
+ctypes.CDLL("libucp.so.0", mode=ctypes.RTLD_GLOBAL)  # the system one
+try:
+    stagelink._lib.library()
+except stagelink.StagelinkError as e:
+    assert "is loaded in this process already" in str(e), e
+else:
+    raise SystemExit("STAGELINK_UCX=wheel ran on the system UCX")'
+}
+check ucx-refused ucx_refused
 check ucx-system ucx_is system '[0-9.]* at run time (/usr/lib'
 check binding-t2-system-ucx env STAGELINK_UCX=system \
     $clean "$venv/bin/stagelink_run" -T 240 -n 4 -- "$py" "$src/test/python/test_binding.py"
