@@ -536,14 +536,16 @@ static double request_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static PyObject *request_wait_until(sl_py_request_t *self, PyObject *seconds,
+                                    double deadline);
+
 /* wait(timeout=None) */
 static PyObject *request_wait(sl_py_request_t *self, PyObject *const *args,
                               Py_ssize_t nargs, PyObject *kwnames)
 {
-    PyObject  *timeout = Py_None, *r;
+    PyObject  *timeout = Py_None, *seconds = NULL, *r;
     Py_ssize_t nkw = (kwnames != NULL) ? PyTuple_GET_SIZE(kwnames) : 0;
-    double     limit = 0, deadline = 0, left;
-    int        slice_ms, status;
+    double     limit = 0, deadline = 0;
 
     if (nargs + nkw > 1) {
         PyErr_Format(PyExc_TypeError, "wait() takes at most 1 argument "
@@ -560,23 +562,47 @@ static PyObject *request_wait(sl_py_request_t *self, PyObject *const *args,
         timeout = args[0];
     }
     if (timeout != Py_None) {
-        limit = PyFloat_AsDouble(timeout);
-        if (limit == -1 && PyErr_Occurred()) {
+        /* seconds, or a datetime.timedelta as torch's Work.wait takes */
+        seconds = PyNumber_Check(timeout)
+                      ? PyNumber_Float(timeout)
+                      : PyObject_CallMethod(timeout, "total_seconds", NULL);
+        if (seconds == NULL || !PyFloat_Check(seconds)) {
+            PyErr_Clear();
+            Py_XDECREF(seconds);
+            PyErr_Format(PyExc_TypeError, "wait(timeout=%R): give seconds "
+                         "(a number or a datetime.timedelta), or None to "
+                         "wait until it completes", timeout);
             return NULL;
         }
+        limit = PyFloat_AS_DOUBLE(seconds);
         if (isnan(limit)) {
+            Py_DECREF(seconds);
             PyErr_SetString(PyExc_ValueError, "wait(timeout=nan): give "
                             "seconds, or None to wait until it completes");
             return NULL;
         }
         deadline = request_now() + limit;
     }
+    r = request_wait_until(self, seconds, deadline);
+    Py_XDECREF(seconds);
+    return r;
+}
+
+/* wait()'s loop; `seconds` NULL: no deadline of its own.  True once done,
+ * as torch's Work.wait(). */
+static PyObject *request_wait_until(sl_py_request_t *self, PyObject *seconds,
+                                    double deadline)
+{
+    PyObject *r;
+    double    left;
+    int       slice_ms, status;
+
     if (!self->done && request_ready(self)) {
         return NULL;
     }
     while (!self->done) {
         slice_ms = SL_PY_SLICE_MS;
-        if (timeout != Py_None) {
+        if (seconds != NULL) {
             left = (deadline - request_now()) * 1e3;
             if (left < slice_ms) {
                 slice_ms = (left > 0) ? (int)left : 0;
@@ -586,12 +612,12 @@ static PyObject *request_wait(sl_py_request_t *self, PyObject *const *args,
             return NULL;
         }
         if (status == STAGELINK_ERR_TIMEOUT ||
-            (!self->done && timeout != Py_None &&
+            (!self->done && seconds != NULL &&
              request_now() >= deadline)) {
             /* the library's deadline (its sentence), or this wait's */
             r = PyObject_CallMethodOneArg(
                 (PyObject *)self, n_raise_timeout,
-                (status == STAGELINK_ERR_TIMEOUT) ? Py_None : timeout);
+                (status == STAGELINK_ERR_TIMEOUT) ? Py_None : seconds);
             Py_XDECREF(r);
             return NULL;
         }
@@ -599,10 +625,14 @@ static PyObject *request_wait(sl_py_request_t *self, PyObject *const *args,
             return NULL; /* Ctrl-C: the request stays in flight */
         }
     }
-    if (request_none(self->err) && request_none(self->stream)) {
-        Py_RETURN_NONE;
+    if (!request_none(self->err) || !request_none(self->stream)) {
+        r = PyObject_CallMethodNoArgs((PyObject *)self, n_result);
+        if (r == NULL) {
+            return NULL;
+        }
+        Py_DECREF(r);
     }
-    return PyObject_CallMethodNoArgs((PyObject *)self, n_result);
+    Py_RETURN_TRUE;
 }
 
 static PyObject *request_handle(sl_py_request_t *self, void *closure)
@@ -702,12 +732,12 @@ static PyMethodDef request_methods[] = {
     {"wait", (PyCFunction)(void (*)(void))request_wait,
      METH_FASTCALL | METH_KEYWORDS,
      "wait($self, /, timeout=None)\n--\n\n"
-     "Blocks until the transfer completes; raises its error.  As torch's Work.wait(), the current CUDA stream then waits "
+     "Blocks until the transfer completes and returns True; raises its error.  As torch's Work.wait(), the current CUDA stream then waits "
      "for a received CUDA tensor's data (an event on the post's "
      "stream).\n\n"
      "The wait sleeps in slices of 50 ms, so signals are handled at once "
      "(Ctrl-C raises KeyboardInterrupt; the request stays in flight).  "
-     "`timeout` (seconds) bounds this wait only: on expiry TimeoutError is "
+     "`timeout` (seconds, or a datetime.timedelta) bounds this wait only: on expiry TimeoutError is "
      "raised and the request stays in flight, as after the library's own "
      "deadline (STAGELINK_TIMEOUT): wait again or cancel it."},
     {"_post", (PyCFunction)(void (*)(void))request_post_py,

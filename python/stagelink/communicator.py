@@ -213,7 +213,9 @@ class Request(_calls.Request):
     def test(self) -> bool:
         """True once the transfer completed (raising its error if it
         failed; the current CUDA stream then waits for the data, as after
-        wait()); False while it is in flight.  Never blocks for long."""
+        wait()); False while it is in flight.  Never blocks for long, but
+        where it completes a receive gathered on tp_group: that runs the
+        group's collective, which waits for the TP peers."""
         comm = self._comm
         if not self._done:
             with comm._lock:
@@ -227,14 +229,16 @@ class Request(_calls.Request):
 
     def is_completed(self) -> bool:
         """torch's Work.is_completed: True once done, without raising (nor
-        ordering any stream)."""
-        stream, self._stream = self._stream, None
-        try:
-            return self.test()
-        except StagelinkError:
-            return True
-        finally:
-            self._stream = stream
+        ordering any stream); as test() otherwise."""
+        comm = self._comm
+        with comm._lock:  # no wait() of another thread sees _stream unset
+            stream, self._stream = self._stream, None
+            try:
+                return self.test()
+            except StagelinkError:
+                return True
+            finally:
+                self._stream = stream
 
     def cancel(self) -> bool:
         """Asks the transport to cancel; wait() then raises CanceledError,

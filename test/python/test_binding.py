@@ -4,6 +4,7 @@ errors become StagelinkError with the library's status and sentence.
 Run by stagelink_run with /usr/bin/python3 (Debian's numpy and torch).
 SPDX-License-Identifier: MIT
 """
+import datetime
 import os
 import sys
 
@@ -126,8 +127,23 @@ with stagelink.Communicator(tp_size=world // 2) as comm:
             check(False, "wait(*%r, **%r) was accepted" % (args, kwargs))
         except kind:
             pass
-    r.wait(30)
+    check(r.wait(30) is True, "wait(30) did not return True, as torch's")
     check(r.test(), "wait(30) returned before the transfer completed")
+    check(r.wait(datetime.timedelta(seconds=30)) is True,
+          "wait(timedelta) of a completed request")
+    if not first:  # a timedelta bounds a wait as its seconds do
+        q = comm.irecv(bytearray(8), microbatch=8)  # never sent
+        try:
+            q.wait(datetime.timedelta(milliseconds=50))
+            check(False, "wait(timedelta(50 ms)) of a receive never sent")
+        except stagelink.TimeoutError as e:
+            check("timeout=0.05" in str(e), "timedelta expiry: %s" % e)
+        q.cancel()
+        try:
+            q.wait()
+            check(False, "a canceled receive completed")
+        except stagelink.CanceledError:
+            pass
     try:
         stagelink.Request.__new__(stagelink.Request).wait()
         check(False, "a Request of no communicator waited")
