@@ -61,7 +61,7 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
     [SL_ENV_UCX] = {"STAGELINK_UCX", "auto",
         "Python package (a wheel): which UCX the plugin runs on. auto: the system's where it has an InfiniBand transport and device, else the libucx-cu13 wheel's where installed, else the system's; system; or wheel. A libucp.so.0 already in the process stays, and a choice naming the other UCX is then refused."},
     [SL_ENV_CHECK] = {"STAGELINK_CHECK", "0",
-        "Python package: 1 sends each tensor's dtype and shape with it (one 128-byte transfer per TP rank more), so the same bytes received as another dtype or shape raise ShapeMismatchError naming both sides; chunk ids then stop at 1023."},
+        "Python package: 1 sends each tensor's dtype and shape with it (one 128-byte transfer per TP rank more), so the same bytes received as another dtype or shape raise ShapeMismatchError naming both sides; chunk ids then stop at 1023. With tp_group=, the TP ranks also check that each gather rebuilds the same receive on all of them (one 32-byte all_gather more)."},
     [SL_ENV_JOB_KEY] = {"STAGELINK_JOB_KEY", "",
         "Shared by the ranks of one job; the rendezvous drops clients whose key differs. It tells jobs apart and authenticates nothing (a hello can be replayed): that is STAGELINK_JOB_SECRET's. Default: the launcher's job id (TORCHELASTIC_RUN_ID, SLURM_JOB_ID, OMPI_MCA_ess_base_jobid), else none."},
     [SL_ENV_JOB_SECRET] = {"STAGELINK_JOB_SECRET", "",

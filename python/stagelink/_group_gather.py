@@ -37,8 +37,8 @@ class GroupGather:
     """`callback` for stagelink_config_t.gather; `error` keeps the
     exception of a failed gather for the caller's message."""
 
-    def __init__(self, group):
-        self.group = group
+    def __init__(self, group, check=False):
+        self.group, self.check = group, check
         self.error = None
         self.callback = _lib.GATHER(self._gather)
 
@@ -60,9 +60,33 @@ class GroupGather:
             _log.warning("stagelink: the TP group's all_gather failed: %r", e)
             return 1
 
+    def _same_receive(self, torch, args, device):
+        """STAGELINK_CHECK: a collective pairs the TP ranks' calls by order
+        alone, so each first says which receive it rebuilds; ranks that
+        complete them in different orders then fail alike, naming them,
+        instead of swapping microbatches' shards."""
+        import torch.distributed as dist
+        tag = args.tag
+        mine = torch.tensor([tag.microbatch, tag.chunk, tag.direction,
+                             args.nbytes], dtype=torch.int64, device=device)
+        every = torch.empty(args.tp_size * 4, dtype=torch.int64,
+                            device=device)
+        dist.all_gather_into_tensor(every, mine, group=self.group)
+        rows = every.view(args.tp_size, 4).tolist()
+        if any(row != rows[0] for row in rows):
+            raise ValueError(
+                "STAGELINK_CHECK: the TP ranks complete different gathered "
+                "receives at once (%s): every TP rank must complete them "
+                "(wait, test) in the same order, as any collective" %
+                ", ".join("TP index %d microbatch %d chunk %d direction %d "
+                          "(%d bytes)" % tuple([k] + row)
+                          for k, row in enumerate(rows)))
+
     def _all_gather(self, torch, full, args):
         import torch.distributed as dist
         t, me = args.tp_size, args.tp_index
+        if self.check:
+            self._same_receive(torch, args, full.device)
         offs = [args.offsets[k] for k in range(t)]
         lens = [args.lengths[k] for k in range(t)]
         own = full[offs[me]:offs[me] + lens[me]]

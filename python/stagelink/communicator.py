@@ -400,7 +400,7 @@ class Communicator:
 
         gather = None
         if tp_group is not None:
-            gather = _group_gather.GroupGather(tp_group)
+            gather = _group_gather.GroupGather(tp_group, _check.enabled())
             cfg.gather = gather.callback
 
         lib = _lib.library()

@@ -7,7 +7,8 @@ batch_isend_irecv with torch's P2POp
 forms (comm.isend, torch.distributed.isend with comm=, a neighbour's
 world rank as the peer); a wrong tp_group and neighbours that disagree
 refused, and a rank refused alone reported to its peers at
-STAGELINK_TIMEOUT.  t = WORLD_SIZE / 2.
+STAGELINK_TIMEOUT; with STAGELINK_CHECK, TP ranks completing gathered
+receives in different orders refused.  t = WORLD_SIZE / 2.
 SPDX-License-Identifier: MIT
 """
 import gc
@@ -136,6 +137,31 @@ if t > 1:
         del os.environ["STAGELINK_TIMEOUT"]
     else:
         os.environ["STAGELINK_TIMEOUT"] = timeout
+
+# 4. STAGELINK_CHECK with the TP group's gather: TP ranks that complete
+# their gathered receives in different orders fail alike, naming them,
+# instead of rebuilding one microbatch from another's shards.
+if t > 1:
+    os.environ["STAGELINK_CHECK"] = "1"
+    groups = [dist.new_group(list(range(s * t, s * t + t))) for s in (0, 1)]
+    with stagelink.Communicator(tp_size=t,
+                                tp_group=groups[rank // t]) as comm:
+        if comm.is_first_stage:
+            for mb in (0, 1):
+                comm.send(torch.full((1000,), float(mb)), "next",
+                          microbatch=mb)
+        else:
+            got = [torch.zeros(1000) for _ in (0, 1)]
+            reqs = [comm.irecv(got[mb], "prev", microbatch=mb)
+                    for mb in (0, 1)]
+            for mb in ((0, 1) if comm.tp_index == 0 else (1, 0)):
+                try:
+                    reqs[mb].wait()
+                    check(False, "microbatch %d gathered out of order" % mb)
+                except stagelink.StagelinkError as e:
+                    check("in the same order" in str(e),
+                          "gathers out of order: %s" % e)
+    del os.environ["STAGELINK_CHECK"]
 
 dist.barrier()
 dist.destroy_process_group()
