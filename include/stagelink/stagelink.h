@@ -256,7 +256,10 @@ typedef struct stagelink_comm_info {
     int              prev_rank, next_rank;  /**< -1 where none */
     int              local_rank, local_size; /**< on this node */
     stagelink_mode_t mode;
-    char             gather_backend[16];     /**< "ucx", "nccl", "none" */
+    /** Who rebuilds scatter_gather's device tensors: "nccl", "ucx",
+     *  "host" (the config's gather callback); "none" where nothing is
+     *  gathered (t = 1, or another mode). */
+    char             gather_backend[16];
     char             node_id[64];            /**< how this node was told apart */
 } stagelink_comm_info_t;
 

@@ -321,7 +321,8 @@ static stagelink_status_t sl_nccl_comm_info(stagelink_comm_t *c,
     info->local_size = -1;
     info->mode       = c->set.mode;
     snprintf(info->gather_backend, sizeof(info->gather_backend), "%s",
-             (c->layout.tp_size > 1) ? "nccl" : "none");
+             (c->layout.tp_size > 1 &&
+              c->set.mode == STAGELINK_MODE_SCATTER_GATHER) ? "nccl" : "none");
     snprintf(info->node_id, sizeof(info->node_id), "%s", c->node_id);
     return STAGELINK_SUCCESS;
 }

@@ -451,7 +451,9 @@ static stagelink_status_t sl_ucx_comm_info(stagelink_comm_t *comm,
     info->local_size = comm->local_size;
     info->mode       = comm->mode;
     snprintf(info->gather_backend, sizeof(info->gather_backend), "%s",
-             (comm->layout.tp_size == 1) ? "none" : comm->gather_dev->name);
+             (comm->layout.tp_size == 1 ||
+              comm->mode != STAGELINK_MODE_SCATTER_GATHER)
+                 ? "none" : comm->gather_dev->name);
     snprintf(info->node_id, sizeof(info->node_id), "%s", comm->node_id);
     return STAGELINK_SUCCESS;
 }

@@ -235,6 +235,7 @@ def _link_for(pp_group, config, tp_group, mode, comm, gather=None):
         _check_placement(comm, prev_rank, next_rank, tp_ranks,
                          got if asked == "default" else asked)
         if not made and gather is not None and \
+                comm.info["gather_backend"] != "none" and \
                 (comm.info["gather_backend"] == "host") != (by == "tp_group"):
             raise ValueError(
                 "stagelink.megatron: gather=%r, but the Communicator given "

@@ -163,10 +163,11 @@ def run_case(case):
         # The class the schedules build now: its Communicator is theirs.
         comm = schedules.P2PCommunicator(pp_group, config).communicator
     gathered = t > 1 and not case.sp and getattr(case, "mode", None) != "full"
-    want_backend = "host" if gathered and gather == "tp_group" else None
+    want_backend = ("none" if not gathered else
+                    "host" if gather == "tp_group" else None)
     check(want_backend is None or comm.info["gather_backend"] == want_backend,
-          "%s: gathers with %s, not the TP group's all_gather"
-          % (case.name, comm.info["gather_backend"]))
+          "%s: gathers with %s, want %s" % (
+              case.name, comm.info["gather_backend"], want_backend))
     before = comm.counters()["stage_bytes_sent"]
     fn = (schedules.forward_backward_pipelining_with_interleaving if v > 1
           else schedules.forward_backward_pipelining_without_interleaving)
