@@ -65,13 +65,12 @@ class GroupGather:
         alone, so each first says which receive it rebuilds; ranks that
         complete them in different orders then fail alike, naming them,
         instead of swapping microbatches' shards."""
-        import torch.distributed as dist
         tag = args.tag
         mine = torch.tensor([tag.microbatch, tag.chunk, tag.direction,
                              args.nbytes], dtype=torch.int64, device=device)
         every = torch.empty(args.tp_size * 4, dtype=torch.int64,
                             device=device)
-        dist.all_gather_into_tensor(every, mine, group=self.group)
+        self._gather_into(every, mine, args.tp_size)
         rows = every.view(args.tp_size, 4).tolist()
         if any(row != rows[0] for row in rows):
             raise ValueError(
@@ -82,8 +81,16 @@ class GroupGather:
                           "(%d bytes)" % tuple([k] + row)
                           for k, row in enumerate(rows)))
 
-    def _all_gather(self, torch, full, args):
+    def _gather_into(self, flat, mine, t):
+        """`flat`'s t equal parts <- each TP rank's `mine`: in one tensor
+        for NCCL, as a list for gloo (whose tensor form torch 1.13 lacks)."""
         import torch.distributed as dist
+        if flat.is_cuda:
+            dist.all_gather_into_tensor(flat, mine, group=self.group)
+        else:
+            dist.all_gather(list(flat.chunk(t)), mine, group=self.group)
+
+    def _all_gather(self, torch, full, args):
         t, me = args.tp_size, args.tp_index
         if self.check:
             self._same_receive(torch, args, full.device)
@@ -93,15 +100,14 @@ class GroupGather:
         if all(n == lens[0] for n in lens):
             # In place where the backend reads its input before writing
             # (NCCL); gloo gets a copy.
-            src = own if full.is_cuda else own.clone()
-            dist.all_gather_into_tensor(full, src, group=self.group)
+            self._gather_into(full, own if full.is_cuda else own.clone(), t)
             return
         # Shards one element apart: padded to the longest, then placed.
         width = max(lens)
         padded = torch.zeros(t * width, dtype=torch.uint8, device=full.device)
         mine = torch.zeros(width, dtype=torch.uint8, device=full.device)
         mine[:lens[me]] = own
-        dist.all_gather_into_tensor(padded, mine, group=self.group)
+        self._gather_into(padded, mine, t)
         for k in range(t):
             if k != me:
                 full[offs[k]:offs[k] + lens[k]] = \
