@@ -196,20 +196,23 @@ void sl_layout_claim(const sl_layout_t *layout, sl_layout_claim_t *claim)
     claim->tp_group  = sl_layout_group_hash(layout);
 }
 
-/* "{0,3,...}" of at most `len` characters. */
+/* "{0,3}", or "{0,3,...}" where `len` cannot hold the whole group. */
 static void sl_layout_group_text(const sl_layout_t *layout, char *buf,
                                  size_t len)
 {
     size_t used = (size_t)snprintf(buf, len, "{");
-    int    k;
+    int    k, n;
 
-    for (k = 0; k < layout->tp_size && used < len; ++k) {
-        used += (size_t)snprintf(buf + used, len - used, "%s%d",
-                                 k ? "," : "", layout->tp_ranks[k]);
+    for (k = 0; k < layout->tp_size; ++k) {
+        n = snprintf(buf + used, len - used, "%s%d", k ? "," : "",
+                     layout->tp_ranks[k]);
+        if (used + (size_t)n + sizeof(",...}") > len) {
+            snprintf(buf + used, len - used, ",...}");
+            return;
+        }
+        used += (size_t)n;
     }
-    if (used < len) {
-        snprintf(buf + used, len - used, "}");
-    }
+    snprintf(buf + used, len - used, "}");
 }
 
 static const char sl_layout_advice[] =
@@ -237,7 +240,7 @@ sl_status_t sl_layout_agrees(const sl_layout_t *layout, int rank,
                         theirs->next_rank, sl_layout_advice);
     }
     for (k = 0; k < layout->tp_size; ++k) {
-        if (layout->tp_ranks[k] != rank || rank == layout->rank) {
+        if (layout->tp_ranks[k] != rank) {
             continue;
         }
         if (theirs->tp_size != layout->tp_size || theirs->tp_index != k ||

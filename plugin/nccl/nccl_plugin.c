@@ -81,6 +81,7 @@ typedef struct sl_ncard {
     char         node_id[SL_NODE_ID_LEN];
     ncclUniqueId tp_id;   /**< from TP index 0 */
     ncclUniqueId next_id; /**< for the boundary to the next stage */
+    sl_layout_claim_t place; /**< checked by each peer (sl_layout_agrees) */
 } sl_ncard_t;
 
 /* The card of `rank`: this rank's own, or the one its exchange brought. */
@@ -100,9 +101,11 @@ static sl_status_t sl_ncomm_connect(sl_ncomm_t *c)
     sl_ncard_t           mine, *theirs;
     const sl_ncard_t    *card;
     sl_status_t          status;
+    int                  i;
 
     memset(&mine, 0, sizeof(mine));
     memcpy(mine.node_id, c->node_id, SL_NODE_ID_LEN);
+    sl_layout_claim(&c->layout, &mine.place);
     if (c->layout.tp_index == 0) {
         SL_CHECK(sl_nccl_check(api, api->GetUniqueId(&mine.tp_id), NULL,
                                "ncclGetUniqueId", &c->err));
@@ -122,6 +125,10 @@ static sl_status_t sl_ncomm_connect(sl_ncomm_t *c)
     SL_CHECK_GOTO(sl_bootstrap_exchange_fixed(&c->bootstrap, "ncards", &mine,
                                               sizeof(mine), c->peer_ranks,
                                               c->npeers, theirs, &c->err), out);
+    for (i = 0; i < c->npeers; ++i) {
+        SL_CHECK_GOTO(sl_layout_agrees(&c->layout, c->peer_ranks[i],
+                                       &theirs[i].place, &c->err), out);
+    }
     /* One group: communicators of a chain of stages cannot wait in a cycle. */
     SL_CHECK_GOTO(sl_nccl_check(api, api->GroupStart(), NULL, "ncclGroupStart",
                                 &c->err), out);

@@ -1,9 +1,10 @@
 """The config's gather callback over a torch.distributed process group: a
-gathered receive is rebuilt with torch's all_gather_into_tensor on the
-host's own TP group (Megatron's), on the receive's stream for a CUDA
-tensor, where the host completes the receive (wait, or a test that returns
-done), so no second communicator stands beside the host's and the
-collective keeps the host's program order.
+gathered receive is rebuilt with torch's all_gather_into_tensor (gloo:
+its list form, all_gather) on the host's own TP group (Megatron's), on
+the receive's stream for a CUDA tensor, where the host completes the
+receive (wait, or a test that returns done), so no second communicator
+stands beside the host's and the collective keeps the host's program
+order.
 
 SPDX-License-Identifier: MIT
 """
@@ -37,8 +38,8 @@ class GroupGather:
     """`callback` for stagelink_config_t.gather; `error` keeps the
     exception of a failed gather for the caller's message."""
 
-    def __init__(self, group, check=False):
-        self.group, self.check = group, check
+    def __init__(self, group):
+        self.group, self.check = group, False
         self.error = None
         self.callback = _lib.GATHER(self._gather)
 
@@ -59,6 +60,19 @@ class GroupGather:
             self.error = e
             _log.warning("stagelink: the TP group's all_gather failed: %r", e)
             return 1
+
+    def agree_on_check(self, mine):
+        """Once, as the Communicator is made: STAGELINK_CHECK's collective
+        runs only where every TP rank runs it (a rank without it would
+        pair its data's gather with another's check)."""
+        import torch.distributed as dist
+        flags = [None] * self.group.size()
+        dist.all_gather_object(flags, bool(mine), group=self.group)
+        self.check = all(flags)
+        if any(flags) and not self.check:
+            _log.warning("stagelink: STAGELINK_CHECK is set on some ranks of "
+                         "the TP group only, so its gathers are not checked; "
+                         "set it on every rank")
 
     def _same_receive(self, torch, args, device):
         """STAGELINK_CHECK: a collective pairs the TP ranks' calls by order

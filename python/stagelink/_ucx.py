@@ -105,13 +105,13 @@ def _decide():
             STATUS["ERR_CONFIG"],
             "STAGELINK_UCX=%s: want one of %s (or unset it)"
             % (os.environ.get("STAGELINK_UCX"), ", ".join(CHOICES)))
-    if value == "auto" and not _in_wheel():
+    wheel = _wheel_libdir()
+    loaded = _loaded_libucp()
+    if value == "auto" and not _in_wheel() and loaded is None:
         # meson install and build trees run on the UCX they were built
         # with (the system's, or -Ducx_prefix's, by run path).
         return {"ucx": "system", "libdir": None,
                 "why": "not a wheel: the UCX the plugin was built against"}
-    wheel = _wheel_libdir()
-    loaded = _loaded_libucp()
     if loaded is not None:
         which = ("wheel" if wheel is not None and
                  os.path.realpath(loaded).startswith(

@@ -228,17 +228,19 @@ class Request(_calls.Request):
         return True
 
     def is_completed(self) -> bool:
-        """torch's Work.is_completed: True once done, without raising (nor
-        ordering any stream); as test() otherwise."""
+        """torch's Work.is_completed: True once done (or failed), without
+        raising or ordering any stream (a later wait() orders it); as
+        test() otherwise."""
+        if self._done:
+            return True
         comm = self._comm
-        with comm._lock:  # no wait() of another thread sees _stream unset
-            stream, self._stream = self._stream, None
-            try:
-                return self.test()
-            except StagelinkError:
-                return True
-            finally:
-                self._stream = stream
+        try:
+            with comm._lock:
+                comm._require_open("is_completed")
+                comm._reap()
+                return self._done or bool(comm._test(self))
+        except StagelinkError:
+            return True
 
     def cancel(self) -> bool:
         """Asks the transport to cancel; wait() then raises CanceledError,
@@ -326,7 +328,8 @@ class Communicator:
     tp_group: a torch.distributed process group of this rank's TP group
       (ranks in TP index order, as Megatron's; another group raises
       ValueError): gathered receives are then
-      rebuilt with torch's all_gather_into_tensor on it, inside the wait()
+      rebuilt with torch's all_gather_into_tensor (gloo: all_gather) on
+      it, inside the wait()
       or test() that completes them, on the receive's stream (no second
       communicator beside the host's).  Every rank of the group must then
       complete its gathered receives in the same order, as with any
@@ -400,7 +403,7 @@ class Communicator:
 
         gather = None
         if tp_group is not None:
-            gather = _group_gather.GroupGather(tp_group, _check.enabled())
+            gather = _group_gather.GroupGather(tp_group)
             cfg.gather = gather.callback
 
         lib = _lib.library()
@@ -459,6 +462,8 @@ class Communicator:
                 "descriptors from host memory, which the %s plugin cannot "
                 "move; unset STAGELINK_CHECK or use the ucx plugin"
                 % self.plugin)
+        if gather is not None and self.info["gather_backend"] == "host":
+            gather.agree_on_check(self._check)
         # The helper thread's torch calls run on the same device.
         self._device = device if device is not None else _cuda_device()
         self._helper = threading.Thread(target=self._serve, daemon=True,
@@ -956,6 +961,7 @@ def _check_tp_group(tp_group, tp_size, rank, placement):
     """tp_group must be this rank's TP group, by TP index: its gather puts
     group rank k's shard where TP index k's belongs."""
     import torch.distributed as dist
+    own = rank is not None and rank != dist.get_rank()
     if rank is None:
         rank = dist.get_rank()
     if placement is not None:
@@ -963,6 +969,17 @@ def _check_tp_group(tp_group, tp_size, rank, placement):
     else:
         want = [rank - rank % tp_size + k for k in range(tp_size)]
         where = "Megatron's rank order"
+    if own:
+        # Ranks numbered apart from torch's: only this rank's place in the
+        # group can be compared, with its TP index.
+        index = want.index(rank) if rank in want else placement.tp_index
+        if index is None or tp_group.rank() == index:
+            return
+        raise ValueError(
+            "tp_group: this rank is its group rank %d but TP index %d (%s): "
+            "the gather would put each shard at the wrong place; pass the "
+            "TP group itself, in TP index order" % (tp_group.rank(), index,
+                                                    where))
     got = _group_ranks(tp_group)
     if got != want:
         raise ValueError(

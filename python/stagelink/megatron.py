@@ -222,7 +222,7 @@ def _link_for(pp_group, config, tp_group, mode, comm, gather=None):
                                 tp_group=group if by == "tp_group" else None)
         except StagelinkError as e:
             if mode is None and asked == "full" and \
-                    os.environ.get("STAGELINK_MODE") is not None:
+                    "STAGELINK_MODE=" in e.message:
                 raise error(e.code, (
                     "stagelink.megatron asked for mode full because "
                     "config.sequence_parallel gives each TP rank its own "

@@ -161,6 +161,18 @@ if t > 1:
                 except stagelink.StagelinkError as e:
                     check("in the same order" in str(e),
                           "gathers out of order: %s" % e)
+    # Set on TP index 0 only: the gathers go unchecked (a warning), not one
+    # rank's check paired with the other's data.
+    os.environ["STAGELINK_CHECK"] = "1" if rank % t == 0 else "0"
+    with stagelink.Communicator(tp_size=t,
+                                tp_group=groups[rank // t]) as comm:
+        if comm.is_first_stage:
+            comm.send(torch.arange(1000.), "next")
+        else:
+            got = torch.zeros(1000)
+            comm.recv(got, "prev")
+            check(torch.equal(got, torch.arange(1000.)),
+                  "STAGELINK_CHECK on one TP rank: wrong data")
     del os.environ["STAGELINK_CHECK"]
 
 dist.barrier()

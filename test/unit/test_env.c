@@ -344,6 +344,17 @@ static void test_claims(void)
           "a TP peer naming another group: %s", eb.msg);
     sl_layout_cleanup(&peer);
     sl_layout_cleanup(&me);
+    /* A group too long to name whole is cut with an ellipsis. */
+    CHECK(sl_layout_from_order(4000, 4096, 64, 64, &me, &eb) == 0 &&
+          sl_layout_from_order(4001, 4096, 64, 64, &peer, &eb) == 0,
+          "t = 64 layouts");
+    sl_layout_claim(&peer, &c);
+    c.tp_index = 0;
+    CHECK(sl_layout_agrees(&me, 4001, &c, &eb) == STAGELINK_ERR_INVALID_ARG &&
+          strstr(eb.msg, "{3968,3969,") && strstr(eb.msg, ",...}"),
+          "a long TP group named: %s", eb.msg);
+    sl_layout_cleanup(&peer);
+    sl_layout_cleanup(&me);
 }
 
 static void test_topo(void)
