@@ -11,6 +11,7 @@
 #include <getopt.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,35 +28,77 @@ static void usage(void)
     fprintf(stderr,
             "usage: stagelink_run -n LOCAL_RANKS [-o FIRST_RANK] [-w WORLD] "
             "[-T SECONDS] [-U] -- PROGRAM [ARGS...]\n"
+            "       stagelink_run -P\n"
             "  Starts LOCAL_RANKS processes with ranks FIRST_RANK.. of WORLD\n"
             "  (default: this node is the whole job). MASTER_ADDR defaults to\n"
             "  127.0.0.1 and MASTER_PORT to a free port; -T (default 300)\n"
             "  kills every rank when the job runs longer. Without\n"
             "  STAGELINK_JOB_SECRET(_FILE), the whole job on one node gets a\n"
             "  fresh random secret (-U: none made: unauthenticated); for several\n"
-            "  nodes set one on all.\n");
+            "  nodes set one on all. -P prints the port it would choose (for\n"
+            "  a job started otherwise) and exits.\n");
 }
 
-/* A free port now; the small race until rank 0 binds it is acceptable. */
-static int sl_run_free_port(void)
+/* Binds `port` on every address and lets go: 0 when it is free now. */
+static int sl_run_port_free(int port)
 {
     struct sockaddr_in addr;
-    socklen_t          len = sizeof(addr);
-    int                fd  = socket(AF_INET, SOCK_STREAM, 0);
-    int                port = -1;
+    int                fd = socket(AF_INET, SOCK_STREAM, 0);
+    int                rc;
 
     if (fd < 0) {
         return -1;
     }
     memset(&addr, 0, sizeof(addr));
     addr.sin_family      = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&addr, &len) == 0) {
-        port = ntohs(addr.sin_port);
-    }
+    addr.sin_port        = htons((uint16_t)port);
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    rc = bind(fd, (struct sockaddr *)&addr, sizeof(addr));
     close(fd);
-    return port;
+    return rc;
+}
+
+/* A port for rank 0's listener, free now and below the kernel's ephemeral
+ * range: one from that range (bind to 0) may go to any process's next
+ * outgoing connection (gloo opens hundreds) before rank 0 binds it.  Only
+ * another launcher drawing the same port can still race. */
+static int sl_run_free_port(void)
+{
+    enum { SL_RUN_PORT_MIN = 10000, SL_RUN_PORT_TRIES = 64 };
+    unsigned int draw[SL_RUN_PORT_TRIES];
+    int          lo = 32768, i;
+    FILE        *range = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+
+    if (range != NULL) {
+        if (fscanf(range, "%d", &lo) != 1) {
+            lo = 32768;
+        }
+        fclose(range);
+    }
+    if (lo - 1 <= SL_RUN_PORT_MIN) {
+        fprintf(stderr, "stagelink_run: the ephemeral range starts at %d "
+                "(/proc/sys/net/ipv4/ip_local_port_range), leaving no port "
+                "from %d below it; set MASTER_PORT\n", lo, SL_RUN_PORT_MIN);
+        return -1;
+    }
+    if (getrandom(draw, sizeof(draw), 0) != (ssize_t)sizeof(draw)) {
+        fprintf(stderr, "stagelink_run: getrandom for a port: %s\n",
+                strerror(errno));
+        return -1;
+    }
+    for (i = 0; i < SL_RUN_PORT_TRIES; ++i) {
+        int port = SL_RUN_PORT_MIN +
+                   (int)(draw[i] % (unsigned int)(lo - SL_RUN_PORT_MIN));
+
+        if (sl_run_port_free(port) == 0) {
+            return port;
+        }
+    }
+    fprintf(stderr, "stagelink_run: no free port in %d..%d, below the "
+            "ephemeral range (/proc/sys/net/ipv4/ip_local_port_range), in "
+            "%d tries; set MASTER_PORT\n", SL_RUN_PORT_MIN, lo - 1,
+            SL_RUN_PORT_TRIES);
+    return -1;
 }
 
 static void sl_run_setenv_int(const char *name, int value)
@@ -110,23 +153,32 @@ static void sl_run_kill_all(const pid_t *pids, int n)
 int main(int argc, char **argv)
 {
     int    nlocal = 0, first = 0, world = -1, opt, i, left, failed = 0;
-    int    skipped = 0, unauthenticated = 0;
+    int    skipped = 0, unauthenticated = 0, print_port = 0;
     double timeout = 300;
     pid_t *pids;
     time_t start;
 
-    while ((opt = getopt(argc, argv, "n:o:w:T:Uh")) != -1) {
+    while ((opt = getopt(argc, argv, "n:o:w:T:UPh")) != -1) {
         switch (opt) {
         case 'n': nlocal  = atoi(optarg); break;
         case 'o': first   = atoi(optarg); break;
         case 'w': world   = atoi(optarg); break;
         case 'T': timeout = atof(optarg); break;
         case 'U': unauthenticated = 1; break;
+        case 'P': print_port = 1; break;
         default: usage(); return (opt == 'h') ? 0 : 2;
         }
     }
     if (world < 0) {
         world = nlocal;
+    }
+    if (print_port) {
+        int port = sl_run_free_port();
+        if (port < 0) {
+            return 1;
+        }
+        printf("%d\n", port);
+        return 0;
     }
     if (nlocal < 1 || optind >= argc || first < 0 || first + nlocal > world) {
         usage();
@@ -138,8 +190,6 @@ int main(int argc, char **argv)
     if (getenv("MASTER_PORT") == NULL) {
         int port = sl_run_free_port();
         if (port < 0) {
-            fprintf(stderr, "stagelink_run: no free port: %s\n",
-                    strerror(errno));
             return 1;
         }
         sl_run_setenv_int("MASTER_PORT", port);

@@ -87,9 +87,9 @@ def global_name(name, layer_offset):
 def reference(path_weights, path_grads, layers):
     """One process, TP 1, no pipeline: the whole model's weights (saved for
     the ranks) and its gradients over the same microbatches."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", RANK="0", WORLD_SIZE="1",
-                      MASTER_PORT=os.environ["REFERENCE_PORT"])
-    dist.init_process_group("gloo")
+    # An in-process store: no port to race for with other jobs.
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0,
+                            world_size=1)
     parallel_state.initialize_model_parallel(1, 1)
     torch.manual_seed(7)
     m = model(config(1, 1, layers), True, True)
@@ -168,7 +168,6 @@ def main():
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_",
                                     "STAGELINK_", "TORCHELASTIC"))}
-        env["REFERENCE_PORT"] = str(int(os.environ["MASTER_PORT"]) + 1)
         layers = 2 * (dist.get_world_size() // t)
         subprocess.run([sys.executable, __file__, "--reference"] + paths +
                        [str(layers)], env=env, check=True)
