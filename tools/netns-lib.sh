@@ -76,7 +76,8 @@ crossed() {
 run_job() {
     local per=$1 i pids=() rc=0
     shift
-    export MASTER_ADDR=198.18.0.1 MASTER_PORT=$(ip netns exec "${ns[0]}" "$run" -P)
+    MASTER_PORT=$(ip netns exec "${ns[0]}" "$run" -P) || return 1
+    export MASTER_ADDR=198.18.0.1 MASTER_PORT
     # One secret for every node's ranks, as a batch script would export it.
     if [ -z "${STAGELINK_JOB_SECRET_FILE:-}" ]; then
         export STAGELINK_JOB_SECRET=${STAGELINK_JOB_SECRET:-$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')}
