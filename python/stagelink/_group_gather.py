@@ -41,9 +41,19 @@ class GroupGather:
     def __init__(self, group):
         self.group, self.check = group, False
         self.error = None
+        # The first failure, for good: after it the TP ranks' collectives
+        # no longer pair up (one rank's descriptor may be gathered where
+        # its peer's was canceled), so a later one could wait forever.
+        self.failed = None
         self.callback = _lib.GATHER(self._gather)
 
     def _gather(self, _ctx, args_p):
+        if self.failed is not None:
+            self.error = RuntimeError(
+                "an earlier all_gather of the TP group failed (%r), so its "
+                "ranks' collectives no longer pair up: this Communicator "
+                "gathers no more; close it" % self.failed)
+            return 1
         try:
             import torch
             args = args_p.contents
@@ -57,7 +67,7 @@ class GroupGather:
                     self._all_gather(torch, full, args)
             return 0
         except BaseException as e:  # noqa: B902 -- must not unwind into C
-            self.error = e
+            self.error = self.failed = e
             _log.warning("stagelink: the TP group's all_gather failed: %r", e)
             return 1
 
