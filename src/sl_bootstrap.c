@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 #include "sl_bootstrap.h"
+#include "sl_env.h"
 #include "sl_log.h"
+#include "sl_pmix.h"
 #include "sl_sock.h"
 #include "sl_time.h"
+#include "sl_torch_store.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,34 +19,66 @@ static sl_boot_hdr_t sl_boot_hdr(const sl_bootstrap_t *bs, uint64_t size)
                            (uint32_t)bs->world_size, bs->job_key, size};
 }
 
+/* Communicators on one launcher's store, numbered in creation order, which
+ * is the same on every rank (as torch numbers its process groups). */
+static atomic_uint sl_boot_store_seq;
+
+/* torchrun's agent store: keys under stagelink's own prefix, apart from
+ * other jobs' (the run id), restarts and communicators. */
+static sl_status_t sl_boot_torch_store(sl_bootstrap_t *bs,
+                                       const sl_launcher_t *launcher,
+                                       sl_errbuf_t *eb)
+{
+    char prefix[160];
+
+    snprintf(prefix, sizeof(prefix), "/stagelink/%.64s/attempt_%.16s/%u/",
+             sl_env_get(SL_ENV_TORCHELASTIC_RUN_ID),
+             sl_env_get(SL_ENV_TORCHELASTIC_RESTART_COUNT),
+             atomic_fetch_add(&sl_boot_store_seq, 1u));
+    return sl_torch_store_open(&bs->kv, launcher->addr, launcher->port,
+                               prefix, sl_deadline(bs->timeout), eb);
+}
+
 sl_status_t sl_bootstrap_init(sl_bootstrap_t *bs,
                               const stagelink_config_t *config,
                               const sl_launcher_t *launcher, double timeout,
                               sl_errbuf_t *eb)
 {
     memset(bs, 0, sizeof(*bs));
-    bs->fn          = config->allgather;
-    bs->fn_ctx      = config->allgather_ctx;
-    bs->store_set   = config->store_set;
-    bs->store_get   = config->store_get;
-    bs->store_ctx   = config->store_ctx;
-    bs->rank        = launcher->rank;
-    bs->world_size  = launcher->world_size;
-    bs->timeout     = timeout;
-    bs->job_key     = launcher->job_key;
-    bs->rv.root_fd  = -1;
-    bs->tcp         = bs->fn == NULL && bs->store_set == NULL &&
-                      bs->world_size > 1;
-    if (!bs->tcp) {
-        if (bs->world_size > 1 && sl_auth_configured()) {
-            SL_INFO(SL_SUBSYS_BOOT, "a job secret is set, but init exchanges "
-                    "through the host's %s, which is the host's to secure: "
-                    "the secret is not used", bs->store_set != NULL
-                    ? "store" : "allgather");
+    bs->rank       = launcher->rank;
+    bs->world_size = launcher->world_size;
+    bs->timeout    = timeout;
+    bs->job_key    = launcher->job_key;
+    bs->rv.root_fd = -1;
+    bs->kind       = launcher->boot;
+    if (bs->world_size == 1 && bs->kind != SL_BOOT_CALLBACKS) {
+        return STAGELINK_SUCCESS; /* nothing to exchange */
+    }
+    if (bs->kind != SL_BOOT_TCP && sl_auth_configured()) {
+        SL_INFO(SL_SUBSYS_BOOT, "a job secret is set, but init exchanges "
+                "through %s, whose trust is the launcher's or the host's: "
+                "the secret is not used", launcher->boot_why);
+    }
+    switch (bs->kind) {
+    case SL_BOOT_CALLBACKS:
+        bs->fn     = config->allgather;
+        bs->fn_ctx = config->allgather_ctx;
+        if (config->store_set != NULL) {
+            bs->host = (sl_kv_host_t){config->store_set, config->store_get,
+                                      config->store_ctx};
+            sl_kv_host_open(&bs->kv, &bs->host);
         }
         return STAGELINK_SUCCESS;
+    case SL_BOOT_TORCH_STORE:
+        return sl_boot_torch_store(bs, launcher, eb);
+    case SL_BOOT_PMIX:
+        return sl_pmix_open(&bs->kv, launcher->pmix_rank,
+                            atomic_fetch_add(&sl_boot_store_seq, 1u),
+                            sl_deadline(timeout), eb);
+    default:
+        bs->tcp = 1;
+        return sl_rendezvous_open(&bs->rv, launcher, timeout, eb);
     }
-    return sl_rendezvous_open(&bs->rv, launcher, timeout, eb);
 }
 
 void sl_bootstrap_blobs_free(sl_boot_blob_t *blobs, int n)
@@ -88,27 +124,24 @@ static sl_status_t sl_boot_name_use(sl_bootstrap_t *bs, const char *name,
     return STAGELINK_SUCCESS;
 }
 
-/* Through the host's store: one key per rank and exchange, and one read
- * for each named rank. */
+/* Through a store: one key per rank and exchange, and one read for each
+ * named rank. */
 static sl_status_t sl_boot_store_exchange(sl_bootstrap_t *bs, const char *name,
                                           const void *mine, size_t len,
                                           const int *peers, int npeers,
                                           sl_boot_blob_t *out, sl_errbuf_t *eb)
 {
-    char        key[64], *buf;
-    size_t      size;
-    sl_status_t status = STAGELINK_SUCCESS;
-    unsigned    use = 0;
-    int         i, rc;
+    const sl_kv_ops_t *ops      = bs->kv.ops;
+    double             deadline = sl_deadline(bs->timeout);
+    char               key[64], *buf;
+    size_t             size;
+    sl_status_t        status = STAGELINK_SUCCESS;
+    unsigned           use = 0;
+    int                i;
 
     SL_CHECK(sl_boot_name_use(bs, name, &use, eb));
     snprintf(key, sizeof(key), "%s.%u/%d", name, use, bs->rank);
-    rc = bs->store_set(bs->store_ctx, key, mine, len);
-    if (rc != 0) {
-        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                        "the host's store_set returned %d for key %s (%zu "
-                        "bytes)", rc, key, len);
-    }
+    SL_CHECK(ops->set(bs->kv.ctx, key, mine, len, deadline, eb));
     /* Pages of the scratch buffer are touched only as far as a blob goes. */
     buf = malloc(SL_BOOTSTRAP_MAX_BLOCK);
     if (buf == NULL) {
@@ -118,15 +151,17 @@ static sl_status_t sl_boot_store_exchange(sl_bootstrap_t *bs, const char *name,
     }
     for (i = 0; i < npeers && status == STAGELINK_SUCCESS; ++i) {
         snprintf(key, sizeof(key), "%s.%u/%d", name, use, peers[i]);
-        size = 0;
-        rc   = bs->store_get(bs->store_ctx, key, buf, SL_BOOTSTRAP_MAX_BLOCK,
-                             &size);
-        if (rc != 0) {
-            status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                              "the host's store_get returned %d for key %s "
-                              "(rank %d's part of exchange %s); did that rank "
-                              "start, with the same store, and get this far "
-                              "(see its own error)?", rc, key, peers[i], name);
+        size   = 0;
+        status = ops->get(bs->kv.ctx, key, buf, SL_BOOTSTRAP_MAX_BLOCK, &size,
+                          deadline, &bs->progress, eb);
+        if (status != STAGELINK_SUCCESS) {
+            char cause[SL_ERRBUF_LEN];
+
+            snprintf(cause, sizeof(cause), "%s", eb->msg);
+            status = sl_error(eb, status, "%s: rank %d's part of exchange "
+                              "%s through %s; did that rank start, with the "
+                              "same store, and get this far (see its own "
+                              "error)?", cause, peers[i], name, ops->name);
         } else if (size > SL_BOOTSTRAP_MAX_BLOCK) {
             status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
                               "key %s holds %zu bytes, above the bootstrap "
@@ -506,7 +541,7 @@ sl_status_t sl_bootstrap_exchange(sl_bootstrap_t *bs, const char *name,
                             "world of %d", name, peers[i], bs->world_size);
         }
     }
-    if (bs->store_set != NULL) {
+    if (bs->kv.ops != NULL) {
         status = sl_boot_store_exchange(bs, name, mine, len, peers, npeers,
                                         out, eb);
     } else if (bs->fn != NULL) {
@@ -563,6 +598,9 @@ sl_status_t sl_bootstrap_barrier(sl_bootstrap_t *bs, const int *peers,
     char        one = 1, *got;
     sl_status_t status;
 
+    if (bs->kv.ops != NULL && bs->kv.ops->barrier != NULL) {
+        return bs->kv.ops->barrier(bs->kv.ctx, sl_deadline(bs->timeout), eb);
+    }
     got = malloc((size_t)npeers + 1);
     if (got == NULL) {
         return sl_error(eb, STAGELINK_ERR_NO_MEMORY,
@@ -576,6 +614,7 @@ sl_status_t sl_bootstrap_barrier(sl_bootstrap_t *bs, const int *peers,
 
 void sl_bootstrap_cleanup(sl_bootstrap_t *bs)
 {
+    sl_kv_close(&bs->kv);
     if (bs->tcp) {
         sl_rendezvous_close(&bs->rv);
         bs->tcp = 0;

@@ -13,6 +13,7 @@
 #define SL_BOOTSTRAP_H
 
 #include "sl_error.h"
+#include "sl_kv.h"
 #include "sl_launcher.h"
 #include "sl_rendezvous.h"
 #include "sl_sock.h"
@@ -41,9 +42,9 @@ typedef struct sl_boot_req {
 typedef struct sl_bootstrap {
     stagelink_allgather_fn_t fn;
     void                    *fn_ctx;
-    stagelink_store_set_fn_t store_set;
-    stagelink_store_get_fn_t store_get;
-    void                    *store_ctx;
+    sl_kv_t                  kv;       /**< the store, where one serves */
+    sl_kv_host_t             host;     /**< the host's store callbacks */
+    sl_boot_kind_t           kind;
     int                      rank, world_size;
     double                   timeout;  /**< seconds per exchange, 0 = none */
     uint64_t                 job_key;  /**< every message carries it */
@@ -114,7 +115,8 @@ sl_status_t sl_bootstrap_exchange_fixed(sl_bootstrap_t *bs, const char *name,
 
 void sl_bootstrap_blobs_free(sl_boot_blob_t *blobs, int n);
 
-/** Returns once each of `peers` has reached it too (through TCP: all ranks). */
+/** Returns once each of `peers` has reached it too (through TCP, and a
+ *  store with a barrier of its own, PMIx: all ranks). */
 sl_status_t sl_bootstrap_barrier(sl_bootstrap_t *bs, const int *peers,
                                  int npeers, sl_errbuf_t *eb);
 

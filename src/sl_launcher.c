@@ -6,6 +6,11 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
+
+const char *const sl_boot_kind_names[SL_BOOT_KINDS + 1] = {
+    [SL_BOOT_CALLBACKS] = "callbacks", [SL_BOOT_TORCH_STORE] = "torch-store",
+    [SL_BOOT_PMIX] = "pmix", [SL_BOOT_TCP] = "tcp", [SL_BOOT_KINDS] = NULL};
 
 typedef struct sl_launcher_vars {
     const char *source;
@@ -60,16 +65,25 @@ uint64_t sl_launcher_job_key(void)
     return h;
 }
 
+/* The rendezvous's address (tcp: STAGELINK_BOOTSTRAP_ADDR/_PORT first),
+ * or the agent store's (torch-store: MASTER_ADDR/_PORT alone). */
 static sl_status_t sl_launcher_rendezvous(sl_launcher_t *out, sl_errbuf_t *eb)
 {
-    const char *addr     = sl_env_raw(SL_ENV_BOOTSTRAP_ADDR);
-    const char *port     = sl_env_raw(SL_ENV_BOOTSTRAP_PORT);
+    int         tcp      = out->boot == SL_BOOT_TCP;
+    const char *addr     = tcp ? sl_env_raw(SL_ENV_BOOTSTRAP_ADDR) : NULL;
+    const char *port     = tcp ? sl_env_raw(SL_ENV_BOOTSTRAP_PORT) : NULL;
     const char *bind;
     sl_env_id_t port_var = SL_ENV_BOOTSTRAP_PORT;
     long        v;
 
     if (addr == NULL) {
         addr = sl_env_raw(SL_ENV_MASTER_ADDR);
+    }
+    if (!tcp && (addr == NULL || sl_env_raw(SL_ENV_MASTER_PORT) == NULL)) {
+        return sl_error(eb, STAGELINK_ERR_CONFIG,
+                        "the torch-store bootstrap needs MASTER_ADDR and "
+                        "MASTER_PORT (torchrun's store), and %s is unset",
+                        addr == NULL ? "MASTER_ADDR" : "MASTER_PORT");
     }
     if (addr == NULL) {
         /* Without an address only a single-node job can meet. */
@@ -110,6 +124,93 @@ static sl_status_t sl_launcher_rendezvous(sl_launcher_t *out, sl_errbuf_t *eb)
     return STAGELINK_SUCCESS;
 }
 
+static int sl_launcher_env_true(sl_env_id_t id)
+{
+    const char *v = sl_env_raw(id);
+
+    return v != NULL && (strcasecmp(v, "true") == 0 || strcmp(v, "1") == 0);
+}
+
+/* The bootstrap of this communicator: a forced one if it can serve, else
+ * the first of auto's order that applies, with the reason in boot_why. */
+static sl_status_t sl_launcher_bootstrap(const stagelink_config_t *config,
+                                         const sl_launcher_vars_t *found,
+                                         sl_launcher_t *out, sl_errbuf_t *eb)
+{
+    int callbacks = config->allgather != NULL || config->store_set != NULL;
+    /* A launcher's store numbers the launcher's ranks: only a communicator
+     * of the whole job, numbered as the launcher does, can key by them. */
+    int whole = found != NULL && (!(config->flags & STAGELINK_CONFIG_RANK_SET) ||
+                                  (config->rank == out->launcher_rank &&
+                                   config->world_size == out->launcher_size));
+    int agent = whole && sl_launcher_env_true(SL_ENV_TORCHELASTIC_USE_AGENT_STORE);
+    int pmix  = whole && out->pmix_rank >= 0 && found != &sl_launchers[0] &&
+                out->pmix_rank == out->launcher_rank;
+    int kind;
+
+    SL_CHECK(sl_env_parse_choice(SL_ENV_BOOTSTRAP,
+                                 (const char *const[]){"auto", "callbacks",
+                                                       "torch-store", "pmix",
+                                                       "tcp", NULL},
+                                 &kind, eb));
+    switch (kind - 1) {
+    case -1:
+        break;
+    case SL_BOOT_CALLBACKS:
+        if (!callbacks) {
+            return sl_error(eb, STAGELINK_ERR_CONFIG,
+                            "STAGELINK_BOOTSTRAP=callbacks, but the host's "
+                            "config gives no store or allgather");
+        }
+        break;
+    case SL_BOOT_TORCH_STORE:
+        out->boot = SL_BOOT_TORCH_STORE;
+        snprintf(out->boot_why, sizeof(out->boot_why), "STAGELINK_BOOTSTRAP="
+                 "torch-store");
+        return STAGELINK_SUCCESS;
+    case SL_BOOT_PMIX:
+        if (out->pmix_rank < 0 || !whole) {
+            return sl_error(eb, STAGELINK_ERR_CONFIG,
+                            "STAGELINK_BOOTSTRAP=pmix, but %s; start under "
+                            "srun --mpi=pmix or mpirun", out->pmix_rank < 0
+                            ? "PMIX_RANK is unset (no PMIx server launched "
+                              "this process)"
+                            : "this communicator is not the launcher's whole "
+                              "job, numbered as the launcher does");
+        }
+        out->boot = SL_BOOT_PMIX;
+        snprintf(out->boot_why, sizeof(out->boot_why),
+                 "STAGELINK_BOOTSTRAP=pmix");
+        return STAGELINK_SUCCESS;
+    default:
+        out->boot = SL_BOOT_TCP;
+        snprintf(out->boot_why, sizeof(out->boot_why),
+                 "STAGELINK_BOOTSTRAP=tcp");
+        return STAGELINK_SUCCESS;
+    }
+    if (callbacks) {
+        out->boot = SL_BOOT_CALLBACKS;
+        snprintf(out->boot_why, sizeof(out->boot_why), "the host's %s",
+                 config->store_set != NULL ? "store" : "allgather");
+    } else if (agent) {
+        out->boot = SL_BOOT_TORCH_STORE;
+        snprintf(out->boot_why, sizeof(out->boot_why),
+                 "TORCHELASTIC_USE_AGENT_STORE=%s: torchrun hosts the job's "
+                 "store", sl_env_raw(SL_ENV_TORCHELASTIC_USE_AGENT_STORE));
+    } else if (pmix) {
+        out->boot = SL_BOOT_PMIX;
+        snprintf(out->boot_why, sizeof(out->boot_why),
+                 "PMIX_RANK=%d is this process's (%s)", out->pmix_rank,
+                 found->source);
+    } else {
+        out->boot = SL_BOOT_TCP;
+        snprintf(out->boot_why, sizeof(out->boot_why), "%s",
+                 out->world_size == 1 ? "one rank: nothing to exchange"
+                 : "no launcher's store: stagelink's own rendezvous");
+    }
+    return STAGELINK_SUCCESS;
+}
+
 sl_status_t sl_launcher_detect(const stagelink_config_t *config,
                                sl_launcher_t *out, sl_errbuf_t *eb)
 {
@@ -118,6 +219,7 @@ sl_status_t sl_launcher_detect(const stagelink_config_t *config,
 
     memset(out, 0, sizeof(*out));
     out->local_rank = out->local_size = -1;
+    SL_CHECK(sl_launcher_int(SL_ENV_PMIX_RANK, 0, &out->pmix_rank, eb));
     for (i = 0; i < SL_ARRAY_SIZE(sl_launchers) && found == NULL; ++i) {
         if (sl_env_raw(sl_launchers[i].rank) != NULL) {
             found = &sl_launchers[i];
@@ -137,6 +239,8 @@ sl_status_t sl_launcher_detect(const stagelink_config_t *config,
                             sl_env_table[found->size].name, found->source);
         }
     }
+    out->launcher_rank = out->rank;
+    out->launcher_size = out->world_size;
     if (config->flags & STAGELINK_CONFIG_RANK_SET) {
         /* The launcher's local rank is this process's: it holds for a
          * communicator of every process of the job, however numbered, and
@@ -160,11 +264,13 @@ sl_status_t sl_launcher_detect(const stagelink_config_t *config,
                         "rank %d is not in world size %d (from %s)",
                         out->rank, out->world_size, out->source);
     }
-    if (config->allgather == NULL && config->store_set == NULL) {
+    SL_CHECK(sl_launcher_bootstrap(config, found, out, eb));
+    if (out->boot == SL_BOOT_TCP || out->boot == SL_BOOT_TORCH_STORE) {
         SL_CHECK(sl_launcher_rendezvous(out, eb));
     }
-    SL_INFO(SL_SUBSYS_INIT, "rank %d of %d from %s, local rank %d of %d",
-            out->rank, out->world_size, out->source, out->local_rank,
-            out->local_size);
+    SL_INFO(SL_SUBSYS_INIT, "rank %d of %d from %s, local rank %d of %d, "
+            "bootstrap %s (%s)", out->rank, out->world_size, out->source,
+            out->local_rank, out->local_size, sl_boot_kind_names[out->boot],
+            out->boot_why);
     return STAGELINK_SUCCESS;
 }

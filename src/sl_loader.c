@@ -10,6 +10,7 @@
 #include "sl_auth.h"
 #include "sl_env.h"
 #include "sl_gpudirect.h"
+#include "sl_launcher.h"
 #include "sl_log.h"
 #include "sl_topo.h"
 
@@ -429,6 +430,57 @@ int stagelink_env_var_secret(size_t index)
     return index < SL_ENV_COUNT && sl_env_is_secret((sl_env_id_t)index);
 }
 
+stagelink_status_t stagelink_job_query(stagelink_job_info_t *job, char *err,
+                                       size_t errlen)
+{
+    stagelink_config_t config = {.struct_size = sizeof(config)};
+    sl_launcher_t      l;
+    sl_errbuf_t        eb;
+    sl_status_t        status;
+
+    if (job == NULL || job->struct_size < sizeof(*job)) {
+        status = sl_error(&eb, STAGELINK_ERR_INVALID_ARG,
+                          "stagelink_job_query needs a job whose struct_size "
+                          "is at least %zu", sizeof(*job));
+        goto out;
+    }
+    status = sl_launcher_detect(&config, &l, &eb);
+    if (status == STAGELINK_SUCCESS) {
+        job->rank       = l.rank;
+        job->world_size = l.world_size;
+        job->local_rank = l.local_rank;
+        job->local_size = l.local_size;
+        snprintf(job->launcher, sizeof(job->launcher), "%s", l.source);
+        snprintf(job->bootstrap, sizeof(job->bootstrap), "%s",
+                 sl_boot_kind_names[l.boot]);
+        snprintf(job->bootstrap_reason, sizeof(job->bootstrap_reason), "%s",
+                 l.boot_why);
+    }
+out:
+    if (status != STAGELINK_SUCCESS && err != NULL && errlen > 0) {
+        snprintf(err, errlen, "%s", eb.msg);
+    }
+    return status;
+}
+
+/* The bootstrap line: what a job launched with this environment would use. */
+static size_t sl_report_bootstrap(char *buf, size_t len)
+{
+    stagelink_job_info_t job = {.struct_size = sizeof(job)};
+    char                 err[SL_ERRBUF_LEN];
+    int                  n;
+
+    if (stagelink_job_query(&job, err, sizeof(err)) != STAGELINK_SUCCESS) {
+        n = snprintf(buf, len, "bootstrap: no launcher's rank here (%s)\n",
+                     err);
+    } else {
+        n = snprintf(buf, len, "bootstrap: %s (%s), rank %d of %d from %s\n",
+                     job.bootstrap, job.bootstrap_reason, job.rank,
+                     job.world_size, job.launcher);
+    }
+    return n < 0 ? 0 : (size_t)n;
+}
+
 const char *stagelink_version(void)
 {
     return STAGELINK_VERSION_STRING;
@@ -468,6 +520,8 @@ size_t stagelink_system_report(char *buf, size_t len)
     n += (int)sl_topo_report(topo, buf + ((size_t)n < len ? (size_t)n : len),
                              (size_t)n < len ? len - (size_t)n : 0);
     free(topo);
+    n += (int)sl_report_bootstrap(buf + ((size_t)n < len ? (size_t)n : len),
+                                  (size_t)n < len ? len - (size_t)n : 0);
     n += (int)sl_auth_describe(buf + ((size_t)n < len ? (size_t)n : len),
                                (size_t)n < len ? len - (size_t)n : 0);
     return (size_t)n;

@@ -649,7 +649,8 @@ static sl_status_t sl_rv_connect(sl_rendezvous_t *rv, const sl_launcher_t *l,
     int         again, fd, tries;
 
     for (tries = 1;; ++tries) {
-        SL_CHECK(sl_sock_connect(l, deadline, &fd, eb));
+        SL_CHECK(sl_sock_connect(l->addr, l->port, "rank 0", deadline, &fd,
+                                 eb));
         status = sl_rv_join_once(rv, l, deadline, fd, &again, eb);
         if (status == STAGELINK_SUCCESS) {
             rv->root_fd = fd;

@@ -15,6 +15,10 @@
 
 /* How long one poll sleeps between progress calls. */
 #define SL_SOCK_PROGRESS_MS 1
+/* How long one connect attempt waits for its handshake before a fresh SYN:
+ * a SYN dropped at a full accept queue is retried by the kernel only
+ * after 1, 3, 7 s ... */
+#define SL_SOCK_ATTEMPT_S 1.0
 
 sl_status_t sl_sock_io(int fd, void *buf, size_t len, int writing,
                        double deadline, const sl_sock_progress_t *progress,
@@ -68,24 +72,23 @@ sl_status_t sl_sock_io(int fd, void *buf, size_t len, int writing,
     return STAGELINK_SUCCESS;
 }
 
-static sl_status_t sl_sock_resolve(const sl_launcher_t *l, int passive,
+static sl_status_t sl_sock_resolve(const char *host, int port, int passive,
                                    struct addrinfo **res, sl_errbuf_t *eb)
 {
-    const char     *host = passive ? l->bind : l->addr;
     struct addrinfo hints;
-    char            port[16];
+    char            service[16];
     int             rc;
 
     memset(&hints, 0, sizeof(hints));
     hints.ai_family   = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags    = passive ? AI_PASSIVE : 0;
-    snprintf(port, sizeof(port), "%d", l->port);
-    rc = getaddrinfo(host, port, &hints, res);
+    snprintf(service, sizeof(service), "%d", port);
+    rc = getaddrinfo(host, service, &hints, res);
     if (rc != 0) {
         return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
                         "cannot resolve rendezvous address %s:%d: %s",
-                        host, l->port, gai_strerror(rc));
+                        host, port, gai_strerror(rc));
     }
     return STAGELINK_SUCCESS;
 }
@@ -105,7 +108,7 @@ sl_status_t sl_sock_listen(const sl_launcher_t *l, int *fd_out,
     int              one = 1;
     int              fd;
 
-    SL_CHECK(sl_sock_resolve(l, 1, &res, eb));
+    SL_CHECK(sl_sock_resolve(l->bind, l->port, 1, &res, eb));
     fd = socket(res->ai_family,
                 res->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
@@ -131,38 +134,78 @@ out_free:
     return status;
 }
 
-sl_status_t sl_sock_connect(const sl_launcher_t *l, double deadline,
-                            int *fd_out, sl_errbuf_t *eb)
+/* One non-blocking connect, polled until the deadline: a full accept
+ * queue at the listener leaves a blocking connect in the kernel's SYN
+ * retries for minutes.  0 once connected; else the errno, ETIMEDOUT when
+ * the deadline passed first. */
+static int sl_sock_connect_once(const struct addrinfo *ai, double deadline,
+                                int *fd_out)
+{
+    struct pollfd pfd;
+    socklen_t     len = sizeof(int);
+    int           fd, err = 0, rc;
+
+    fd = socket(ai->ai_family,
+                ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        return errno;
+    }
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        err = errno;
+    }
+    while (err == EINPROGRESS || err == EINTR) {
+        pfd = (struct pollfd){.fd = fd, .events = POLLOUT};
+        rc  = poll(&pfd, 1, sl_deadline_ms(deadline));
+        if (rc == 0) {
+            err = ETIMEDOUT;
+        } else if (rc < 0) {
+            err = (errno == EINTR) ? EINTR : errno;
+        } else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
+            err = errno;
+        }
+    }
+    if (err != 0) {
+        close(fd);
+        return err;
+    }
+    *fd_out = fd;
+    return 0;
+}
+
+sl_status_t sl_sock_connect(const char *host, int port, const char *what,
+                            double deadline, int *fd_out, sl_errbuf_t *eb)
 {
     struct addrinfo *res;
     sl_status_t      status;
     useconds_t       pause_us;
-    int              fd, err;
+    int              err, fd = -1;
 
-    SL_CHECK(sl_sock_resolve(l, 0, &res, eb));
-    /* Rank 0 may not listen yet: retry until the deadline, soon at first
-     * (it is usually a moment away), then every 20 ms. */
+    SL_CHECK(sl_sock_resolve(host, port, 0, &res, eb));
+    /* The listener may not be up yet: retry until the deadline, soon at
+     * first (it is usually a moment away), then every 20 ms. */
     for (pause_us = 1000;; pause_us = (pause_us < 10000) ? 2 * pause_us : 20000) {
-        fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-            status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP, "socket(): %s",
-                              strerror(errno));
-            goto out_free;
-        }
-        if (connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+        err = sl_sock_connect_once(
+            res, sl_deadline_earlier(deadline, sl_deadline(SL_SOCK_ATTEMPT_S)),
+            &fd);
+        if (err == 0) {
             break;
         }
-        err = errno;
-        close(fd);
-        if (sl_deadline_passed(deadline)) {
-            status = sl_error(eb, STAGELINK_ERR_TIMEOUT,
-                              "cannot reach rank 0 at %s:%d: %s; check "
-                              "MASTER_ADDR/MASTER_PORT and that rank 0 runs",
-                              l->addr, l->port, strerror(err));
+        if (err == EMFILE || err == ENFILE || sl_deadline_passed(deadline)) {
+            status = sl_error(eb, (err == ETIMEDOUT || err == ECONNREFUSED)
+                              ? STAGELINK_ERR_TIMEOUT
+                              : STAGELINK_ERR_BOOTSTRAP,
+                              "cannot reach %s at %s:%d: %s%s; check "
+                              "MASTER_ADDR/MASTER_PORT and that it runs (raise "
+                              "STAGELINK_TIMEOUT if it starts later)", what,
+                              host, port, strerror(err),
+                              err == ETIMEDOUT ? " (no answer before the "
+                              "deadline: its accept queue full, or a "
+                              "firewall?)" : "");
             goto out_free;
         }
         usleep(pause_us);
     }
+    /* Nonblocking from here on: every later read and write polls. */
     sl_sock_tune(fd);
     *fd_out = fd;
     status  = STAGELINK_SUCCESS;

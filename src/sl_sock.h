@@ -25,9 +25,13 @@ sl_status_t sl_sock_io(int fd, void *buf, size_t len, int writing,
 /** Rank 0's listener on the launcher's bind address and port. */
 sl_status_t sl_sock_listen(const sl_launcher_t *l, int *fd, sl_errbuf_t *eb);
 
-/** Connects to rank 0, retrying while it does not listen yet. */
-sl_status_t sl_sock_connect(const sl_launcher_t *l, double deadline, int *fd,
-                            sl_errbuf_t *eb);
+/**
+ * Connects to `host`:`port` (`what` names the listener in errors), retrying
+ * while it does not listen yet; each attempt is non-blocking and polled, so
+ * nothing outlives `deadline` (0: none).  The socket stays non-blocking.
+ */
+sl_status_t sl_sock_connect(const char *host, int port, const char *what,
+                            double deadline, int *fd, sl_errbuf_t *eb);
 
 /** Accepts one connection (nonblocking listener) and names its peer
  *  ("addr:port", "[v6]:port"); -1 with errno when none is there or accept

@@ -80,11 +80,33 @@ STAGELINK_EXPORT int stagelink_env_var_secret(size_t index);
  * What this build and machine offer, one fact a line: build features
  * (CUDA, NCCL, libibverbs, the UCX it was built against), GPU-direct RDMA
  * support, the RDMA devices and ports, the GPUs on the PCI bus, and the
- * NIC each local rank would use (rail affinity), and whether the TCP
- * rendezvous is authenticated (STAGELINK_JOB_SECRET).  Read under
+ * NIC each local rank would use (rail affinity), the bootstrap a job
+ * launched here would use and why, and whether the TCP rendezvous is
+ * authenticated (STAGELINK_JOB_SECRET).  Read under
  * STAGELINK_SYSFS_ROOT when set.  Returns the bytes needed (as snprintf).
  */
 STAGELINK_EXPORT size_t stagelink_system_report(char *buf, size_t len);
+
+/** This process's place in its job, as the launcher's environment gives
+ *  it, and the bootstrap a communicator of the whole job would use. */
+typedef struct stagelink_job_info {
+    size_t struct_size;      /**< sizeof(stagelink_job_info_t), set by the caller */
+    int    rank, world_size;
+    int    local_rank, local_size; /**< -1 where the launcher says nothing */
+    char   launcher[16];     /**< "torchrun" (also stagelink_run), "mpirun", "slurm" */
+    char   bootstrap[16];    /**< "torch-store", "pmix" or "tcp" (STAGELINK_BOOTSTRAP) */
+    char   bootstrap_reason[160]; /**< why that one, a sentence */
+} stagelink_job_info_t;
+
+/**
+ * Fills `job` (its struct_size set) from the environment: torchrun
+ * (RANK, WORLD_SIZE, ...; stagelink_run sets the same), Open MPI's mpirun
+ * or Slurm's srun, with the bootstrap STAGELINK_BOOTSTRAP chooses there.
+ * Without a launcher, or with a value it cannot use, returns an error with
+ * the reason in `err`.
+ */
+STAGELINK_EXPORT stagelink_status_t stagelink_job_query(stagelink_job_info_t *job,
+                                                        char *err, size_t errlen);
 
 /** Library version, "MAJOR.MINOR.PATCH". */
 STAGELINK_EXPORT const char *stagelink_version(void);

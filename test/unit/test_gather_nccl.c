@@ -195,9 +195,9 @@ static void *run_rank(void *arg)
 
     thread_rank = run->rank;
     memset(&bs, 0, sizeof(bs));
-    bs.store_set  = thread_set;
-    bs.store_get  = thread_get;
-    bs.store_ctx  = run->x;
+    bs.kind       = SL_BOOT_CALLBACKS;
+    bs.host       = (sl_kv_host_t){thread_set, thread_get, run->x};
+    sl_kv_host_open(&bs.kv, &bs.host);
     bs.rank       = run->rank;
     bs.world_size = WORLD;
     comm->bootstrap     = &bs;
