@@ -29,13 +29,13 @@ __path__ = [p for p in _pkgutil.extend_path(__path__, __name__)
 
 from . import _lib  # noqa: E402
 from ._version import __version__
-from .communicator import (Communicator, P2POp, Placement, Request,
-                           batch_isend_irecv)
+from .communicator import (Communicator, Job, P2POp, Placement, Request,
+                           batch_isend_irecv, job)
 from .errors import (AbortedError, CanceledError, ClosedError,
                      PeerFailedError, ShapeMismatchError, SizeMismatchError,
                      StagelinkError, TagInUseError, TimeoutError)
 
-__all__ = ["Communicator", "Request", "Placement", "P2POp",
+__all__ = ["Communicator", "Request", "Placement", "P2POp", "Job", "job",
            "batch_isend_irecv", "StagelinkError", "PeerFailedError",
            "TimeoutError", "SizeMismatchError", "ShapeMismatchError",
            "AbortedError", "CanceledError", "TagInUseError", "ClosedError",

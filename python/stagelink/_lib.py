@@ -114,6 +114,15 @@ class EnvVar(ctypes.Structure):
                 ("description", ctypes.c_char_p)]
 
 
+class JobInfo(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("rank", ctypes.c_int),
+                ("world_size", ctypes.c_int), ("local_rank", ctypes.c_int),
+                ("local_size", ctypes.c_int),
+                ("launcher", ctypes.c_char * 16),
+                ("bootstrap", ctypes.c_char * 16),
+                ("bootstrap_reason", ctypes.c_char * 160)]
+
+
 class PluginV1(ctypes.Structure):
     """stagelink_plugin_v1_t: the vtable, field for field.  The loader hands
     out a full-size copy, stubs included, whatever the plugin's age."""
@@ -205,6 +214,8 @@ def library():
         lib.stagelink_loader_close.argtypes = [P]
         lib.stagelink_env_var.restype = ctypes.POINTER(EnvVar)
         lib.stagelink_env_var.argtypes = [c_size]
+        lib.stagelink_job_query.argtypes = [ctypes.POINTER(JobInfo),
+                                            ctypes.c_char_p, c_size]
         _lib = lib
         return lib
 

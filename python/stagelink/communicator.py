@@ -19,6 +19,7 @@ SPDX-License-Identifier: MIT
 """
 
 import atexit
+import collections
 import itertools
 import ctypes
 import logging
@@ -300,6 +301,29 @@ class P2POp:
         return kinds[name]
 
 
+Job = collections.namedtuple(
+    "Job", "rank world_size local_rank local_size launcher bootstrap "
+    "bootstrap_reason")
+Job.__doc__ = """This process's place in its job and the bootstrap a
+Communicator of the whole job uses there (local_rank and local_size are
+-1 where the launcher says nothing)."""
+
+
+def job() -> Job:
+    """Rank and world size as the library reads the launcher's environment
+    (torchrun, stagelink_run, mpirun, srun), so a program sizes itself the
+    same way under each; StagelinkError (ERR_CONFIG) without a launcher."""
+    info = _lib.JobInfo(struct_size=ctypes.sizeof(_lib.JobInfo))
+    err = ctypes.create_string_buffer(1024)
+    status = _lib.library().stagelink_job_query(ctypes.byref(info), err,
+                                                len(err))
+    if status != 0:
+        raise error(status, err.value.decode())
+    return Job(info.rank, info.world_size, info.local_rank, info.local_size,
+               info.launcher.decode(), info.bootstrap.decode(),
+               info.bootstrap_reason.decode())
+
+
 def batch_isend_irecv(p2p_op_list: Sequence["P2POp"]) -> List[Request]:
     """Posts every operation at once, receives first, as
     torch.distributed.batch_isend_irecv; returns their Requests in the
@@ -388,9 +412,11 @@ class Communicator:
         if placement is not None:
             if not isinstance(placement, Placement):
                 raise TypeError("placement must be a stagelink.Placement")
-            env_rank = rank if rank is not None else _env_rank()
+            if rank is None:
+                here = job()
             topo, ranks = placement._topology(
-                env_rank, world_size or _env_world(), tp_size)
+                rank if rank is not None else here.rank,
+                world_size if rank is not None else here.world_size, tp_size)
             keep = (topo, ranks)
             cfg.topology = ctypes.pointer(topo)
         if tp_group is not None:
@@ -988,22 +1014,6 @@ def _check_tp_group(tp_group, tp_size, rank, placement):
             "wrong place; pass the TP group itself (torch.distributed."
             "new_group sorts its ranks: order tp_ranks alike)"
             % (got, rank, want, where))
-
-
-def _env_rank():
-    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"):
-        if name in os.environ:
-            return int(os.environ[name])
-    return None
-
-
-def _env_world():
-    for name in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS",
-                 "PMI_SIZE"):
-        if name in os.environ:
-            return int(os.environ[name])
-    raise ValueError("placement needs the world size: give rank and "
-                     "world_size, or launch with torchrun, mpirun or Slurm")
 
 
 def _stream_of(recv, xfer, b):
