@@ -61,6 +61,10 @@ sl_status_t sl_bootstrap_init(sl_bootstrap_t *bs,
     }
     switch (bs->kind) {
     case SL_BOOT_CALLBACKS:
+        if (config->allgather == NULL && config->store_set == NULL) {
+            return sl_error(eb, STAGELINK_ERR_INTERNAL, "the callbacks "
+                            "bootstrap without the host's callbacks");
+        }
         bs->fn     = config->allgather;
         bs->fn_ctx = config->allgather_ctx;
         if (config->store_set != NULL) {

@@ -129,6 +129,7 @@ static void run_rank(int slot, rank_spec_t spec)
     memset(&cfg, 0, sizeof(cfg));
     strcpy(l.addr, "127.0.0.1");
     strcpy(l.bind, "127.0.0.1");
+    l.boot = SL_BOOT_TCP;
     st = sl_bootstrap_init(&bs, &cfg, &l, TIMEOUT_S, &eb);
     if (st == STAGELINK_SUCCESS) {
         for (r = 0; r < spec.world && r < MAX_PROCS; ++r) {

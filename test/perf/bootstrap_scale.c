@@ -234,6 +234,7 @@ static void *run_rank(void *arg)
     memset(&cfg, 0, sizeof(cfg));
     strcpy(la.addr, "127.0.0.1");
     strcpy(la.bind, "127.0.0.1");
+    la.boot = strcmp(backend, "tcp") == 0 ? SL_BOOT_TCP : SL_BOOT_CALLBACKS;
     if (strcmp(backend, "store") == 0) {
         cfg.store_set = store_set;
         cfg.store_get = store_get;
