@@ -7,6 +7,7 @@
 #include "sl_time.h"
 #include "sl_torch_store.h"
 
+#include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,21 +21,41 @@ static sl_boot_hdr_t sl_boot_hdr(const sl_bootstrap_t *bs, uint64_t size)
 }
 
 /* Communicators on one launcher's store, numbered in creation order, which
- * is the same on every rank (as torch numbers its process groups). */
+ * is the same on every rank (as torch numbers its process groups).  The
+ * plugins stay loaded (-z nodelete), so a host that closes and reopens one
+ * never reuses a number, and keys of one communicator never meet
+ * another's stale ones. */
 static atomic_uint sl_boot_store_seq;
+
+/* The next communicator's name on a launcher's store: this copy of the
+ * core (the plugin's file name: each plugin counts its own) and its
+ * number. */
+static void sl_boot_comm_id(char *id, size_t size)
+{
+    const char *owner = "stagelink";
+    Dl_info     info;
+
+    if (dladdr(&sl_boot_store_seq, &info) != 0 && info.dli_fname != NULL &&
+        info.dli_fname[0] != '\0') {
+        const char *slash = strrchr(info.dli_fname, '/');
+
+        owner = slash != NULL ? slash + 1 : info.dli_fname;
+    }
+    snprintf(id, size, "%.48s.%u", owner,
+             atomic_fetch_add(&sl_boot_store_seq, 1u));
+}
 
 /* torchrun's agent store: keys under stagelink's own prefix, apart from
  * other jobs' (the run id), restarts and communicators. */
 static sl_status_t sl_boot_torch_store(sl_bootstrap_t *bs,
                                        const sl_launcher_t *launcher,
-                                       sl_errbuf_t *eb)
+                                       const char *comm_id, sl_errbuf_t *eb)
 {
-    char prefix[160];
+    char prefix[192];
 
-    snprintf(prefix, sizeof(prefix), "/stagelink/%.64s/attempt_%.16s/%u/",
+    snprintf(prefix, sizeof(prefix), "/stagelink/%.64s/attempt_%.16s/%s/",
              sl_env_get(SL_ENV_TORCHELASTIC_RUN_ID),
-             sl_env_get(SL_ENV_TORCHELASTIC_RESTART_COUNT),
-             atomic_fetch_add(&sl_boot_store_seq, 1u));
+             sl_env_get(SL_ENV_TORCHELASTIC_RESTART_COUNT), comm_id);
     return sl_torch_store_open(&bs->kv, launcher->addr, launcher->port,
                                prefix, sl_deadline(bs->timeout), eb);
 }
@@ -44,6 +65,8 @@ sl_status_t sl_bootstrap_init(sl_bootstrap_t *bs,
                               const sl_launcher_t *launcher, double timeout,
                               sl_errbuf_t *eb)
 {
+    char comm_id[64];
+
     memset(bs, 0, sizeof(*bs));
     bs->rank       = launcher->rank;
     bs->world_size = launcher->world_size;
@@ -74,10 +97,11 @@ sl_status_t sl_bootstrap_init(sl_bootstrap_t *bs,
         }
         return STAGELINK_SUCCESS;
     case SL_BOOT_TORCH_STORE:
-        return sl_boot_torch_store(bs, launcher, eb);
+        sl_boot_comm_id(comm_id, sizeof(comm_id));
+        return sl_boot_torch_store(bs, launcher, comm_id, eb);
     case SL_BOOT_PMIX:
-        return sl_pmix_open(&bs->kv, launcher->pmix_rank,
-                            atomic_fetch_add(&sl_boot_store_seq, 1u),
+        sl_boot_comm_id(comm_id, sizeof(comm_id));
+        return sl_pmix_open(&bs->kv, launcher->pmix_rank, comm_id,
                             sl_deadline(timeout), eb);
     default:
         bs->tcp = 1;

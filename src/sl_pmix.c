@@ -30,13 +30,21 @@ typedef struct sl_pmix_lib {
 
 typedef struct sl_pmix {
     pmix_proc_t proc;
-    char        prefix[32];
+    char        prefix[128];
     char        key[PMIX_MAX_KEYLEN + 1];
 } sl_pmix_t;
 
 static sl_pmix_lib_t  sl_pmix_lib;
 static char           sl_pmix_dlerror[256];
 static pthread_once_t sl_pmix_once = PTHREAD_ONCE_INIT;
+
+/* PMIx joined once per process and left at exit, as MPI does: a client
+ * that finalizes and joins again meets its server's purged entry and gets
+ * that may wait out their timeout.  The plugin stays loaded (-z nodelete),
+ * so the exit handler's code does too. */
+static pthread_mutex_t sl_pmix_lock = PTHREAD_MUTEX_INITIALIZER;
+static pmix_proc_t     sl_pmix_self;
+static int             sl_pmix_joined;
 
 /* Opened once and kept: PMIx's own threads run its code until exit.
  * RTLD_GLOBAL, as its components resolve their symbols in it. */
@@ -136,9 +144,16 @@ static pmix_status_t sl_pmix_get_once(sl_pmix_t *px, const pmix_proc_t *peer,
  * A get waits for the peer's commit where the server knows the key will
  * come (a local peer's first commit, a remote peer's data not yet
  * fetched).  A key committed after data of the same peer reached this
- * node's cache is NOT_FOUND there: asked again with the cache refreshed,
- * then again after a nap, until the deadline.
+ * node's cache is NOT_FOUND there, and a peer between an earlier
+ * communicator's PMIx_Finalize and this one's PMIx_Init has no entry at
+ * all (PROC_ENTRY_NOT_FOUND): asked again with the cache refreshed, then
+ * again after a nap, until the deadline.
  */
+static int sl_pmix_not_yet(pmix_status_t rc)
+{
+    return rc == PMIX_ERR_NOT_FOUND || rc == PMIX_ERR_PROC_ENTRY_NOT_FOUND;
+}
+
 static sl_status_t sl_pmix_get(void *ctx, const char *key, void *buf,
                                size_t capacity, size_t *size, double deadline,
                                const sl_sock_progress_t *progress,
@@ -160,7 +175,7 @@ static sl_status_t sl_pmix_get(void *ctx, const char *key, void *buf,
     peer.rank = (pmix_rank_t)strtoul(slash + 1, NULL, 10);
     for (tries = 0;; ++tries) {
         rc = sl_pmix_get_once(px, &peer, tries > 0, deadline, &val);
-        if (rc != PMIX_ERR_NOT_FOUND || sl_deadline_passed(deadline)) {
+        if (!sl_pmix_not_yet(rc) || sl_deadline_passed(deadline)) {
             break;
         }
         if (tries > 0) {
@@ -172,7 +187,7 @@ static sl_status_t sl_pmix_get(void *ctx, const char *key, void *buf,
             sl_pmix_lib.value_destruct(val);
             free(val);
         }
-        return sl_error(eb, rc == PMIX_ERR_TIMEOUT || rc == PMIX_ERR_NOT_FOUND
+        return sl_error(eb, rc == PMIX_ERR_TIMEOUT || sl_pmix_not_yet(rc)
                             ? STAGELINK_ERR_TIMEOUT : STAGELINK_ERR_BOOTSTRAP,
                         "PMIx_Get of %s from rank %u of %s: %s", px->key,
                         peer.rank, peer.nspace,
@@ -220,8 +235,30 @@ static sl_status_t sl_pmix_barrier(void *ctx, double deadline,
 
 static void sl_pmix_close(void *ctx)
 {
-    sl_pmix_lib.finalize(NULL, 0);
     free(ctx);
+}
+
+static void sl_pmix_exit(void)
+{
+    sl_pmix_lib.finalize(NULL, 0);
+}
+
+static pmix_status_t sl_pmix_join(pmix_proc_t *proc)
+{
+    pmix_status_t rc = PMIX_SUCCESS;
+
+    pthread_mutex_lock(&sl_pmix_lock);
+    if (!sl_pmix_joined) {
+        rc = sl_pmix_lib.init(&sl_pmix_self, NULL, 0);
+        if (rc == PMIX_SUCCESS && atexit(sl_pmix_exit) != 0) {
+            sl_pmix_lib.finalize(NULL, 0);
+            rc = PMIX_ERR_NOMEM;
+        }
+        sl_pmix_joined = rc == PMIX_SUCCESS;
+    }
+    *proc = sl_pmix_self;
+    pthread_mutex_unlock(&sl_pmix_lock);
+    return rc;
 }
 
 static const sl_kv_ops_t sl_pmix_ops = {
@@ -232,7 +269,7 @@ static const sl_kv_ops_t sl_pmix_ops = {
     .close   = sl_pmix_close,
 };
 
-sl_status_t sl_pmix_open(sl_kv_t *kv, int pmix_rank, unsigned seq,
+sl_status_t sl_pmix_open(sl_kv_t *kv, int pmix_rank, const char *comm_id,
                          double deadline, sl_errbuf_t *eb)
 {
     sl_pmix_t    *px;
@@ -251,7 +288,7 @@ sl_status_t sl_pmix_open(sl_kv_t *kv, int pmix_rank, unsigned seq,
         return sl_error(eb, STAGELINK_ERR_NO_MEMORY,
                         "cannot allocate a PMIx client");
     }
-    rc = sl_pmix_lib.init(&px->proc, NULL, 0);
+    rc = sl_pmix_join(&px->proc);
     if (rc != PMIX_SUCCESS) {
         free(px);
         return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
@@ -268,7 +305,7 @@ sl_status_t sl_pmix_open(sl_kv_t *kv, int pmix_rank, unsigned seq,
         sl_pmix_close(px);
         return STAGELINK_ERR_BOOTSTRAP;
     }
-    snprintf(px->prefix, sizeof(px->prefix), "stagelink.%u.", seq);
+    snprintf(px->prefix, sizeof(px->prefix), "stagelink.%s.", comm_id);
     SL_INFO(SL_SUBSYS_BOOT, "bootstrap through PMIx as rank %u of %s, keys "
             "under %s", px->proc.rank, px->proc.nspace, px->prefix);
     kv->ops = &sl_pmix_ops;
@@ -278,11 +315,11 @@ sl_status_t sl_pmix_open(sl_kv_t *kv, int pmix_rank, unsigned seq,
 
 #else
 
-sl_status_t sl_pmix_open(sl_kv_t *kv, int pmix_rank, unsigned seq,
+sl_status_t sl_pmix_open(sl_kv_t *kv, int pmix_rank, const char *comm_id,
                          double deadline, sl_errbuf_t *eb)
 {
     (void)kv;
-    (void)seq;
+    (void)comm_id;
     (void)deadline;
     return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
                     "PMIX_RANK=%d asks for the PMIx bootstrap, but this "

@@ -12,9 +12,11 @@
 
 /**
  * Joins PMIx as `pmix_rank` (PMIX_RANK, checked against what PMIx says)
- * for the `seq`-th communicator on a launcher's store of this process.
+ * for the communicator named `comm_id`, the same on every rank and apart
+ * from every other communicator of the job: its keys are
+ * stagelink.<comm_id>.<key>.
  */
-sl_status_t sl_pmix_open(sl_kv_t *kv, int pmix_rank, unsigned seq,
+sl_status_t sl_pmix_open(sl_kv_t *kv, int pmix_rank, const char *comm_id,
                          double deadline, sl_errbuf_t *eb);
 
 #endif

@@ -6,13 +6,15 @@
 # python/requirements-venv.txt with stagelink's own wheel in it
 # (tools/make-venv.sh; STAGELINK_NO_VENV=1 leaves it out).  dpkg-dev: meson
 # asks its dpkg-architecture for the multiarch libdir the loader searches.
+# libpmix-dev, slurm-wlm and munge: the launcher tests start srun and mpirun
+# (PMIx) on this machine.
 set -eu
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
     gcc g++ libc6-dev binutils pkg-config meson ninja-build dpkg-dev \
     libucx-dev ucx-utils libibverbs-dev rdma-core libssl-dev \
-    openmpi-bin libopenmpi-dev \
+    openmpi-bin libopenmpi-dev libpmix-dev slurm-wlm slurm-wlm-basic-plugins munge \
     iproute2 gnuplot-nox clang libclang-rt-14-dev valgrind ca-certificates \
     python3-dev python3-numpy python3-torch >/dev/null
 if [ "${STAGELINK_NO_VENV:-0}" != 1 ]; then
