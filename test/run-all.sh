@@ -2,7 +2,8 @@
 # README's test command: every suite with warnings as errors; valgrind
 # memcheck on the unit suite and on two- and four-rank transfers; README's
 # install and examples in a clean root; the Python tests from the wheel
-# `pip install .` builds; the unit and multiproc suites
+# `pip install .` builds; README's examples under torchrun, mpirun and
+# srun (test/launchers); the unit and multiproc suites
 # against UCX 1.13 with CUDA where one is built, and the unit, multiproc
 # and fault suites against UCX 1.22 (the libucx-cu13 wheel); tools/gpu-check
 # prepared and run (every GPU step skipped here, with the reason); then every suite again under
@@ -24,6 +25,10 @@ phase install check_install
 # The wheel pip builds, in .venv (tools/install-deps.sh makes it), with
 # the Python tests run from it: torch 2.11, Megatron-Core 0.19, UCX 1.22.
 phase wheel test/wheel/run.sh .venv
+# README's examples under torchrun (one node and two simulated ones),
+# mpirun and a one-node Slurm of the test's own, through their stores.
+launchers_pass() { test/launchers/run.sh build-test .venv || [ $? -eq 77 ]; }
+phase launchers launchers_pass
 
 phase valgrind-unit meson test -C build-test --setup valgrind --print-errorlogs \
     --num-processes 2 --suite unit

@@ -1,25 +1,19 @@
 """README's examples run as written: every fenced block after an
 `<!-- example: c -->` or `<!-- example: python -->` marker in README.md and
-docs/*.md is extracted, the C ones compiled against this build, and each
-run as a job of 4 ranks (two stages of t = 2) by stagelink_run.
+docs/*.md (readme_examples.py) is extracted, the C ones compiled against
+this build, and each run as a job of 4 ranks (two stages of t = 2) by stagelink_run.
 Usage: test_examples.py SOURCE_ROOT BUILD_ROOT
 SPDX-License-Identifier: MIT
 """
-import glob
 import os
-import re
 import subprocess
 import sys
 import tempfile
 
+from readme_examples import examples as find_examples
+
 src, build = sys.argv[1], sys.argv[2]
-marker = re.compile(r"^<!-- example: (c|python) -->\n```\w*\n(.*?)^```$",
-                    re.M | re.S)
-examples = []
-for page in [os.path.join(src, "README.md")] + sorted(
-        glob.glob(os.path.join(src, "docs", "*.md"))):
-    for m in marker.finditer(open(page).read()):
-        examples.append((os.path.relpath(page, src), m.group(1), m.group(2)))
+examples = find_examples(src)
 if not any(kind == "c" for _, kind, _ in examples) or not any(
         kind == "python" for _, kind, _ in examples):
     print("FAIL: README.md lost its C or Python example (found %d)"
