@@ -2,7 +2,7 @@
 # README's C and Python examples, as written, under the launchers users
 # start them with, each bootstrapping through that launcher's own store:
 # torchrun (static and --standalone: its agent's TCPStore on MASTER_PORT),
-# torchrun across two simulated nodes (--rdzv-backend c10d), a
+# torchrun and mpirun across two simulated nodes (two_node.sh), a
 # Megatron-Core case under torchrun, Open MPI's mpirun and a one-node
 # Slurm (srun --mpi=pmix; daemons started and stopped here) through PMIx,
 # the last two with MASTER_ADDR:MASTER_PORT held by another listener, so
@@ -64,9 +64,11 @@ check torchrun-standalone-py 4 $py_env "$tr" --standalone --nproc-per-node 4 \
     example.py
 check torchrun-megatron-core 0 $py_env "$tr" --standalone --nproc-per-node 4 \
     "$src/test/python/test_megatron_core.py" 2
-for kind in c py; do
-    check torchrun-two-node-$kind 4 "$src/test/launchers/two_node.sh" "$build" \
-        "$venv" $kind
+for launcher in torchrun mpirun; do
+    for kind in c py; do
+        check $launcher-two-node-$kind 4 "$src/test/launchers/two_node.sh" \
+            "$build" "$venv" $launcher $kind
+    done
 done
 
 # MASTER_ADDR:MASTER_PORT held by a listener that is not stagelink's.
