@@ -105,7 +105,9 @@ static sl_status_t sl_auth_read_file(sl_auth_t *auth, const char *path,
     size_t        len = 0;
     int           fd;
 
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    /* O_NONBLOCK: a FIFO (or a device) in its place must not block open;
+     * it is refused as not a regular file below. */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
         return sl_error(eb, STAGELINK_ERR_CONFIG,
                         "cannot open STAGELINK_JOB_SECRET_FILE=%s: %s", path,
@@ -120,7 +122,18 @@ static sl_status_t sl_auth_read_file(sl_auth_t *auth, const char *path,
     if (!S_ISREG(st.st_mode)) {
         status = sl_error(eb, STAGELINK_ERR_CONFIG,
                           "STAGELINK_JOB_SECRET_FILE=%s is not a regular "
-                          "file", path);
+                          "file (mode %06o): a FIFO or device could block "
+                          "or change under the job; put the secret in a "
+                          "file", path, (unsigned)st.st_mode);
+        goto out;
+    }
+    if (st.st_uid != geteuid()) {
+        status = sl_error(eb, STAGELINK_ERR_CONFIG,
+                          "STAGELINK_JOB_SECRET_FILE=%s belongs to uid %u, "
+                          "not to this process's uid %u: another user could "
+                          "have chosen the job secret; use a file of your "
+                          "own (chmod 600)", path, (unsigned)st.st_uid,
+                          (unsigned)geteuid());
         goto out;
     }
     if (st.st_mode & (S_IRWXG | S_IRWXO)) {

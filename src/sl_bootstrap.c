@@ -26,6 +26,8 @@ static sl_boot_hdr_t sl_boot_hdr(const sl_bootstrap_t *bs, uint64_t size)
  * never reuses a number, and keys of one communicator never meet
  * another's stale ones. */
 static atomic_uint sl_boot_store_seq;
+/* The unused job secret is said once a process, not once a communicator. */
+static atomic_int sl_boot_secret_said;
 
 /* The next communicator's name on a launcher's store: this copy of the
  * core (the plugin's file name: each plugin counts its own) and its
@@ -77,10 +79,12 @@ sl_status_t sl_bootstrap_init(sl_bootstrap_t *bs,
     if (bs->world_size == 1 && bs->kind != SL_BOOT_CALLBACKS) {
         return STAGELINK_SUCCESS; /* nothing to exchange */
     }
-    if (bs->kind != SL_BOOT_TCP && sl_auth_configured()) {
-        SL_INFO(SL_SUBSYS_BOOT, "a job secret is set, but init exchanges "
+    if (bs->kind != SL_BOOT_TCP && sl_auth_configured() &&
+        !atomic_exchange(&sl_boot_secret_said, 1)) {
+        SL_WARN(SL_SUBSYS_BOOT, "a job secret is set, but init exchanges "
                 "through %s, whose trust is the launcher's or the host's: "
-                "the secret is not used", launcher->boot_why);
+                "the secret is not used (STAGELINK_BOOTSTRAP=tcp uses it)",
+                launcher->boot_why);
     }
     switch (bs->kind) {
     case SL_BOOT_CALLBACKS:

@@ -5,6 +5,7 @@
 #include "sl_time.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <poll.h>
 #include <stdio.h>
@@ -25,6 +26,11 @@
 #define SL_RV_RANKS_MAX 4096
 /* Between a dropped attempt to join and the next. */
 #define SL_RV_RETRY_US 20000
+/* At most one warning about dropped clients this often. */
+#define SL_RV_DROP_SAY_S 1.0
+/* Descriptors rank 0 keeps free for the rest of the process (UCX, logs,
+ * the host's) while the rendezvous holds its sockets. */
+#define SL_RV_FD_RESERVE 64
 
 /* One connection rank 0 is admitting.  FREE -> HELLO on accept; HELLO ->
  * PROOF once a hello with a secret is admitted and challenged; HELLO or
@@ -188,10 +194,32 @@ static int sl_rv_send_now(int fd, const void *buf, size_t len)
     return send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)len;
 }
 
+/* Drops said since the last warning, with the latest; nothing when none. */
+static void sl_rv_say_drops(sl_rendezvous_t *rv)
+{
+    if (rv->drops_unsaid > 0) {
+        SL_WARN(SL_SUBSYS_BOOT, "dropped %u more rendezvous clients in %.1f "
+                "s (a flood or a port scan?); the latest: %s",
+                rv->drops_unsaid, sl_time_now() - rv->drop_said_at,
+                rv->refused);
+        rv->drops_unsaid = 0;
+    }
+    rv->drop_said_at = sl_time_now();
+}
+
+/* Each drop is a warning, but at most one a second: a flood of strangers
+ * must not flood stderr too. */
 static void sl_rv_drop(sl_rendezvous_t *rv, sl_rv_client_t *c,
                        const char *why)
 {
-    SL_WARN(SL_SUBSYS_BOOT, "dropped rendezvous client %s: %s", c->peer, why);
+    if (rv->drop_said_at == 0.0 ||
+        sl_time_now() - rv->drop_said_at >= SL_RV_DROP_SAY_S) {
+        sl_rv_say_drops(rv);
+        SL_WARN(SL_SUBSYS_BOOT, "dropped rendezvous client %s: %s", c->peer,
+                why);
+    } else {
+        ++rv->drops_unsaid;
+    }
     /* refused[256] holds the peer and the reason's first 190 bytes */
     snprintf(rv->refused, sizeof(rv->refused), "%.63s: %.190s", c->peer,
              why);
@@ -315,11 +343,9 @@ static void sl_rv_read(sl_rendezvous_t *rv, sl_rv_client_t *c, int *arrived)
                                                      : sizeof(c->in.proof);
     ssize_t        n;
 
-    /* Of a hello, the header first: a foreign or older client is dropped
-     * on its own bytes instead of waited for. */
-    if (c->state == SL_RV_HELLO && c->got < sizeof(h)) {
-        want = sizeof(h);
-    }
+    /* The whole hello in one read, as a rank sends it in one segment: a
+     * real rank never waits between two reads, where it would be the
+     * cheapest slot to evict (sl_rv_slot). */
     n = recv(c->fd, buf + c->got, want - c->got, MSG_DONTWAIT);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
         return;
@@ -330,22 +356,25 @@ static void sl_rv_read(sl_rendezvous_t *rv, sl_rv_client_t *c, int *arrived)
         return;
     }
     c->got += (size_t)n;
-    if (c->got < want) {
-        return;
-    }
     if (c->state == SL_RV_PROOF) {
-        sl_rv_proof(rv, c, arrived);
+        if (c->got == want) {
+            sl_rv_proof(rv, c, arrived);
+        }
         return;
     }
+    if (c->got < sizeof(h)) {
+        return;
+    }
+    /* A foreign or older client is dropped on its header instead of
+     * waited for. */
     memcpy(&h, c->in.hello, sizeof(h));
-    if (c->got == sizeof(h) &&
-        (h.magic != SL_BOOT_MAGIC || h.version != SL_BOOT_VERSION ||
-         h.size != sizeof(sl_boot_hello_t))) {
+    if (h.magic != SL_BOOT_MAGIC || h.version != SL_BOOT_VERSION ||
+        h.size != sizeof(sl_boot_hello_t)) {
         sl_errbuf_t       why = {{0}};
         sl_boot_verdict_t verdict;
         uint32_t          rank;
 
-        (void)sl_rendezvous_check_hello(rv, c->in.hello, c->got, &rank,
+        (void)sl_rendezvous_check_hello(rv, c->in.hello, sizeof(h), &rank,
                                         &verdict, &why);
         if (verdict == SL_BOOT_WRONG_VERSION) {
             sl_rv_refuse(rv, c, verdict);
@@ -409,15 +438,40 @@ static sl_status_t sl_rv_accept_all(sl_rendezvous_t *rv, int lfd,
     int             npend = (rv->world_size - 1 < SL_RV_RANKS_MAX
                                  ? rv->world_size - 1 : SL_RV_RANKS_MAX) +
                             SL_RV_STRANGERS;
-    sl_rv_client_t *pend  = calloc((size_t)npend, sizeof(*pend));
-    struct pollfd  *pfd   = calloc((size_t)npend + 1, sizeof(*pfd));
-    int            *slot  = calloc((size_t)npend + 1, sizeof(*slot));
+    /* Every rank's socket stays open once it joins, and the handshakes
+     * in flight come on top: slots only as many as the descriptors left
+     * then, so that a flood cannot push rank 0 into EMFILE. */
+    int             room  = sl_sock_fds_free() - SL_RV_FD_RESERVE -
+                            (rv->world_size - 1);
+    sl_rv_client_t *pend  = NULL;
+    struct pollfd  *pfd   = NULL;
+    int            *slot  = NULL;
     sl_status_t     status  = STAGELINK_SUCCESS;
     int             arrived = 1;
     int             i, n, fd, rc, ms, fd_warned = 0;
     char            peer[64];
     double          now;
 
+    if (room < 1) {
+        status = sl_error(eb, STAGELINK_ERR_CONFIG,
+                          "rank 0 of %d ranks needs %d descriptors for the "
+                          "rendezvous and keeps %d for the rest of the "
+                          "process, but only %d are left under the "
+                          "open-file limit; raise it (ulimit -n) by at "
+                          "least %d", rv->world_size, rv->world_size,
+                          SL_RV_FD_RESERVE,
+                          room + SL_RV_FD_RESERVE + rv->world_size - 1,
+                          1 - room + SL_RV_STRANGERS);
+        goto out;
+    }
+    if (npend > room) {
+        SL_INFO(SL_SUBSYS_BOOT, "rendezvous: %d handshake slots instead of "
+                "%d under the open-file limit", room, npend);
+        npend = room;
+    }
+    pend = calloc((size_t)npend, sizeof(*pend));
+    pfd  = calloc((size_t)npend + 1, sizeof(*pfd));
+    slot = calloc((size_t)npend + 1, sizeof(*slot));
     if (pend == NULL || pfd == NULL || slot == NULL) {
         status = sl_error(eb, STAGELINK_ERR_NO_MEMORY,
                           "cannot allocate %d rendezvous handshakes", npend);
@@ -497,6 +551,7 @@ static sl_status_t sl_rv_accept_all(sl_rendezvous_t *rv, int lfd,
             close(pend[i].fd);
         }
     }
+    sl_rv_say_drops(rv);
 out:
     free(slot);
     free(pfd);
@@ -551,8 +606,11 @@ static sl_status_t sl_rv_refused(const sl_rendezvous_t *rv,
 }
 
 /*
- * One attempt to join.  *again is set when rank 0 closed the connection
- * before it answered (it evicted or timed us out): another may succeed.
+ * One attempt to join.  *again is 1 when rank 0 closed the connection
+ * before it answered (it evicted or timed us out), 2 when an answer that
+ * nothing proves came from rank 0 failed this rank (a refusal, a foreign
+ * magic, a wrong proof: a proxy can forge each) while this rank holds a
+ * secret; another attempt may succeed.
  */
 static sl_status_t sl_rv_join_once(sl_rendezvous_t *rv,
                                    const sl_launcher_t *l, double deadline,
@@ -590,17 +648,20 @@ static sl_status_t sl_rv_join_once(sl_rendezvous_t *rv,
     }
     *again = 0;
     if (ch.magic != SL_BOOT_MAGIC) {
-        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                        "%s:%d answered the hello with magic 0x%x, not a "
-                        "stagelink rank 0 of version %u", l->addr, l->port,
-                        ch.magic, SL_BOOT_VERSION);
+        status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                          "%s:%d answered the hello with magic 0x%x, not a "
+                          "stagelink rank 0 of version %u", l->addr, l->port,
+                          ch.magic, SL_BOOT_VERSION);
+        goto unproven;
     }
     if (ch.verdict != SL_BOOT_ADMIT) {
-        return sl_rv_refused(rv, l, &ch, eb);
+        status = sl_rv_refused(rv, l, &ch, eb);
+        goto unproven;
     }
     if (ch.mode != (uint32_t)rv->auth.mode) {
         ch.verdict = SL_BOOT_WRONG_MODE;
-        return sl_rv_refused(rv, l, &ch, eb);
+        status     = sl_rv_refused(rv, l, &ch, eb);
+        goto unproven;
     }
     if (rv->auth.mode == SL_AUTH_NONE) {
         return STAGELINK_SUCCESS;
@@ -613,10 +674,11 @@ static sl_status_t sl_rv_join_once(sl_rendezvous_t *rv,
     SL_CHECK(sl_auth_compute(&rv->auth, SL_AUTH_ROOT_PROOF, &bind, want, eb));
     if (!sl_auth_equal(want, ch.proof, sizeof(want))) {
         /* Nothing of ours goes to a listener that cannot prove itself. */
-        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
-                        "%s:%d did not prove it holds the job secret (a "
-                        "process posing as rank 0?); rank %d sent it nothing",
-                        l->addr, l->port, rv->rank);
+        status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
+                          "%s:%d did not prove it holds the job secret (a "
+                          "process posing as rank 0?); rank %d sent it "
+                          "nothing", l->addr, l->port, rv->rank);
+        goto unproven;
     }
     SL_CHECK(sl_auth_compute(&rv->auth, SL_AUTH_CLIENT_PROOF, &bind,
                              proof.proof, eb));
@@ -640,17 +702,24 @@ static sl_status_t sl_rv_join_once(sl_rendezvous_t *rv,
                         "this is rank %d", w.rank, w.magic, rv->rank);
     }
     return STAGELINK_SUCCESS;
+unproven:
+    *again = (rv->auth.mode == SL_AUTH_HMAC) ? 2 : 0;
+    return status;
 }
 
 static sl_status_t sl_rv_connect(sl_rendezvous_t *rv, const sl_launcher_t *l,
                               double deadline, sl_errbuf_t *eb)
 {
+    char        unproven[SL_ERRBUF_LEN] = "", last[SL_ERRBUF_LEN];
     sl_status_t status;
     int         again, fd, tries;
 
     for (tries = 1;; ++tries) {
-        SL_CHECK(sl_sock_connect(l->addr, l->port, "rank 0", deadline, &fd,
-                                 eb));
+        status = sl_sock_connect(l->addr, l->port, "rank 0", deadline, &fd,
+                                 eb);
+        if (status != STAGELINK_SUCCESS) {
+            goto fail;
+        }
         status = sl_rv_join_once(rv, l, deadline, fd, &again, eb);
         if (status == STAGELINK_SUCCESS) {
             rv->root_fd = fd;
@@ -665,17 +734,54 @@ static sl_status_t sl_rv_connect(sl_rendezvous_t *rv, const sl_launcher_t *l,
         if (!again) {
             return status;
         }
-        if (sl_deadline_passed(deadline)) {
-            return sl_error(eb, status, "rank 0 at %s:%d closed all %d "
-                            "attempts of rank %d to join before answering "
-                            "(last: %s); is it a rank 0 of this job and "
-                            "stagelink version, and not flooded?", l->addr,
-                            l->port, tries, rv->rank, eb->msg);
+        if (again == 2 && unproven[0] == '\0') {
+            snprintf(unproven, sizeof(unproven), "%s", eb->msg);
+            SL_WARN(SL_SUBSYS_BOOT, "%s; nothing proves that rank 0 sent "
+                    "this answer (a proxy could forge it), so rank %d tries "
+                    "again until its deadline", unproven, rv->rank);
         }
-        SL_INFO(SL_SUBSYS_BOOT, "rank 0 dropped attempt %d to join (%s); "
-                "joining again", tries, eb->msg);
+        if (sl_deadline_passed(deadline)) {
+            goto fail;
+        }
+        SL_INFO(SL_SUBSYS_BOOT, "attempt %d to join failed (%s); joining "
+                "again", tries, eb->msg);
         usleep(SL_RV_RETRY_US);
     }
+fail:
+    snprintf(last, sizeof(last), "%s", eb->msg);
+    if (unproven[0] != '\0') {
+        return sl_error(eb, STAGELINK_ERR_BOOTSTRAP, "rank %d did not join "
+                        "rank 0 at %s:%d before its deadline (%d attempts); "
+                        "the first answer, unauthenticated: %s", rv->rank,
+                        l->addr, l->port, tries, unproven);
+    }
+    if (tries == 1) {
+        return status; /* the connect's own sentence names the address */
+    }
+    return sl_error(eb, status, "rank 0 at %s:%d closed all %d attempts of "
+                    "rank %d to join before answering (last: %s); is it a "
+                    "rank 0 of this job and stagelink version, and not "
+                    "flooded?", l->addr, l->port, tries, rv->rank, last);
+}
+
+/* Across nodes, anyone on the network who learns the job key can join:
+ * said as a warning once a process; on one node (loopback) as info. */
+static void sl_rv_say_unauthenticated(const sl_launcher_t *l)
+{
+    static atomic_int said;
+    const char       *addr = (l->rank == 0) ? l->bind : l->addr;
+
+    if (!sl_sock_is_loopback(addr) && !atomic_exchange(&said, 1)) {
+        SL_WARN(SL_SUBSYS_BOOT, "the rendezvous at %s:%d runs "
+                "unauthenticated across nodes: any process that reaches it "
+                "with the job key can join the job; give every rank the "
+                "same STAGELINK_JOB_SECRET or STAGELINK_JOB_SECRET_FILE",
+                addr, l->port);
+        return;
+    }
+    SL_INFO(SL_SUBSYS_BOOT, "the rendezvous at %s:%d is unauthenticated: "
+            "any process that reaches it with the job key can join", addr,
+            l->port);
 }
 
 sl_status_t sl_rendezvous_open(sl_rendezvous_t *rv,
@@ -693,9 +799,7 @@ sl_status_t sl_rendezvous_open(sl_rendezvous_t *rv,
     rv->root_fd    = -1;
     SL_CHECK_GOTO(sl_auth_load(&rv->auth, rv->job_key, eb), err);
     if (rv->auth.mode == SL_AUTH_NONE) {
-        SL_INFO(SL_SUBSYS_BOOT, "the rendezvous is unauthenticated (%s): any "
-                "process that reaches %s:%d with the job key can join",
-                rv->auth.source, launcher->addr, launcher->port);
+        sl_rv_say_unauthenticated(launcher);
     }
     rv->links = calloc(rv->rank == 0 ? (size_t)rv->world_size : 1,
                        sizeof(*rv->links));

@@ -84,6 +84,8 @@ typedef struct sl_rendezvous {
     /** Rank 0: one per rank; others: [0], the link to rank 0. */
     sl_auth_link_t *links;
     char            refused[256]; /**< rank 0: the last refusal, for errors */
+    unsigned        drops_unsaid; /**< rank 0: drops since the last warning */
+    double          drop_said_at; /**< rank 0: when the last one was said */
 } sl_rendezvous_t;
 
 /**

@@ -3,13 +3,16 @@
 #include "sl_time.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
+#include <limits.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -241,4 +244,51 @@ int sl_sock_accept(int lfd, char *peer, size_t len)
     snprintf(peer, len, sa.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host,
              port);
     return fd;
+}
+
+int sl_sock_is_loopback(const char *host)
+{
+    struct addrinfo *res, *ai;
+    int              local = 1;
+
+    if (sl_sock_resolve(host, 0, 0, &res, NULL) != STAGELINK_SUCCESS) {
+        return 0;
+    }
+    for (ai = res; ai != NULL && local; ai = ai->ai_next) {
+        if (ai->ai_family == AF_INET) {
+            const struct sockaddr_in *a = (const void *)ai->ai_addr;
+
+            local = (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+        } else if (ai->ai_family == AF_INET6) {
+            const struct sockaddr_in6 *a = (const void *)ai->ai_addr;
+
+            local = IN6_IS_ADDR_LOOPBACK(&a->sin6_addr);
+        } else {
+            local = 0;
+        }
+    }
+    freeaddrinfo(res);
+    return local;
+}
+
+int sl_sock_fds_free(void)
+{
+    struct rlimit  lim;
+    struct dirent *e;
+    DIR           *d;
+    long           open = 0;
+
+    if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY ||
+        lim.rlim_cur > INT_MAX) {
+        return INT_MAX;
+    }
+    d = opendir("/proc/self/fd");
+    if (d == NULL) {
+        return (int)lim.rlim_cur; /* no /proc: the whole limit, as before */
+    }
+    while ((e = readdir(d)) != NULL) {
+        open += e->d_name[0] != '.';
+    }
+    closedir(d);
+    return (int)lim.rlim_cur - (int)open;
 }

@@ -38,4 +38,12 @@ sl_status_t sl_sock_connect(const char *host, int port, const char *what,
  *  failed. */
 int sl_sock_accept(int lfd, char *peer, size_t len);
 
+/** 1 when every address `host` resolves to is a loopback one (the ranks
+ *  meeting there are on this node), else 0. */
+int sl_sock_is_loopback(const char *host);
+
+/** Descriptors this process may still open: the soft RLIMIT_NOFILE less
+ *  those open now; INT_MAX when unlimited. */
+int sl_sock_fds_free(void);
+
 #endif

@@ -23,6 +23,9 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
+# meson's timeout and ^C end the test through its cleanup, daemons and all.
+trap 'exit 143' TERM
+trap 'exit 130' INT
 . "$src/test/launchers/slurm.sh"
 
 [ "$(id -u)" = 0 ] || { echo "SKIP: the launcher tests need root (Slurm's daemons, namespaces)"; exit 77; }
