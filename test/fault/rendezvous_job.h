@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,6 +36,7 @@
 typedef struct {
     int    status[MAX_PROCS];
     char   msg[MAX_PROCS][SL_ERRBUF_LEN];
+    pid_t  root_pid; /**< rank 0's process, once it listens */
     size_t captured; /**< bytes a capturing rank sent */
     char   capture[CAPTURE_MAX];
 } results_t;
@@ -46,6 +48,7 @@ typedef struct {
     int         capture; /**< 1: record what this rank sends; 2: flip a
                               byte of its first exchange message */
     const char *log;     /**< file its stderr (the log) goes to */
+    int         nofile;  /**< its open-file limit (0: the test's) */
 } rank_spec_t;
 
 static results_t *res;
@@ -53,6 +56,8 @@ static int        port;
 static int        listen_note = -1; /* rank 0: a pipe to say it listens */
 static int        capturing;
 static int        port_taken; /* run_job: another listener has the port */
+static double     job_timeout = TIMEOUT_S; /* every rank's deadline */
+static const char *job_addr   = "127.0.0.1"; /* rank 0 listens there */
 
 int __real_listen(int fd, int backlog);
 int __wrap_listen(int fd, int backlog);
@@ -61,6 +66,7 @@ int __wrap_listen(int fd, int backlog)
     int rc = __real_listen(fd, backlog);
 
     if (rc == 0 && listen_note >= 0) {
+        res->root_pid = getpid();
         (void)!write(listen_note, "L", 1);
     }
     return rc;
@@ -120,6 +126,13 @@ static void run_rank(int slot, rank_spec_t spec)
     }
     unsetenv("STAGELINK_JOB_SECRET_FILE");
     capturing = spec.capture;
+    if (spec.nofile > 0) {
+        struct rlimit lim = {(rlim_t)spec.nofile, (rlim_t)spec.nofile};
+
+        if (setrlimit(RLIMIT_NOFILE, &lim) != 0) {
+            _exit(3);
+        }
+    }
     if (spec.log != NULL) {
         if (freopen(spec.log, "w", stderr) == NULL) {
             _exit(3);
@@ -127,11 +140,13 @@ static void run_rank(int slot, rank_spec_t spec)
         setvbuf(stderr, NULL, _IONBF, 0); /* the rank ends with _exit */
     }
     memset(&cfg, 0, sizeof(cfg));
-    strcpy(l.addr, "127.0.0.1");
-    strcpy(l.bind, "127.0.0.1");
+    snprintf(l.addr, sizeof(l.addr), "%s", job_addr);
+    snprintf(l.bind, sizeof(l.bind), "%s", job_addr);
     l.boot = SL_BOOT_TCP;
-    st = sl_bootstrap_init(&bs, &cfg, &l, TIMEOUT_S, &eb);
-    if (st == STAGELINK_SUCCESS) {
+    st = sl_bootstrap_init(&bs, &cfg, &l, job_timeout, &eb);
+    if (st == STAGELINK_SUCCESS && spec.world > MAX_PROCS) {
+        sl_bootstrap_cleanup(&bs); /* more ranks than processes: met only */
+    } else if (st == STAGELINK_SUCCESS) {
         for (r = 0; r < spec.world && r < MAX_PROCS; ++r) {
             everyone[r] = r;
         }

@@ -323,10 +323,10 @@ static int names_no_secret(const char *msg)
 
 int main(void)
 {
-    rank_spec_t job[4] = {{0, 3, KEY, SECRET, 0, NULL},
-                          {1, 3, KEY, SECRET, 0, NULL},
-                          {2, 3, KEY, SECRET, 0, NULL},
-                          {3, 4, KEY, SECRET, 0, NULL}};
+    rank_spec_t job[4] = {{0, 3, KEY, SECRET, 0, NULL, 0},
+                          {1, 3, KEY, SECRET, 0, NULL, 0},
+                          {2, 3, KEY, SECRET, 0, NULL, 0},
+                          {3, 4, KEY, SECRET, 0, NULL, 0}};
     rank_spec_t spec[4];
     double      took;
     int         i, wst;
