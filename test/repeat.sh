@@ -47,7 +47,9 @@ while [ "$i" -lt "$n" ]; do
     echo "round $i of $n" >&2
     # shellcheck disable=SC2086
     meson test -C "$dir" $rebuild --logbase "$log-$i" "$@" $tests >/dev/null || true
-    cat "$dir/meson-logs/$log-$i.json" >>"$dir/meson-logs/$log.json" 2>/dev/null || true
+    # (a --setup names its logs repeat-PID-I-SETUP.json)
+    cat "$dir/meson-logs/$log-$i.json" "$dir/meson-logs/$log-$i"-*.json \
+        >>"$dir/meson-logs/$log.json" 2>/dev/null || true
     rebuild=--no-rebuild
 done
 # shellcheck disable=SC2086

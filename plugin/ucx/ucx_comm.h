@@ -259,6 +259,9 @@ struct stagelink_comm {
     int                         closing;  /**< in finalize: peers leave too */
     ucp_context_h               ucp_ctx;
     ucp_worker_h                worker;
+    /** A dropped message's buffer that UCX may still write into until the
+     *  worker is gone (finalize's drain timed out): freed after it. */
+    void                       *drain_left;
     int                         efd;
     int                         rail;         /**< the NIC's rail, -1 unknown (ucx_worker.c) */
     char                        rail_nic[SL_TOPO_DEVICES_LEN]; /**< its UCX device, "" UCX chose */

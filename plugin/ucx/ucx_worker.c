@@ -500,6 +500,8 @@ void sl_ucx_worker_destroy(sl_comm_t *comm)
         ucp_worker_destroy(comm->worker);
         comm->worker = NULL;
     }
+    free(comm->drain_left); /* nothing writes into it any more */
+    comm->drain_left = NULL;
     if (comm->ucp_ctx != NULL) {
         /* After the worker: operations in flight until then may use them. */
         sl_mem_cleanup(comm);
@@ -603,11 +605,14 @@ void sl_ucx_discard_unexpected(sl_comm_t *comm, double deadline)
                 ucp_worker_progress(comm->worker);
             }
             if (ucp_request_check_status(req) == UCS_INPROGRESS) {
+                ucp_request_free(req); /* released by UCX once done */
                 /* A rendezvous whose sender gave up: UCX may still write
-                 * into the scratch buffer, so it is left to the process. */
-                SL_WARN(SL_SUBSYS_NET, "dropping a %zu-byte message that "
-                        "no receive took did not finish; left it",
+                 * into the buffer until the worker is destroyed. */
+                SL_INFO(SL_SUBSYS_NET, "dropping a %zu-byte message that "
+                        "no receive took did not finish by finalize's "
+                        "deadline; its buffer goes with the worker",
                         info.length);
+                comm->drain_left = scratch;
                 break;
             }
             ucp_request_free(req);
