@@ -589,8 +589,15 @@ sl_status_t sl_bootstrap_exchange(sl_bootstrap_t *bs, const char *name,
     }
     if (status != STAGELINK_SUCCESS) {
         sl_bootstrap_blobs_free(out, npeers);
+        return status;
     }
-    return status;
+    bs->nexchanges++;
+    bs->bytes_published += len;
+    for (i = 0; i < npeers; ++i) {
+        bs->nread++;
+        bs->bytes_read += out[i].len;
+    }
+    return STAGELINK_SUCCESS;
 }
 
 sl_status_t sl_bootstrap_exchange_fixed(sl_bootstrap_t *bs, const char *name,

@@ -62,6 +62,10 @@ typedef struct sl_bootstrap {
      * the same exchange.
      */
     sl_sock_progress_t       progress;
+    /** What this rank's exchanges moved, blobs only (a store's keys and
+     *  framing apart), for init's log line and docs/performance.md. */
+    unsigned                 nexchanges, nread;
+    uint64_t                 bytes_published, bytes_read;
 } sl_bootstrap_t;
 
 /** A blob read in an exchange (malloc'd). */

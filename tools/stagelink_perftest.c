@@ -26,7 +26,7 @@
  * CPU to the transport as a GPU kernel does, before its waits, and the
  * last column, blocked, is the time per step spent in them: the exposed
  * communication), init
- * (comm_init itself, rendezvous included, ITERS times after WARMUP, each
+ * (comm_init itself, its bootstrap included, ITERS times after WARMUP, each
  * ended by comm_finalize; rank 0 reports the median and spread of its
  * init, which completes once every rank's has).
  * --corrupt flips one byte on the way back: the check must fail (exit 1).
@@ -622,11 +622,19 @@ static int run_init(const perf_opts_t *o)
         sl_host_close(&h);
     }
     if (rank == 0 && n > 0) {
+        stagelink_job_info_t job = {.struct_size = sizeof(job)};
+        char                 err[256];
+        const int            secret = getenv("STAGELINK_JOB_SECRET") != NULL ||
+                                      getenv("STAGELINK_JOB_SECRET_FILE") != NULL;
+
+        if (stagelink_job_query(&job, err, sizeof(err)) != STAGELINK_SUCCESS) {
+            snprintf(job.bootstrap, sizeof(job.bootstrap), "?");
+        }
         qsort(t, (size_t)n, sizeof(t[0]), cmp_double);
-        printf("# comm_init of %d ranks (rendezvous %s), %d rounds after %d "
-               "warm-up\n", 2 * o->tp,
-               (getenv("STAGELINK_JOB_SECRET") || getenv("STAGELINK_JOB_SECRET_FILE"))
-                   ? "with a job secret" : "unauthenticated",
+        printf("# comm_init of %d ranks (bootstrap %s%s), %d rounds after %d "
+               "warm-up\n", 2 * o->tp, job.bootstrap,
+               strcmp(job.bootstrap, "tcp") != 0 ? ""
+               : secret ? ", with a job secret" : ", unauthenticated",
                n, o->warmup);
         printf("%12s %12s %12s\n", "median ms", "min ms", "max ms");
         printf("%12.2f %12.2f %12.2f\n", t[n / 2], t[0], t[n - 1]);

@@ -380,6 +380,13 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *host_config
             comm->layout.next_rank, sl_mode_name(comm->mode),
             comm->gather->name, comm->node_id, comm->local_rank,
             comm->local_size);
+    SL_INFO(SL_SUBSYS_BOOT, "rank %d: init's %u exchanges through %s "
+            "published %llu bytes and read %u blobs of %llu bytes",
+            comm->layout.rank, comm->bootstrap->nexchanges,
+            sl_boot_kind_names[comm->bootstrap->kind],
+            (unsigned long long)comm->bootstrap->bytes_published,
+            comm->bootstrap->nread,
+            (unsigned long long)comm->bootstrap->bytes_read);
     SL_CHECK_GOTO(sl_registry_add(&sl_live, comm, &comm->err), err_destroy);
     sl_gpu_leave(&device);
     *comm_out = comm;
