@@ -2,8 +2,8 @@
  * stagelink_run: starts the ranks of one node the way torchrun does (RANK,
  * WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), waits
  * for them, and ends all of them when one fails, as srun and torchrun do
- * (SIGTERM, then SIGKILL after a grace), so a test never hangs.  Several invocations (one per simulated node) make one job
- * with -o/-w.  Starting the whole job, it gives the ranks a fresh job
+ * (SIGTERM, then SIGKILL after a grace), so a test never hangs.  Several
+ * invocations (one per simulated node) make one job with -o/-w.  Starting the whole job, it gives the ranks a fresh job
  * secret unless one is set (STAGELINK_JOB_SECRET or _FILE); part of a job
  * cannot, as every node must hold the same.  SPDX-License-Identifier: MIT
  */
@@ -44,7 +44,8 @@ static void usage(FILE *to)
             "  other ranks get SIGTERM (a signal received is forwarded as it\n"
             "  is), then SIGKILL after -G SECONDS (default 10); it exits with\n"
             "  the first failing rank's code (128 + N for signal N; 124 at\n"
-            "  the deadline). -l prefixes each line of a rank's output with\n"
+            "  the deadline). No rank, nor a process a rank started, outlives\n"
+            "  it. -l prefixes each line of a rank's output with\n"
             "  \"RANK: \", as srun --label does. Without\n"
             "  STAGELINK_JOB_SECRET(_FILE), the whole job on one node gets a\n"
             "  fresh random secret (-U: none made: unauthenticated); for several\n"
@@ -156,7 +157,9 @@ static int sl_run_secret(int nlocal, int world, int unauthenticated)
 typedef struct sl_run {
     int    nlocal, first;
     pid_t *pids;       /**< 0 once reaped */
+    pid_t *pgids;      /**< each rank's process group, kept after its end */
     int    left;       /**< ranks not reaped */
+    int    children;   /**< 0 once no process of the job is left to reap */
     int    code;       /**< exit code of the first failure, 0 while none */
     int    skipped;    /**< ranks that exited 77 */
     int    label;      /**< -l: each output line prefixed with its rank */
@@ -165,16 +168,32 @@ typedef struct sl_run {
     size_t *line_len;
 } sl_run_t;
 
-/* A signal to every rank's process group (each rank leads its own), so a
- * rank's own children go with it. */
+/* A signal to every rank's process group (each rank leads its own, and
+ * the group lives on in a rank's children after the rank), so a rank's own
+ * children go with it.  SIGKILL also goes to every process reparented to
+ * the launcher (a subreaper), such as one that left its rank's group. */
 static void sl_run_signal_all(const sl_run_t *run, int sig)
 {
-    int i;
+    char  path[64];
+    FILE *f;
+    long  pid;
+    int   i;
 
     for (i = 0; i < run->nlocal; ++i) {
-        if (run->pids[i] > 0) {
-            kill(-run->pids[i], sig);
+        if (run->pgids[i] > 0) {
+            kill(-run->pgids[i], sig);
         }
+    }
+    if (sig != SIGKILL) {
+        return;
+    }
+    snprintf(path, sizeof(path), "/proc/self/task/%ld/children", (long)getpid());
+    f = fopen(path, "r");
+    while (f != NULL && fscanf(f, "%ld", &pid) == 1) {
+        kill((pid_t)pid, SIGKILL);
+    }
+    if (f != NULL) {
+        fclose(f);
     }
 }
 
@@ -336,7 +355,9 @@ static int sl_run_start(sl_run_t *run, char **argv, const sigset_t *mask)
             _exit(127);
         }
         setpgid(run->pids[i], run->pids[i]);
+        run->pgids[i] = run->pids[i];
         ++run->left;
+        run->children = 1;
         if (run->label) {
             close(fds[0][1]);
             close(fds[1][1]);
@@ -351,14 +372,17 @@ static int sl_run_start(sl_run_t *run, char **argv, const sigset_t *mask)
  * Waits for the ranks, blocked in poll on a signalfd (SIGCHLD, and the
  * signals it forwards) and the ranks' output pipes.  A failing rank, the
  * deadline or a signal to the launcher ends the others: SIGTERM (the
- * signal received is forwarded as it is), then SIGKILL after the grace.
+ * signal received is forwarded as it is), then SIGKILL after the grace,
+ * repeated each second while a process is left.  Processes the ranks leave
+ * behind when they end go the same way, and the launcher returns only once
+ * it has reaped every one (it is their subreaper).
  */
 static void sl_run_supervise(sl_run_t *run, int sfd, double timeout,
                              double grace)
 {
     double deadline = timeout > 0 ? sl_run_now() + timeout : 0;
     double kill_at  = 0;
-    int    ending   = 0, i, n, rc, status;
+    int    ending   = 0, done, i, n, rc, status;
     pid_t  pid;
 
     for (;;) {
@@ -366,9 +390,12 @@ static void sl_run_supervise(sl_run_t *run, int sfd, double timeout,
         double        now = sl_run_now(), until = 0;
         int           ms;
 
-        if (!ending && (run->code != 0 ||
+        if (!ending && (run->code != 0 || (run->left == 0 && run->children) ||
                         (deadline > 0 && now >= deadline))) {
-            if (run->code == 0) {
+            if (run->left == 0) {
+                fprintf(stderr, "stagelink_run: every rank ended, but "
+                        "processes they started did not; ending them\n");
+            } else if (run->code == 0) {
                 fprintf(stderr, "stagelink_run: ranks still running after "
                         "%.0f s (-T); ending them\n", timeout);
                 run->code = 124;
@@ -377,9 +404,9 @@ static void sl_run_supervise(sl_run_t *run, int sfd, double timeout,
             ending  = 1;
             kill_at = now + grace;
         }
-        if (ending && kill_at > 0 && now >= kill_at) {
+        if (ending && now >= kill_at) {
             sl_run_signal_all(run, SIGKILL);
-            kill_at = 0;
+            kill_at = now + 1;
         }
         until = ending ? kill_at : deadline;
         ms    = until > 0 ? (int)((until - now) * 1e3) + 1 : -1;
@@ -389,13 +416,11 @@ static void sl_run_supervise(sl_run_t *run, int sfd, double timeout,
                 pfd[n++] = (struct pollfd){.fd = run->out[i], .events = POLLIN};
             }
         }
-        if (run->left == 0 && n == 1) {
-            break;
-        }
-        /* Once every rank is reaped, output a rank's own child still holds
-         * open is read while it comes, not waited for. */
-        rc = poll(pfd, (nfds_t)n, run->left > 0 ? ms : 100);
-        if ((rc < 0 && errno != EINTR) || (rc == 0 && run->left == 0)) {
+        /* With no process left, what the pipes still hold is read, and a
+         * pipe held open elsewhere is not waited for. */
+        done = run->left == 0 && !run->children;
+        rc   = poll(pfd, (nfds_t)n, done ? 0 : ms);
+        if ((rc < 0 && errno != EINTR) || (rc == 0 && done)) {
             break;
         }
         for (i = 1; i < n; ++i) {
@@ -424,6 +449,9 @@ static void sl_run_supervise(sl_run_t *run, int sfd, double timeout,
         }
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
             sl_run_reaped(run, pid, status, ending);
+        }
+        if (pid < 0 && errno == ECHILD) {
+            run->children = 0;
         }
     }
 }
@@ -511,16 +539,20 @@ int main(int argc, char **argv)
     sigaddset(&forward, SIGHUP);
     sigaddset(&forward, SIGQUIT);
     sigprocmask(SIG_BLOCK, &forward, &old);
+    /* What a rank leaves behind is reparented here, to be ended and reaped. */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
     sfd = signalfd(-1, &forward, SFD_CLOEXEC);
     memset(&run, 0, sizeof(run));
     run.nlocal   = nlocal;
     run.first    = first;
     run.label    = label;
     run.pids     = calloc((size_t)nlocal, sizeof(*run.pids));
+    run.pgids    = calloc((size_t)nlocal, sizeof(*run.pgids));
     run.out      = malloc(2 * (size_t)nlocal * sizeof(*run.out));
     run.line     = calloc(2 * (size_t)nlocal, sizeof(*run.line));
     run.line_len = calloc(2 * (size_t)nlocal, sizeof(*run.line_len));
-    if (sfd < 0 || run.pids == NULL || run.out == NULL || run.line == NULL ||
+    if (sfd < 0 || run.pids == NULL || run.pgids == NULL || run.out == NULL ||
+        run.line == NULL ||
         run.line_len == NULL) {
         perror("stagelink_run: setup");
         return 1;
@@ -539,6 +571,7 @@ int main(int argc, char **argv)
     free(run.line_len);
     free(run.out);
     free(run.pids);
+    free(run.pgids);
     if (run.code != 0) {
         return run.code;
     }
