@@ -5,6 +5,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -24,7 +25,7 @@ static const sl_launcher_vars_t sl_launchers[] = {
     {"mpirun", SL_ENV_OMPI_RANK, SL_ENV_OMPI_SIZE, SL_ENV_OMPI_LOCAL_RANK,
      SL_ENV_OMPI_LOCAL_SIZE},
     {"slurm", SL_ENV_SLURM_PROCID, SL_ENV_SLURM_NTASKS, SL_ENV_SLURM_LOCALID,
-     SL_ENV_SLURM_NTASKS_PER_NODE},
+     SL_ENV_SLURM_STEP_TASKS_PER_NODE},
 };
 
 static sl_status_t sl_launcher_int(sl_env_id_t id, long min, int *value,
@@ -40,6 +41,52 @@ static sl_status_t sl_launcher_int(sl_env_id_t id, long min, int *value,
     SL_CHECK(sl_parse_long(text, min, INT_MAX, &v, sl_env_table[id].name, eb));
     *value = (int)v;
     return STAGELINK_SUCCESS;
+}
+
+/* Slurm's ranks on this node: the SLURM_NODEID-th entry of
+ * SLURM_STEP_TASKS_PER_NODE, a list of COUNT or COUNT(xREPEAT) ("4(x2),3":
+ * two nodes of 4, one of 3).  Unset, -1: init then counts them itself. */
+static sl_status_t sl_launcher_slurm_local_size(int *value, sl_errbuf_t *eb)
+{
+    const char *text = sl_env_raw(SL_ENV_SLURM_STEP_TASKS_PER_NODE);
+    const char *p    = text;
+    int         node;
+
+    SL_CHECK(sl_launcher_int(SL_ENV_SLURM_NODEID, 0, &node, eb));
+    *value = -1;
+    if (text == NULL || node < 0) {
+        return STAGELINK_SUCCESS;
+    }
+    for (;;) {
+        char *end;
+        long  count = strtol(p, &end, 10), repeat = 1;
+
+        if (end == p || count < 1 || count > INT_MAX) {
+            break;
+        }
+        p = end;
+        if (strncmp(p, "(x", 2) == 0) {
+            repeat = strtol(p + 2, &end, 10);
+            if (end == p + 2 || repeat < 1 || *end != ')') {
+                break;
+            }
+            p = end + 1;
+        }
+        if (node < repeat) {
+            *value = (int)count;
+            return STAGELINK_SUCCESS;
+        }
+        node -= (int)repeat;
+        if (*p != ',') {
+            break;
+        }
+        ++p;
+    }
+    return sl_error(eb, STAGELINK_ERR_CONFIG,
+                    "SLURM_STEP_TASKS_PER_NODE=\"%.64s\" has no entry for "
+                    "SLURM_NODEID=%s (it is a list of COUNT or "
+                    "COUNT(xREPEAT), one a node of the step)", text,
+                    sl_env_raw(SL_ENV_SLURM_NODEID));
 }
 
 /* FNV-1a: the key tells jobs apart (a stale rank of an earlier job, a
@@ -230,7 +277,11 @@ sl_status_t sl_launcher_detect(const stagelink_config_t *config,
         SL_CHECK(sl_launcher_int(found->rank, 0, &out->rank, eb));
         SL_CHECK(sl_launcher_int(found->size, 1, &out->world_size, eb));
         SL_CHECK(sl_launcher_int(found->local_rank, 0, &out->local_rank, eb));
-        SL_CHECK(sl_launcher_int(found->local_size, 1, &out->local_size, eb));
+        if (found->local_size == SL_ENV_SLURM_STEP_TASKS_PER_NODE) {
+            SL_CHECK(sl_launcher_slurm_local_size(&out->local_size, eb));
+        } else {
+            SL_CHECK(sl_launcher_int(found->local_size, 1, &out->local_size, eb));
+        }
         if (out->world_size < 0) {
             return sl_error(eb, STAGELINK_ERR_CONFIG,
                             "%s is set but %s is not; the launcher (%s) "

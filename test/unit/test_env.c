@@ -155,7 +155,38 @@ static void test_launchers(void)
     setenv("MASTER_ADDR", "node0", 1);
     CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 && l.rank == 5 &&
           l.world_size == 6 && l.local_rank == 1 &&
-          strcmp(l.source, "slurm") == 0, "srun: %s", eb.msg);
+          strcmp(l.source, "slurm") == 0 && l.local_size == -1,
+          "srun: %s", eb.msg);
+    /* Ranks on this node: the SLURM_NODEID-th entry of the step's list. */
+    {
+        static const struct {
+            const char *list, *node;
+            int         local_size;
+        } cases[] = {{"6", "0", 6},          {"4(x2),3", "0", 4},
+                     {"4(x2),3", "1", 4},    {"4(x2),3", "2", 3},
+                     {"2,3(x3),1", "4", 1},  {"2,3(x3),1", "3", 3},
+                     {"4(x2),3", "3", 0},    {"4(x", "0", 0},
+                     {"0", "0", 0},          {"3,", "1", 0},
+                     {"x", "0", 0}};
+        size_t i;
+
+        for (i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+            sl_status_t st;
+
+            setenv("SLURM_STEP_TASKS_PER_NODE", cases[i].list, 1);
+            setenv("SLURM_NODEID", cases[i].node, 1);
+            st = sl_launcher_detect(&cfg, &l, &eb);
+            CHECK(cases[i].local_size > 0
+                      ? st == 0 && l.local_size == cases[i].local_size
+                      : st == STAGELINK_ERR_CONFIG &&
+                            strstr(eb.msg, "SLURM_STEP_TASKS_PER_NODE") != NULL,
+                  "SLURM_STEP_TASKS_PER_NODE=%s SLURM_NODEID=%s: status %d, "
+                  "local size %d, %s", cases[i].list, cases[i].node, st,
+                  l.local_size, eb.msg);
+        }
+        unsetenv("SLURM_STEP_TASKS_PER_NODE");
+        unsetenv("SLURM_NODEID");
+    }
     setenv("SLURM_NTASKS", "six", 1);
     CHECK(sl_launcher_detect(&cfg, &l, &eb) == STAGELINK_ERR_CONFIG &&
           strstr(eb.msg, "SLURM_NTASKS"), "bad SLURM_NTASKS: %s", eb.msg);
