@@ -42,7 +42,7 @@ rows=$(awk -F, 'NR > 1 && NF == 11 && $1 ~ /^[0-9]+$/ && $4 ~ /^[0-9.]+$/ && $11
 for u in -U ""; do
     "$run" -n 4 -T 60 $u -- "$perf" -t 2 -k init -n 3 -w 1 >"$1/perftest.init" 2>"$1/perftest.err" ||
         fail "-k init failed: $(cat "$1/perftest.err")"
-    grep -q "rendezvous $([ -n "$u" ] && echo unauthenticated || echo 'with a job secret')), 3 rounds" "$1/perftest.init" &&
+    grep -q "(bootstrap tcp, $([ -n "$u" ] && echo unauthenticated || echo 'with a job secret')), 3 rounds" "$1/perftest.init" &&
         [ "$(awk 'NF == 3 && $1 > 0 && $1 >= $2 && $1 <= $3' "$1/perftest.init" | wc -l)" = 1 ] ||
         fail "-k init ${u:-with a secret}: $(cat "$1/perftest.init")"
 done
