@@ -179,16 +179,16 @@ out:
 
 int sl_auth_configured(void)
 {
-    return getenv(sl_env_table[SL_ENV_JOB_SECRET].name) != NULL ||
-           getenv(sl_env_table[SL_ENV_JOB_SECRET_FILE].name) != NULL;
+    return getenv(sl_env_table[SL_ENV_JOB_SECRET].pub.name) != NULL ||
+           getenv(sl_env_table[SL_ENV_JOB_SECRET_FILE].pub.name) != NULL;
 }
 
 sl_status_t sl_auth_load(sl_auth_t *auth, uint64_t job_key, sl_errbuf_t *eb)
 {
     /* getenv, not sl_env_raw: set but empty is a mistake to stop on, not
      * an unauthenticated job. */
-    const char *secret = getenv(sl_env_table[SL_ENV_JOB_SECRET].name);
-    const char *path   = getenv(sl_env_table[SL_ENV_JOB_SECRET_FILE].name);
+    const char *secret = getenv(sl_env_table[SL_ENV_JOB_SECRET].pub.name);
+    const char *path   = getenv(sl_env_table[SL_ENV_JOB_SECRET_FILE].pub.name);
 
     memset(auth, 0, sizeof(*auth));
     if (secret != NULL && path != NULL) {

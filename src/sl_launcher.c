@@ -28,18 +28,13 @@ static const sl_launcher_vars_t sl_launchers[] = {
      SL_ENV_SLURM_STEP_TASKS_PER_NODE},
 };
 
-static sl_status_t sl_launcher_int(sl_env_id_t id, long min, int *value,
-                                   sl_errbuf_t *eb)
+/* A launcher's integer as the table bounds it; unset, -1. */
+static sl_status_t sl_launcher_int(sl_env_id_t id, int *value, sl_errbuf_t *eb)
 {
-    const char *text = sl_env_raw(id);
-    long        v;
+    sl_env_value_t v;
 
-    if (text == NULL) {
-        *value = -1;
-        return STAGELINK_SUCCESS;
-    }
-    SL_CHECK(sl_parse_long(text, min, INT_MAX, &v, sl_env_table[id].name, eb));
-    *value = (int)v;
+    SL_CHECK(sl_env_parse(id, &v, eb));
+    *value = (v.text != NULL) ? (int)v.u64 : -1;
     return STAGELINK_SUCCESS;
 }
 
@@ -52,7 +47,7 @@ static sl_status_t sl_launcher_slurm_local_size(int *value, sl_errbuf_t *eb)
     const char *p    = text;
     int         node;
 
-    SL_CHECK(sl_launcher_int(SL_ENV_SLURM_NODEID, 0, &node, eb));
+    SL_CHECK(sl_launcher_int(SL_ENV_SLURM_NODEID, &node, eb));
     *value = -1;
     if (text == NULL || node < 0) {
         return STAGELINK_SUCCESS;
@@ -121,7 +116,7 @@ static sl_status_t sl_launcher_rendezvous(sl_launcher_t *out, sl_errbuf_t *eb)
     const char *port     = tcp ? sl_env_raw(SL_ENV_BOOTSTRAP_PORT) : NULL;
     const char *bind;
     sl_env_id_t port_var = SL_ENV_BOOTSTRAP_PORT;
-    long        v;
+    int         v;
 
     if (addr == NULL) {
         addr = sl_env_raw(SL_ENV_MASTER_ADDR);
@@ -164,18 +159,10 @@ static sl_status_t sl_launcher_rendezvous(sl_launcher_t *out, sl_errbuf_t *eb)
     }
     out->port = SL_BOOTSTRAP_DEFAULT_PORT;
     if (port != NULL) {
-        SL_CHECK(sl_parse_long(port, 1, 65535, &v, sl_env_table[port_var].name,
-                               eb));
-        out->port = (int)v;
+        SL_CHECK(sl_launcher_int(port_var, &v, eb));
+        out->port = v;
     }
     return STAGELINK_SUCCESS;
-}
-
-static int sl_launcher_env_true(sl_env_id_t id)
-{
-    const char *v = sl_env_raw(id);
-
-    return v != NULL && (strcasecmp(v, "true") == 0 || strcmp(v, "1") == 0);
 }
 
 /* The bootstrap of this communicator: a forced one if it can serve, else
@@ -190,17 +177,13 @@ static sl_status_t sl_launcher_bootstrap(const stagelink_config_t *config,
     int whole = found != NULL && (!(config->flags & STAGELINK_CONFIG_RANK_SET) ||
                                   (config->rank == out->launcher_rank &&
                                    config->world_size == out->launcher_size));
-    int agent = whole && sl_launcher_env_true(SL_ENV_TORCHELASTIC_USE_AGENT_STORE);
     int pmix  = whole && out->pmix_rank >= 0 && found != &sl_launchers[0] &&
                 out->pmix_rank == out->launcher_rank;
-    int kind;
+    sl_env_value_t agent, kind;
 
-    SL_CHECK(sl_env_parse_choice(SL_ENV_BOOTSTRAP,
-                                 (const char *const[]){"auto", "callbacks",
-                                                       "torch-store", "pmix",
-                                                       "tcp", NULL},
-                                 &kind, eb));
-    switch (kind - 1) {
+    SL_CHECK(sl_env_parse(SL_ENV_TORCHELASTIC_USE_AGENT_STORE, &agent, eb));
+    SL_CHECK(sl_env_parse(SL_ENV_BOOTSTRAP, &kind, eb));
+    switch (kind.choice - 1) {
     case -1:
         break;
     case SL_BOOT_CALLBACKS:
@@ -239,7 +222,7 @@ static sl_status_t sl_launcher_bootstrap(const stagelink_config_t *config,
         out->boot = SL_BOOT_CALLBACKS;
         snprintf(out->boot_why, sizeof(out->boot_why), "the host's %s",
                  config->store_set != NULL ? "store" : "allgather");
-    } else if (agent) {
+    } else if (whole && agent.flag) {
         out->boot = SL_BOOT_TORCH_STORE;
         snprintf(out->boot_why, sizeof(out->boot_why),
                  "TORCHELASTIC_USE_AGENT_STORE=%s: torchrun hosts the job's "
@@ -266,7 +249,7 @@ sl_status_t sl_launcher_detect(const stagelink_config_t *config,
 
     memset(out, 0, sizeof(*out));
     out->local_rank = out->local_size = -1;
-    SL_CHECK(sl_launcher_int(SL_ENV_PMIX_RANK, 0, &out->pmix_rank, eb));
+    SL_CHECK(sl_launcher_int(SL_ENV_PMIX_RANK, &out->pmix_rank, eb));
     for (i = 0; i < SL_ARRAY_SIZE(sl_launchers) && found == NULL; ++i) {
         if (sl_env_raw(sl_launchers[i].rank) != NULL) {
             found = &sl_launchers[i];
@@ -274,20 +257,20 @@ sl_status_t sl_launcher_detect(const stagelink_config_t *config,
     }
     if (found != NULL) {
         out->source = found->source;
-        SL_CHECK(sl_launcher_int(found->rank, 0, &out->rank, eb));
-        SL_CHECK(sl_launcher_int(found->size, 1, &out->world_size, eb));
-        SL_CHECK(sl_launcher_int(found->local_rank, 0, &out->local_rank, eb));
+        SL_CHECK(sl_launcher_int(found->rank, &out->rank, eb));
+        SL_CHECK(sl_launcher_int(found->size, &out->world_size, eb));
+        SL_CHECK(sl_launcher_int(found->local_rank, &out->local_rank, eb));
         if (found->local_size == SL_ENV_SLURM_STEP_TASKS_PER_NODE) {
             SL_CHECK(sl_launcher_slurm_local_size(&out->local_size, eb));
         } else {
-            SL_CHECK(sl_launcher_int(found->local_size, 1, &out->local_size, eb));
+            SL_CHECK(sl_launcher_int(found->local_size, &out->local_size, eb));
         }
         if (out->world_size < 0) {
             return sl_error(eb, STAGELINK_ERR_CONFIG,
                             "%s is set but %s is not; the launcher (%s) "
                             "environment is incomplete",
-                            sl_env_table[found->rank].name,
-                            sl_env_table[found->size].name, found->source);
+                            sl_env_table[found->rank].pub.name,
+                            sl_env_table[found->size].pub.name, found->source);
         }
     }
     out->launcher_rank = out->rank;

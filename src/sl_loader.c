@@ -12,11 +12,14 @@
 #include "sl_gpudirect.h"
 #include "sl_launcher.h"
 #include "sl_log.h"
+#include "sl_settings.h"
 #include "sl_topo.h"
 
 #include <stagelink/loader.h>
 
+#include <dirent.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -229,48 +232,97 @@ static int sl_loader_own_dir(char *out, size_t len)
     return 1;
 }
 
+/* The directories searched for plugins, in order: STAGELINK_PLUGIN_PATH's,
+ * then next to this library (an install moved as a whole, a wheel), then
+ * where it was installed; returns how many. */
+#define SL_LOADER_DIRS 16
+static char            sl_loader_dir_list[SL_LOADER_DIRS][SL_LOADER_PATH_MAX]; /* too big for a stack */
+static pthread_mutex_t sl_loader_dir_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int sl_loader_dirs(void)
+{
+    const char *plugin_path = sl_env_raw(SL_ENV_PLUGIN_PATH);
+    char        list[SL_LOADER_PATH_MAX], own[SL_LOADER_PATH_MAX];
+    char       *save = NULL, *dir;
+    int         n = 0;
+
+    if (plugin_path != NULL) {
+        snprintf(list, sizeof(list), "%s", plugin_path);
+        for (dir = strtok_r(list, ":", &save);
+             dir != NULL && n < SL_LOADER_DIRS - 2;
+             dir = strtok_r(NULL, ":", &save)) {
+            snprintf(sl_loader_dir_list[n++], SL_LOADER_PATH_MAX, "%s", dir);
+        }
+    }
+    if (sl_loader_own_dir(own, sizeof(own)) &&
+        sl_loader_join(sl_loader_dir_list[n], SL_LOADER_PATH_MAX, own, "", "stagelink")) {
+        ++n;
+    }
+    if (STAGELINK_PLUGIN_DIR[0] != '\0' &&
+        (n == 0 || strcmp(sl_loader_dir_list[n - 1], STAGELINK_PLUGIN_DIR) != 0)) {
+        snprintf(sl_loader_dir_list[n++], SL_LOADER_PATH_MAX, "%s", STAGELINK_PLUGIN_DIR);
+    }
+    return n;
+}
+
 static void *sl_loader_search(const char *name, char *path, size_t pathlen,
                               char *tried, size_t triedlen)
 {
     char        file[256];
-    char        dirs[SL_LOADER_PATH_MAX];
-    const char *plugin_path = sl_env_raw(SL_ENV_PLUGIN_PATH);
-    char       *save = NULL, *dir;
-    void       *handle;
+    void       *handle = NULL;
+    int         n, i;
 
     if (strchr(name, '/') != NULL) {
         snprintf(path, pathlen, "%s", name);
         return sl_loader_try(name, tried, triedlen);
     }
     snprintf(file, sizeof(file), "libstagelink-%s.so", name);
-    if (plugin_path != NULL) {
-        snprintf(dirs, sizeof(dirs), "%s", plugin_path);
-        for (dir = strtok_r(dirs, ":", &save); dir != NULL;
-             dir = strtok_r(NULL, ":", &save)) {
-            snprintf(path, pathlen, "%s/%s", dir, file);
-            if ((handle = sl_loader_try(path, tried, triedlen)) != NULL) {
-                return handle;
-            }
+    pthread_mutex_lock(&sl_loader_dir_lock);
+    n = sl_loader_dirs();
+    for (i = 0; i < n && handle == NULL; ++i) {
+        if (sl_loader_join(path, pathlen, sl_loader_dir_list[i], "", file)) {
+            handle = sl_loader_try(path, tried, triedlen);
         }
     }
-    /* Next to this library (an install moved as a whole, a wheel), then
-     * where it was installed. */
-    path[0] = '\0';
-    if (sl_loader_own_dir(dirs, sizeof(dirs)) &&
-        sl_loader_join(path, pathlen, dirs, "stagelink/", file) &&
-        (handle = sl_loader_try(path, tried, triedlen)) != NULL) {
-        return handle;
-    }
-    if (STAGELINK_PLUGIN_DIR[0] != '\0' &&
-        sl_loader_join(dirs, sizeof(dirs), STAGELINK_PLUGIN_DIR, "", file) &&
-        strcmp(dirs, path) != 0 &&
-        sl_loader_join(path, pathlen, STAGELINK_PLUGIN_DIR, "", file) &&
-        (handle = sl_loader_try(path, tried, triedlen)) != NULL) {
+    pthread_mutex_unlock(&sl_loader_dir_lock);
+    if (handle != NULL) {
         return handle;
     }
     /* Last, the dynamic loader's own search: LD_LIBRARY_PATH, rpath, cache. */
     snprintf(path, pathlen, "%s", file);
     return sl_loader_try(file, tried, triedlen);
+}
+
+size_t stagelink_plugins_found(char *buf, size_t len)
+{
+    size_t         used = 0;
+    int            n, i;
+
+    if (len > 0) {
+        buf[0] = '\0';
+    }
+    pthread_mutex_lock(&sl_loader_dir_lock);
+    n = sl_loader_dirs();
+    for (i = 0; i < n; ++i) {
+        DIR           *d = opendir(sl_loader_dir_list[i]);
+        struct dirent *ent;
+
+        while (d != NULL && (ent = readdir(d)) != NULL) {
+            size_t nlen = strlen(ent->d_name);
+
+            if (strncmp(ent->d_name, "libstagelink-", 13) == 0 && nlen > 16 &&
+                strcmp(ent->d_name + nlen - 3, ".so") == 0) {
+                used += (size_t)snprintf(buf + (used < len ? used : len),
+                                         used < len ? len - used : 0,
+                                         "%s/%s\n", sl_loader_dir_list[i], ent->d_name);
+            }
+        }
+        if (d != NULL) {
+            closedir(d);
+        }
+    }
+    pthread_mutex_unlock(&sl_loader_dir_lock);
+    return used;
 }
 
 stagelink_status_t stagelink_loader_open(const char *name,
@@ -287,6 +339,18 @@ stagelink_status_t stagelink_loader_open(const char *name,
                               "stagelink_loader_open: loader is NULL");
     }
     *loader_out = NULL;
+    {
+        sl_errbuf_t    eb;
+        sl_env_value_t dirs;
+
+        /* The variables the open reads, refused here with their sentence
+         * rather than as "not found". */
+        if (sl_settings_log(&eb) != STAGELINK_SUCCESS ||
+            sl_env_parse(SL_ENV_PLUGIN_PATH, &dirs, &eb) != STAGELINK_SUCCESS) {
+            return sl_loader_fail(err, errlen, STAGELINK_ERR_CONFIG, "%s",
+                                  eb.msg);
+        }
+    }
     if (name == NULL) {
         name = sl_env_get(SL_ENV_PLUGIN);
     }
@@ -422,12 +486,73 @@ size_t stagelink_env_count(void)
 
 const stagelink_env_var_t *stagelink_env_var(size_t index)
 {
-    return (index < SL_ENV_COUNT) ? &sl_env_table[index] : NULL;
+    return (index < SL_ENV_COUNT) ? &sl_env_table[index].pub : NULL;
 }
 
 int stagelink_env_var_secret(size_t index)
 {
-    return index < SL_ENV_COUNT && sl_env_is_secret((sl_env_id_t)index);
+    return index < SL_ENV_COUNT &&
+           (sl_env_table[index].flags & SL_ENV_F_SECRET) != 0;
+}
+
+stagelink_status_t stagelink_env_value(const char *name, char *value,
+                                       size_t len, char *err, size_t errlen)
+{
+    sl_env_id_t           id = (name != NULL) ? sl_env_find(name) : SL_ENV_COUNT;
+    const sl_env_entry_t *e;
+    sl_env_value_t        v;
+    sl_errbuf_t           eb;
+
+    if (id == SL_ENV_COUNT) {
+        return sl_loader_fail(err, errlen, STAGELINK_ERR_NOT_FOUND,
+                              "%s is not a variable of stagelink's table "
+                              "(stagelink_info -c lists them)",
+                              name != NULL ? name : "(null)");
+    }
+    if (sl_env_parse(id, &v, &eb) != STAGELINK_SUCCESS) {
+        return sl_loader_fail(err, errlen, STAGELINK_ERR_CONFIG, "%s", eb.msg);
+    }
+    e = &sl_env_table[id];
+    if (value == NULL || len == 0) {
+        return STAGELINK_SUCCESS;
+    }
+    if (v.text == NULL) {
+        value[0] = '\0';
+    } else if (e->flags & SL_ENV_F_SECRET) {
+        snprintf(value, len, "(set, not shown)");
+    } else if (v.is_auto) {
+        snprintf(value, len, "auto");
+    } else {
+        switch (e->type) {
+        case SL_ENV_T_BOOL:   snprintf(value, len, "%d", v.flag); break;
+        case SL_ENV_T_INT:
+        case SL_ENV_T_SIZE:
+            snprintf(value, len, "%llu", (unsigned long long)v.u64);
+            break;
+        case SL_ENV_T_SECONDS:
+        case SL_ENV_T_NUMBER: snprintf(value, len, "%.17g", v.real); break;
+        case SL_ENV_T_ENUM:
+            snprintf(value, len, "%s", e->choices[v.choice]);
+            break;
+        default: snprintf(value, len, "%s", v.text); break;
+        }
+    }
+    return STAGELINK_SUCCESS;
+}
+
+void stagelink_env_var_forms(size_t index, char *buf, size_t len)
+{
+    if (len > 0) {
+        buf[0] = '\0';
+    }
+    if (index < SL_ENV_COUNT && len > 0) {
+        sl_env_forms((sl_env_id_t)index, buf, len);
+    }
+}
+
+int stagelink_env_unknown(char *buf, size_t len)
+{
+    return sl_env_unknown(buf, len);
 }
 
 stagelink_status_t stagelink_job_query(stagelink_job_info_t *job, char *err,

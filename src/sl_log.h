@@ -1,7 +1,8 @@
 /*
  * Logging in NCCL's manner: STAGELINK_DEBUG picks the level,
  * STAGELINK_DEBUG_SUBSYS the subsystems; every line carries host, pid and
- * rank.  SPDX-License-Identifier: MIT
+ * rank.  The bottom of the stack: it reads no variable and calls nothing
+ * of stagelink's.  SPDX-License-Identifier: MIT
  */
 #ifndef SL_LOG_H
 #define SL_LOG_H
@@ -22,13 +23,12 @@ typedef enum sl_subsys {
     SL_SUBSYS_ALL    = 0xffffu
 } sl_subsys_t;
 
-#include "sl_error.h"
 
-/** Parses STAGELINK_DEBUG and STAGELINK_DEBUG_SUBSYS; unknown values fail. */
-sl_status_t sl_log_parse_env(sl_log_level_t *level, unsigned *mask,
-                             sl_errbuf_t *eb);
+/** Sets the level and subsystems in force (sl_settings_log reads them
+ *  from STAGELINK_DEBUG and STAGELINK_DEBUG_SUBSYS). */
+void sl_log_configure(sl_log_level_t level, unsigned mask);
 
-/** Level in force (reads the environment on first use). */
+/** Level in force: WARN until configured. */
 sl_log_level_t sl_log_level(void);
 
 /** Rank shown in the prefix of this process's lines; -1 before init. */

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 /* Does `nic` match one entry "name[:port]" of a list (exact or prefix)? */
 static int sl_hca_entry_match(const sl_topo_nic_t *nic, const char *entry,
@@ -44,34 +43,28 @@ static int sl_hca_list_match(const sl_topo_nic_t *nic, const char *list,
 
 sl_status_t sl_nic_floor(double *gbps, sl_errbuf_t *eb)
 {
-    const char *text = sl_env_get(SL_ENV_NIC_MIN_GBPS);
-    char       *end;
+    sl_env_value_t v;
 
-    if (strcasecmp(text, "auto") == 0) {
-        *gbps = -1.0;
-        return STAGELINK_SUCCESS;
-    }
-    *gbps = strtod(text, &end);
-    if (end == text || *end != '\0' || !(*gbps >= 0.0)) {
-        return sl_error(eb, STAGELINK_ERR_CONFIG, "STAGELINK_NIC_MIN_GBPS="
-                        "\"%s\" is neither auto nor a rate in Gb/s (0 keeps "
-                        "every NIC)", text);
-    }
+    SL_CHECK(sl_env_parse(SL_ENV_NIC_MIN_GBPS, &v, eb));
+    *gbps = v.is_auto ? -1.0 : v.real;
     return STAGELINK_SUCCESS;
 }
 
 sl_status_t sl_topo_filter_nics(sl_topo_t *t, sl_errbuf_t *eb)
 {
-    const char *spec = sl_env_raw(SL_ENV_IB_HCA);
-    const char *from = "STAGELINK_IB_HCA";
-    const char *list;
-    double      floor_gbps, fastest = 0.0;
-    int         exclude = 0, exact = 0, i;
+    sl_env_value_t hca;
+    const char    *spec, *from = "STAGELINK_IB_HCA";
+    const char    *list;
+    double         floor_gbps, fastest = 0.0;
+    int            exclude = 0, exact = 0, i;
 
     SL_CHECK(sl_nic_floor(&floor_gbps, eb));
-    if (spec == NULL && (spec = sl_env_raw(SL_ENV_NCCL_IB_HCA)) != NULL) {
+    SL_CHECK(sl_env_parse(SL_ENV_IB_HCA, &hca, eb));
+    if (hca.text == NULL) {
+        SL_CHECK(sl_env_parse(SL_ENV_NCCL_IB_HCA, &hca, eb));
         from = "NCCL_IB_HCA";
     }
+    spec = hca.text;
     list = (spec != NULL) ? spec : "";
     exclude = (list[0] == '^');
     list += exclude;

@@ -2,20 +2,17 @@
 #include "sl_settings.h"
 #include "sl_env.h"
 #include "sl_log.h"
-#include "sl_topo.h"
 
 #include <sched.h>
 #include <stddef.h>
 #include <string.h>
-#include <strings.h>
 
 static sl_status_t sl_settings_mode(const stagelink_config_t *config,
                                     stagelink_mode_t *mode, sl_errbuf_t *eb)
 {
-    static const char *const names[] = {"scatter_gather", "full", "sharded",
-                                        NULL};
-    stagelink_mode_t         from_env;
-    int                      choice;
+    const char *const *names = sl_env_table[SL_ENV_MODE].choices;
+    stagelink_mode_t   from_env;
+    sl_env_value_t     v;
 
     if (config->mode < STAGELINK_MODE_DEFAULT ||
         config->mode > STAGELINK_MODE_SHARDED) {
@@ -23,23 +20,54 @@ static sl_status_t sl_settings_mode(const stagelink_config_t *config,
                         "config mode %d is not a stagelink_mode_t",
                         (int)config->mode);
     }
-    SL_CHECK(sl_env_parse_choice(SL_ENV_MODE, names, &choice, eb));
-    from_env = (stagelink_mode_t)(STAGELINK_MODE_SCATTER_GATHER + choice);
-    /* The variable chooses only where the code left the choice to it: a
-     * mode the code asked for is a statement about its tensors (sharded
-     * where each rank reads its own shard only), which no variable may
-     * silently overturn. */
-    if (config->mode != STAGELINK_MODE_DEFAULT &&
-        sl_env_raw(SL_ENV_MODE) != NULL && from_env != config->mode) {
+    SL_CHECK(sl_env_parse(SL_ENV_MODE, &v, eb));
+    from_env = (stagelink_mode_t)(STAGELINK_MODE_SCATTER_GATHER + v.choice);
+    /* The environment picks a transport, never what a receive holds:
+     * sharded leaves each rank only its shard, which the host's code must
+     * be written for, so only the code may ask for it. */
+    if (v.set && from_env == STAGELINK_MODE_SHARDED &&
+        config->mode != STAGELINK_MODE_SHARDED) {
+        return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
+                        "STAGELINK_MODE=%s: sharded changes what a receive "
+                        "holds (each rank gets only its shard), so only the "
+                        "host's code may ask for it (config mode "
+                        "STAGELINK_MODE_SHARDED); the variable chooses "
+                        "between scatter_gather and full, which deliver the "
+                        "same tensor", v.text);
+    }
+    /* A mode the code asked for is a statement about its tensors, which
+     * no variable may silently overturn. */
+    if (config->mode != STAGELINK_MODE_DEFAULT && v.set &&
+        from_env != config->mode) {
         return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
                         "STAGELINK_MODE=%s disagrees with the mode the "
                         "host's code asked for (%s); unset STAGELINK_MODE or "
                         "set it to %s (the variable chooses only where the "
-                        "code leaves the mode at its default)", names[choice],
+                        "code leaves the mode at its default)", names[v.choice],
                         names[config->mode - STAGELINK_MODE_SCATTER_GATHER],
                         names[config->mode - STAGELINK_MODE_SCATTER_GATHER]);
     }
     *mode = (config->mode == STAGELINK_MODE_DEFAULT) ? from_env : config->mode;
+    return STAGELINK_SUCCESS;
+}
+
+sl_status_t sl_settings_log(sl_errbuf_t *eb)
+{
+    static const unsigned bits[] = {SL_SUBSYS_INIT, SL_SUBSYS_BOOT,
+                                    SL_SUBSYS_NET, SL_SUBSYS_GATHER,
+                                    SL_SUBSYS_ENV, SL_SUBSYS_ALL};
+    sl_env_value_t        level, subsys;
+    unsigned              mask = 0;
+    size_t                i;
+
+    SL_CHECK(sl_env_parse(SL_ENV_DEBUG, &level, eb));
+    SL_CHECK(sl_env_parse(SL_ENV_DEBUG_SUBSYS, &subsys, eb));
+    for (i = 0; i < SL_ARRAY_SIZE(bits); ++i) {
+        if (subsys.mask & (1u << i)) {
+            mask |= bits[i];
+        }
+    }
+    sl_log_configure((sl_log_level_t)level.choice, mask);
     return STAGELINK_SUCCESS;
 }
 
@@ -79,48 +107,33 @@ sl_status_t sl_config_copy(const stagelink_config_t *config,
 sl_status_t sl_settings_parse(const stagelink_config_t *config,
                               sl_settings_t *s, sl_errbuf_t *eb)
 {
-    static const char *const gpu_direct_names[] = {"auto", "require", "off",
-                                                   NULL};
-    uint64_t       spin_us, max_requests, chunk, nbufs, thread;
-    double         floor_gbps;
-    sl_log_level_t level;
-    unsigned       subsys;
+    sl_env_value_t v;
 
-    SL_CHECK(sl_log_parse_env(&level, &subsys, eb));
+    /* Every variable first, on every rank and before any exchange: a rank
+     * refusing one alone would leave its peers waiting in the bootstrap. */
+    SL_CHECK(sl_settings_log(eb));
+    SL_CHECK(sl_env_check_all(eb));
+    sl_env_warn_unknown();
     SL_CHECK(sl_settings_mode(config, &s->mode, eb));
-    SL_CHECK(sl_env_parse_seconds(SL_ENV_TIMEOUT, &s->timeout, eb));
-    if (strcmp(sl_env_get(SL_ENV_SPIN_US), "auto") == 0) {
-        spin_us = UINT64_MAX;
-    } else {
-        SL_CHECK(sl_env_parse_u64(SL_ENV_SPIN_US, 0, 10000000, &spin_us, eb));
-    }
-    SL_CHECK(sl_env_parse_u64(SL_ENV_MAX_REQUESTS, 1, 1 << 20, &max_requests,
-                              eb));
-    if (strcasecmp(sl_env_get(SL_ENV_CHUNK), "auto") == 0) {
-        chunk = 0; /* decided with the peers, once UCX is up (ucx_chunked.c) */
-    } else {
-        SL_CHECK(sl_env_parse_u64(SL_ENV_CHUNK, 4096, 1ull << 30, &chunk, eb));
-    }
-    if (strcasecmp(sl_env_get(SL_ENV_STAGING_BUFFERS), "auto") == 0) {
-        nbufs = 0; /* sized once the ranks of the node are known */
-    } else {
-        SL_CHECK(sl_env_parse_u64(SL_ENV_STAGING_BUFFERS, 1, 64, &nbufs, eb));
-    }
-    SL_CHECK(sl_env_parse_u64(SL_ENV_PROGRESS_THREAD, 0, 1, &thread, eb));
-    /* Read before any exchange: a rank refusing one alone would leave its
-     * peers waiting in the bootstrap. */
-    SL_CHECK(sl_env_parse_choice(SL_ENV_GPU_DIRECT, gpu_direct_names,
-                                 &s->gpu_direct, eb));
-    SL_CHECK(sl_nic_floor(&floor_gbps, eb));
-    SL_CHECK(sl_env_parse_seconds(SL_ENV_FINALIZE_GRACE, &s->grace, eb));
+    SL_CHECK(sl_env_parse(SL_ENV_TIMEOUT, &v, eb));
+    s->timeout = v.real;
+    SL_CHECK(sl_env_parse(SL_ENV_SPIN_US, &v, eb));
+    s->spin = v.is_auto ? -1.0 : (double)v.u64 * 1e-6;
+    SL_CHECK(sl_env_parse(SL_ENV_MAX_REQUESTS, &v, eb));
+    s->max_requests = (int)v.u64;
+    SL_CHECK(sl_env_parse(SL_ENV_CHUNK, &v, eb));
+    s->chunk = (size_t)v.u64; /* auto: 0, decided with the peers once UCX is up */
+    SL_CHECK(sl_env_parse(SL_ENV_STAGING_BUFFERS, &v, eb));
+    s->nbufs = (int)v.u64; /* auto: 0, sized once the node's ranks are known */
+    SL_CHECK(sl_env_parse(SL_ENV_PROGRESS_THREAD, &v, eb));
+    s->progress_thread = v.flag;
+    SL_CHECK(sl_env_parse(SL_ENV_GPU_DIRECT, &v, eb));
+    s->gpu_direct = v.choice;
+    SL_CHECK(sl_env_parse(SL_ENV_FINALIZE_GRACE, &v, eb));
+    s->grace = v.real;
     if (s->timeout > 0 && s->grace > s->timeout) {
         s->grace = s->timeout;
     }
-    s->progress_thread = (int)thread;
-    s->spin         = (spin_us == UINT64_MAX) ? -1.0 : (double)spin_us * 1e-6;
-    s->max_requests = (int)max_requests;
-    s->chunk        = (size_t)chunk;
-    s->nbufs        = (int)nbufs;
     return STAGELINK_SUCCESS;
 }
 

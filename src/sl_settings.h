@@ -37,7 +37,12 @@ enum {
 sl_status_t sl_config_copy(const stagelink_config_t *config,
                            stagelink_config_t *out, sl_errbuf_t *eb);
 
-/** Checks every variable against the (copied) config; errors name the value. */
+/** Configures the logger from STAGELINK_DEBUG and STAGELINK_DEBUG_SUBSYS:
+ *  the entry points call it before they log. */
+sl_status_t sl_settings_log(sl_errbuf_t *eb);
+
+/** Checks every variable (and names unknown ones, once), then reads the
+ *  settings against the (copied) config; errors name the value. */
 sl_status_t sl_settings_parse(const stagelink_config_t *config,
                               sl_settings_t *s, sl_errbuf_t *eb);
 

@@ -14,9 +14,16 @@ gather, the steps interleaved (stagelink, tp_group, stagelink, ...) so a
 drift of the machine touches both alike.
 SPDX-License-Identifier: MIT
 """
+import sys
+
+# Before torch's import: the help needs no torch.
+if __name__ == "__main__" and sys.argv[1:2] in (["-h"], ["--help"]):
+    print("usage: stagelink_run -n 4 -- .venv/bin/python tools/bench_megatron_gather.py [T] [S,B,H] [MICROBATCHES] [STEPS]")
+    print(__doc__)
+    sys.exit(0)
+
 import os
 import statistics
-import sys
 import time
 import warnings
 

@@ -23,8 +23,15 @@ PEER:
 Rank 0 prints "size,peer,t,avg_us" per size (time per tensor).
 SPDX-License-Identifier: MIT
 """
-import os
 import sys
+
+# Before torch's import: the help needs no torch.
+if __name__ == "__main__" and sys.argv[1:2] in (["-h"], ["--help"]):
+    print("usage: bench_peers.py PEER SIZES ITERS     (under stagelink_run, per node; see below)")
+    print(__doc__)
+    sys.exit(0)
+
+import os
 import time
 
 import torch

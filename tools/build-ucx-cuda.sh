@@ -20,7 +20,9 @@
 # (build dependencies); about 5 minutes on 2 cores.
 set -eu
 
-[ $# -eq 1 ] || { sed -n '2,20p' "$0"; exit 2; }
+usage() { echo "usage: tools/build-ucx-cuda.sh PREFIX    UCX with CUDA from Debian's source into PREFIX (as root)"; }
+case "${1:-}" in -h|--help) usage; exit 0 ;; -*) usage >&2; exit 2 ;; esac
+[ $# -eq 1 ] || { usage >&2; exit 2; }
 prefix=$(realpath -m "$1")
 cuda=${CUDA_HOME:-/usr/local/cuda}
 [ -f "$cuda/include/cuda.h" ] || { echo "build-ucx-cuda: no CUDA toolkit in $cuda (set CUDA_HOME)" >&2; exit 1; }

@@ -9,6 +9,14 @@
 # libpmix-dev, slurm-wlm and munge: the launcher tests start srun and mpirun
 # (PMIx) on this machine.
 set -eu
+case "${1:-}" in
+-h|--help)
+    echo "usage: tools/install-deps.sh    as root: Debian 12's packages, then .venv (tools/make-venv.sh;"
+    echo "       STAGELINK_NO_VENV=1 leaves .venv out).  Takes no argument; -h changes nothing."
+    exit 0 ;;
+"") ;;
+*) echo "install-deps.sh: no argument is taken (got \"$1\"); -h tells what it does" >&2; exit 2 ;;
+esac
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \

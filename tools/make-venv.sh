@@ -11,6 +11,10 @@
 # An existing VENV whose packages match the pins is kept; only the wheel
 # is rebuilt.  Needs the network (the package index, Debian's mirror).
 set -eu
+case "${1:-}" in
+-h|--help) echo "usage: tools/make-venv.sh [VENV]    the pinned Python environment (default .venv) with stagelink's wheel"; exit 0 ;;
+-*) echo "make-venv.sh: unknown option \"$1\"; -h tells what it does" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 venv=${1:-.venv}
 req=python/requirements-venv.txt

@@ -4,6 +4,9 @@
 # by stagelink_two_node.sh and bench-two-node; they set $run (stagelink_run)
 # and $rate first.  Everything made is removed on any exit.
 # SPDX-License-Identifier: MIT
+case "$0" in *netns-lib.sh) case "${1:-}" in -h|--help)
+    echo "usage: run=STAGELINK_RUN rate=RATE; . netns-lib.sh    (a library of simulated nodes: sourced, not run)"
+    exit 0 ;; esac ;; esac
 
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root to create network namespaces (ip netns)"

@@ -1,6 +1,9 @@
 # Sourced by .ci/run and test/run-all.sh: `phase NAME COMMAND...` runs the
 # command, prints "phase NAME: N s" and stops the script on failure;
 # `phase_summary` prints every phase's time again at the end.
+case "$0" in *phase.sh) case "${1:-}" in -h|--help)
+    echo "usage: . tools/phase.sh; phase NAME COMMAND...; phase_summary    (a library: sourced, not run)"
+    exit 0 ;; esac ;; esac
 phase_log=${phase_log:-}
 phase() {
     _name=$1

@@ -4,6 +4,9 @@
 # with `cc prog.c -lstagelink` finds libstagelink.so.1 as it would after a
 # package install.  Usage (from meson): post-install.sh LIBDIR
 set -eu
+case "${1:-}" in
+-h|--help) echo "usage: post-install.sh LIBDIR    meson install's step: refreshes the loader's cache (root, no DESTDIR)"; exit 0 ;;
+esac
 [ -z "${DESTDIR:-}" ] || exit 0
 if [ "$(id -u)" != 0 ] || ! command -v ldconfig >/dev/null 2>&1; then
     echo "stagelink: run ldconfig as root, or set LD_LIBRARY_PATH=$1, before running programs linked with -lstagelink"

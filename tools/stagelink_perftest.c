@@ -40,6 +40,7 @@
 #include "host.h"
 #include "pattern.h"
 #include "schedule.h"
+#include "tool_opts.h"
 
 #ifdef STAGELINK_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -93,9 +94,9 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static void usage(void)
+static void usage(FILE *to)
 {
-    fprintf(stderr,
+    fprintf(to,
             "usage: stagelink_perftest -t TP [-k boundary|shard|gather|stream|duplex|pipeline|init]\n"
             "         [-B MICROBATCHES] [-V CHUNKS] [-P COMPUTE_US] (pipeline;\n"
             "         default 16, 1, 0)\n"
@@ -112,6 +113,7 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
                                              {"mode", required_argument, NULL, 'M'},
                                              {"corrupt", no_argument, NULL, 'X'},
                                              {"help", no_argument, NULL, 'h'},
+                                             {"version", no_argument, NULL, 256},
                                              {NULL, 0, NULL, 0}};
     size_t min = 1 << 20, max = 1 << 20, v;
     int    factor = 2, opt, have_list = 0;
@@ -186,7 +188,8 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
                 }
             }
             break;
-        case 'h': usage(); exit(0);
+        case 'h': usage(stdout); exit(0);
+        case 256: exit(sl_tool_version("stagelink_perftest"));
         default: return -1;
         }
     }
@@ -650,7 +653,7 @@ int main(int argc, char **argv)
     int           i, rc = 0, wrong = 0;
 
     if (parse_opts(argc, argv, &o) != 0) {
-        usage();
+        usage(stderr);
         return 2;
     }
 #ifdef STAGELINK_HAVE_CUDA

@@ -22,6 +22,8 @@
 #include "pattern.h"
 #include "schedule.h"
 
+#include "tool_opts.h"
+
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,9 +312,9 @@ static int run_mode(const pipe_opts_t *o, stagelink_mode_t mode,
     return rc;
 }
 
-static void usage(void)
+static void usage(FILE *to)
 {
-    fprintf(stderr,
+    fprintf(to,
             "usage: stagelink_pipeline [-t TP] [-p PP] [-v CHUNKS] [-m MICROBATCHES]\n"
             "         [-s SIZE] [-c COMPUTE_US] [-i STEPS] [-M MODES] [-S]\n"
             "  -t  tensor-parallel size (default 1); -p stages (default: world / t,\n"
@@ -336,7 +338,8 @@ int main(int argc, char **argv)
     pipe_stats_t sg = {0}, sh = {0}, st;
     stagelink_mode_t mode;
 
-    while ((opt = getopt(argc, argv, "t:p:v:m:s:c:i:M:Sh")) != -1) {
+    while ((opt = getopt_long(argc, argv, "t:p:v:m:s:c:i:M:Sh", sl_tool_longopts,
+                              NULL)) != -1) {
         switch (opt) {
         case 't': o.tp = atoi(optarg); break;
         case 'p': o.pp = atoi(optarg); break;
@@ -344,7 +347,7 @@ int main(int argc, char **argv)
         case 'm': o.m = atoi(optarg); break;
         case 's':
             if (sl_host_parse_size(optarg, &o.size) != 0) {
-                usage();
+                usage(stderr);
                 return 2;
             }
             break;
@@ -352,7 +355,9 @@ int main(int argc, char **argv)
         case 'i': o.iters = atoi(optarg); break;
         case 'M': snprintf(modes, sizeof(modes), "%s", optarg); break;
         case 'S': o.shapes = 1; break;
-        default: usage(); return opt == 'h' ? 0 : 2;
+        case 'h': usage(stdout); return 0;
+        case 'V': return sl_tool_version("stagelink_pipeline");
+        default: usage(stderr); return 2;
         }
     }
     if (o.pp == 0) {
@@ -368,7 +373,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "stagelink_pipeline: world %d does not split into "
                 "t=%d x p=%d x d=%d with v=%d, m=%d (p >= 2; m a multiple "
                 "of p when v > 1)\n", world, o.tp, o.pp, o.dp, o.v, o.m);
-        usage();
+        usage(stderr);
         return 2;
     }
     if (rank == 0) {

@@ -9,6 +9,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include "tool_opts.h"
+
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -464,7 +466,8 @@ int main(int argc, char **argv)
     sigset_t forward, old;
     sl_run_t run;
 
-    while ((opt = getopt(argc, argv, "+n:o:w:T:G:lUPh")) != -1) {
+    while ((opt = getopt_long(argc, argv, "+n:o:w:T:G:lUPh", sl_tool_longopts,
+                              NULL)) != -1) {
         switch (opt) {
         case 'n':
             if (sl_run_parse_int(optarg, 1, "-n", &nlocal) != 0) {
@@ -495,6 +498,7 @@ int main(int argc, char **argv)
         case 'U': unauthenticated = 1; break;
         case 'P': print_port = 1; break;
         case 'h': usage(stdout); return 0;
+        case 'V': return sl_tool_version("stagelink_run");
         default: usage(stderr); return 2;
         }
     }

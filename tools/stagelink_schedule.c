@@ -14,13 +14,15 @@
  */
 #include "schedule.h"
 
+#include "tool_opts.h"
+
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-static void usage(void)
+static void usage(FILE *to)
 {
-    fprintf(stderr, "usage: stagelink_schedule -p STAGES -m MICROBATCHES [-v CHUNKS]\n"
+    fprintf(to, "usage: stagelink_schedule -p STAGES -m MICROBATCHES [-v CHUNKS]\n"
                     "  prints every rank's steps of the 1F1B (v = 1) or interleaved\n"
                     "  1F1B (v > 1) schedule, one operation a line\n");
 }
@@ -30,19 +32,22 @@ int main(int argc, char **argv)
     sl_sched_step_t *steps;
     int              p = 0, m = 0, v = 1, opt, r, s, k, n;
 
-    while ((opt = getopt(argc, argv, "p:m:v:h")) != -1) {
+    while ((opt = getopt_long(argc, argv, "p:m:v:h", sl_tool_longopts,
+                              NULL)) != -1) {
         switch (opt) {
         case 'p': p = atoi(optarg); break;
         case 'm': m = atoi(optarg); break;
         case 'v': v = atoi(optarg); break;
-        default: usage(); return opt == 'h' ? 0 : 2;
+        case 'h': usage(stdout); return 0;
+        case 'V': return sl_tool_version("stagelink_schedule");
+        default: usage(stderr); return 2;
         }
     }
     if (p < 2 || m < 1 || v < 1 || m > 100000 || v > 64 ||
         (v > 1 && m % p != 0)) {
         fprintf(stderr, "stagelink_schedule: need p >= 2, m >= 1, v >= 1 (m a "
                 "multiple of p when v > 1); got p=%d m=%d v=%d\n", p, m, v);
-        usage();
+        usage(stderr);
         return 2;
     }
     steps = calloc((size_t)SL_SCHED_MAX_STEPS(m, v) * 2, sizeof(*steps));

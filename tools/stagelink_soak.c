@@ -19,6 +19,8 @@
 #include "resources.h"
 
 #include <dlfcn.h>
+#include "tool_opts.h"
+
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,9 +47,9 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void usage(void)
+static void usage(FILE *to)
 {
-    fprintf(stderr,
+    fprintf(to,
             "usage: stagelink_soak [-t TP] [-s SIZE] [-n ITERATIONS] [-p SECONDS]\n"
             "                      [-r RETRIES] [-g MAX_RSS_GROWTH]\n"
             "  -t  tensor-parallel size (default 1)\n"
@@ -163,12 +165,13 @@ int main(int argc, char **argv)
 
     memset(&s, 0, sizeof(s));
     s.size = 1u << 20;
-    while ((opt = getopt(argc, argv, "t:s:n:p:r:g:h")) != -1) {
+    while ((opt = getopt_long(argc, argv, "t:s:n:p:r:g:h", sl_tool_longopts,
+                              NULL)) != -1) {
         switch (opt) {
         case 't': tp = atoi(optarg); break;
         case 's':
             if (sl_host_parse_size(optarg, &s.size) != 0) {
-                usage();
+                usage(stderr);
                 return 2;
             }
             break;
@@ -177,15 +180,17 @@ int main(int argc, char **argv)
         case 'r': s.retries = atoi(optarg); break;
         case 'g':
             if (sl_host_parse_size(optarg, &growth) != 0) {
-                usage();
+                usage(stderr);
                 return 2;
             }
             break;
-        default: usage(); return 2;
+        case 'h': usage(stdout); return 0;
+        case 'V': return sl_tool_version("stagelink_soak");
+        default: usage(stderr); return 2;
         }
     }
     if (tp < 1 || count == 0) {
-        usage();
+        usage(stderr);
         return 2;
     }
     for (d = 0; d < 2; ++d) {

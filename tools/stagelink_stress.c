@@ -34,6 +34,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include "tool_opts.h"
+
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -1080,9 +1082,9 @@ static int run_seed(uint64_t seed, const char *netns,
     return rc;
 }
 
-static void usage(void)
+static void usage(FILE *to)
 {
-    fprintf(stderr,
+    fprintf(to,
             "usage: stagelink_stress [-s SEED[,SEED...]] [-r N] [-b SECONDS] "
             "[-N NS0,NS1] [-L p,t,d,mode,depth] [-M] [-F] "
             "[-G GATHER_ORDER,FAKE_NCCL] [-q]\n"
@@ -1121,6 +1123,7 @@ int main(int argc, char **argv)
     static const struct option longopts[] = {
         {"rank", required_argument, NULL, 'R'},
         {"nodes", required_argument, NULL, 'n'},
+        SL_TOOL_LONGOPTS,
         {NULL, 0, NULL, 0}};
     layout_override_t ov = {0};
     const char       *seeds = NULL, *netns = NULL;
@@ -1153,14 +1156,16 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
-        default: usage(); return (opt == 'h') ? 0 : 2;
+        case 'h': usage(stdout); return 0;
+        case 'V': return sl_tool_version("stagelink_stress");
+        default: usage(stderr); return 2;
         }
     }
     if (rank_mode) {
         return rank_main(rank_seed, nodes, &ov);
     }
     if (seeds == NULL && nrandom <= 0) {
-        usage();
+        usage(stderr);
         return 2;
     }
     for (const char *p = seeds; p != NULL && *p != '\0';) {

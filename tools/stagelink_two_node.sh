@@ -34,7 +34,13 @@ size=16M
 iters=4
 rate=""
 check=0
-while getopts "b:R:t:N:s:n:r:c" opt; do
+usage() {
+    echo "usage: stagelink_two_node.sh [-b DIR] [-R PROGRAM] [-t \"2 4\"] [-N NODES] [-s SIZE] [-n ITERS]"
+    echo "                             [-r RATE] [-c] compare | run -- PROGRAM ARGS..."
+    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
+}
+[ "${1:-}" = --help ] && { usage; exit 0; }
+while getopts "b:R:t:N:s:n:r:ch" opt; do
     case $opt in
     b) build=$OPTARG ;;
     R) runner=$OPTARG ;;
@@ -44,7 +50,8 @@ while getopts "b:R:t:N:s:n:r:c" opt; do
     n) iters=$OPTARG ;;
     r) rate=$OPTARG ;;
     c) check=1 ;;
-    *) sed -n '2,27p' "$0"; exit 2 ;;
+    h) usage; exit 0 ;;
+    *) usage >&2; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))

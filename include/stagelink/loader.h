@@ -56,6 +56,14 @@ STAGELINK_EXPORT stagelink_status_t stagelink_loader_comm_init(const stagelink_l
                                               stagelink_comm_t **comm,
                                               char *err, size_t errlen);
 
+/**
+ * The plugins (libstagelink-NAME.so) in the directories stagelink_loader_open
+ * searches by short name, in its order (STAGELINK_PLUGIN_PATH, next to
+ * libstagelink, the installed plugin directory), one path a line.  Returns
+ * the bytes needed (as snprintf).
+ */
+STAGELINK_EXPORT size_t stagelink_plugins_found(char *buf, size_t len);
+
 /** dlcloses the plugin.  Finalize its communicators first. */
 STAGELINK_EXPORT void stagelink_loader_close(stagelink_loader_t *loader);
 
@@ -75,6 +83,33 @@ STAGELINK_EXPORT const stagelink_env_var_t *stagelink_env_var(size_t index);
 /** Nonzero when entry `index` holds a secret (STAGELINK_JOB_SECRET): a
  *  listing must not print its value. */
 STAGELINK_EXPORT int stagelink_env_var_secret(size_t index);
+
+/** The values entry `index` accepts, in words ("an integer from 1 to 64,
+ *  or auto"), into `buf` ("" past the end of the table). */
+STAGELINK_EXPORT void stagelink_env_var_forms(size_t index, char *buf,
+                                              size_t len);
+
+/**
+ * Variable `name` of the table, read from the environment (else its
+ * default) by the parser comm_init uses, as its canonical text in `value`:
+ * "1" or "0" for a switch, the choice as the table spells it, bytes for a
+ * size, seconds, "auto", "" when unset without a default; a secret reads
+ * "(set, not shown)".  STAGELINK_ERR_CONFIG with a sentence naming the
+ * variable, the value and the accepted forms when it does not parse;
+ * STAGELINK_ERR_NOT_FOUND when the table has no such name.
+ */
+STAGELINK_EXPORT stagelink_status_t stagelink_env_value(const char *name,
+                                                        char *value, size_t len,
+                                                        char *err,
+                                                        size_t errlen);
+
+/**
+ * The STAGELINK_ variables of this environment the table does not hold
+ * (misspelled, in the wrong case, retired), one line each with the nearest
+ * known name, into `buf`; returns how many.  comm_init logs the same lines
+ * once per process unless STAGELINK_WARN_UNKNOWN_ENV is off.
+ */
+STAGELINK_EXPORT int stagelink_env_unknown(char *buf, size_t len);
 
 /**
  * What this build and machine offer, one fact a line: build features

@@ -10,17 +10,11 @@
 
 sl_status_t sl_gather_select(sl_comm_t *comm)
 {
-    /* Indexed by sl_gather_choice_t. */
-    static const char *const names[] = {
-        [SL_GATHER_AUTO] = "auto",
-        [SL_GATHER_UCX]  = "ucx",
-        [SL_GATHER_NCCL] = "nccl",
-        [SL_GATHER_HOST] = "host",
-        [SL_GATHER_HOST + 1] = NULL,
-    };
+    sl_env_value_t v;
 
-    SL_CHECK(sl_env_parse_choice(SL_ENV_GATHER, names, &comm->gather_choice,
-                                 &comm->err));
+    /* The table's choices are in sl_gather_choice_t's order. */
+    SL_CHECK(sl_env_parse(SL_ENV_GATHER, &v, &comm->err));
+    comm->gather_choice = v.choice;
     if (comm->gather_choice == SL_GATHER_AUTO && comm->host_gather != NULL) {
         comm->gather_choice = SL_GATHER_HOST;
     }

@@ -6,6 +6,7 @@
 
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <linux/mempolicy.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -27,12 +28,29 @@ static sl_status_t sl_cuda_check(cudaError_t err, const char *what,
 
 static int sl_cuda_probe(char *why, size_t len)
 {
-    int         count = 0;
-    cudaError_t err   = cudaGetDeviceCount(&count);
+    int         count  = 0;
+    cudaError_t err    = cudaGetDeviceCount(&count);
+    void       *driver = NULL;
 
+    if (err == cudaErrorInsufficientDriver &&
+        (driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) == NULL) {
+        /* The runtime says "insufficient" for none at all. */
+        snprintf(why, len, "no CUDA driver: libcuda.so.1 cannot be opened "
+                 "(no NVIDIA driver installed, or not visible here)");
+        cudaGetLastError();
+        return 0;
+    }
+    if (driver != NULL) {
+        dlclose(driver);
+    }
     if (err != cudaSuccess) {
-        snprintf(why, len, "no CUDA device: %s (%s)", cudaGetErrorString(err),
-                 cudaGetErrorName(err));
+        int drv = 0, rt = 0;
+
+        cudaDriverGetVersion(&drv);
+        cudaRuntimeGetVersion(&rt);
+        snprintf(why, len, "no CUDA device: %s (%s; driver API %d, runtime "
+                 "%d)", cudaGetErrorString(err), cudaGetErrorName(err), drv,
+                 rt);
         cudaGetLastError();
         return 0;
     }

@@ -14,7 +14,6 @@ SPDX-License-Identifier: MIT
 """
 
 import ctypes
-import os
 import struct
 
 from . import _lib
@@ -27,9 +26,9 @@ assert _RECORD.size == 128
 
 
 def enabled():
-    """Whether STAGELINK_CHECK asks for the check ("1", "yes", "true")."""
-    return os.environ.get("STAGELINK_CHECK", "0").lower() in ("1", "yes",
-                                                              "true", "on")
+    """Whether STAGELINK_CHECK asks for the check (1, yes, on, true), as the
+    library's parser reads it; other values raise StagelinkError."""
+    return _lib.setting("STAGELINK_CHECK") == "1"
 
 
 def max_chunk(on):

@@ -180,14 +180,13 @@ def _candidates():
     return found
 
 
-def library():
-    """libstagelink, opened once; StagelinkError (ERR_NOT_FOUND) says where
-    it was looked for and how to point at it."""
+def _open():
+    """libstagelink, opened once, no plugin yet; StagelinkError
+    (ERR_NOT_FOUND) says where it was looked for and how to point at it."""
     global _lib
     with _lock:
         if _lib is not None:
             return _lib
-        _ucx.choose()  # before the plugin loads libucp.so.0
         tried = []
         for path in _candidates():
             try:
@@ -216,18 +215,32 @@ def library():
         lib.stagelink_env_var.argtypes = [c_size]
         lib.stagelink_job_query.argtypes = [ctypes.POINTER(JobInfo),
                                             ctypes.c_char_p, c_size]
+        lib.stagelink_env_value.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
+                                            c_size, ctypes.c_char_p, c_size]
         _lib = lib
         return lib
 
 
+def library():
+    """libstagelink with the UCX the plugin will run on chosen (and loaded,
+    when it is the wheel's) before the plugin loads libucp.so.0."""
+    lib = _open()
+    _ucx.choose()
+    return lib
+
+
 def setting(name):
-    """A variable of the library's table: its value, else its default."""
-    lib, k = library(), 0
-    while True:
-        var = lib.stagelink_env_var(k)
-        if not var:
-            raise KeyError("%s is not in stagelink's variable table" % name)
-        if var.contents.name.decode() == name:
-            return (os.environ.get(name) or
-                    var.contents.default_value.decode())
-        k += 1
+    """A variable of the library's table as its parser reads it (the one
+    comm_init uses): canonical text ("1"/"0" for a switch, the choice as
+    the table spells it, bytes, seconds), else its default; a value that
+    does not parse raises StagelinkError (ERR_CONFIG) naming it."""
+    lib = _open()
+    value = ctypes.create_string_buffer(4096)
+    err = ctypes.create_string_buffer(1024)
+    status = lib.stagelink_env_value(name.encode(), value, len(value), err,
+                                     len(err))
+    if status == STATUS["ERR_NOT_FOUND"]:
+        raise KeyError(err.value.decode(errors="replace"))
+    if status != 0:
+        raise StagelinkError(status, err.value.decode(errors="replace"))
+    return value.value.decode(errors="replace")

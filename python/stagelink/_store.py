@@ -44,7 +44,7 @@ def _timeout():
     try:
         seconds = float(_lib.setting("STAGELINK_TIMEOUT"))
         return datetime.timedelta(seconds=seconds) if seconds > 0 else None
-    except (ValueError, OverflowError):  # beyond timedelta: no bound
+    except (ValueError, OverflowError, _lib.StagelinkError):  # no bound
         return None
 
 

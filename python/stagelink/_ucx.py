@@ -27,7 +27,6 @@ import threading
 
 from .errors import STATUS, StagelinkError
 
-CHOICES = ("auto", "system", "wheel")
 # In dependency order; a library loaded by path serves every later
 # request for its soname (the plugin's DT_NEEDED libucp.so.0).
 _UCX_LIBS = ("libucs.so.0", "libucs_signal.so.0", "libuct.so.0",
@@ -99,12 +98,8 @@ def _loaded_libucp():
 
 
 def _decide():
-    value = (os.environ.get("STAGELINK_UCX") or "auto").strip().lower()
-    if value not in CHOICES:
-        raise StagelinkError(
-            STATUS["ERR_CONFIG"],
-            "STAGELINK_UCX=%s: want one of %s (or unset it)"
-            % (os.environ.get("STAGELINK_UCX"), ", ".join(CHOICES)))
+    from . import _lib  # libstagelink's parser; it loads no UCX
+    value = _lib.setting("STAGELINK_UCX")
     wheel = _wheel_libdir()
     loaded = _loaded_libucp()
     if value == "auto" and not _in_wheel() and loaded is None:

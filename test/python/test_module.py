@@ -65,6 +65,29 @@ check(out.returncode != 0 and last.startswith("stagelink.errors.StagelinkError"
       "STAGELINK_LIBRARY" in last and "meson devenv" in last,
       "a missing library: %s" % last)
 
+# The package's own variables go through the library's one parser.
+probe = ("import stagelink; from stagelink import _check\n"
+         "try:\n    print(_check.enabled())\n"
+         "except stagelink.StagelinkError as e:\n    print(e)\n")
+for value, want in (("on", "True"), ("Yes", "True"), ("off", "False"),
+                    ("2", 'ERR_CONFIG: STAGELINK_CHECK="2" is not valid')):
+    out = subprocess.run([sys.executable, "-c", probe],
+                         env=dict(os.environ, STAGELINK_CHECK=value),
+                         capture_output=True, text=True, timeout=60)
+    check(out.stdout.startswith(want), "STAGELINK_CHECK=%s: %s%s" % (
+        value, out.stdout, out.stderr[-300:]))
+out = subprocess.run([sys.executable, "-c", "import stagelink; "
+                      "stagelink.Communicator()"],
+                     env=dict(os.environ, STAGELINK_UCX="sytem"),
+                     capture_output=True, text=True, timeout=60)
+check(out.returncode != 0 and 'STAGELINK_UCX="sytem" is not valid' in
+      out.stderr, "STAGELINK_UCX=sytem: %s" % out.stderr[-300:])
+check(_lib.setting("STAGELINK_CHUNK") == "auto" and
+      _lib.setting("STAGELINK_TIMEOUT") == os.environ.get(
+          "STAGELINK_TIMEOUT", "600"), "settings read back: %s, %s" % (
+              _lib.setting("STAGELINK_CHUNK"),
+              _lib.setting("STAGELINK_TIMEOUT")))
+
 print("%d checks failed" % len(failures) if failures else
       "all checks passed")
 sys.exit(1 if failures else 0)

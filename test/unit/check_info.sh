@@ -1,6 +1,6 @@
 #!/bin/sh
 # stagelink_info on this machine (no RDMA device, no GPU: a report, exit 0),
-# with no plugin to load, with -c, on the fake DGX tree (the rails), and
+# with no plugin to load (exit 1, the plugins it found), with -c, on the fake DGX tree (the rails), and
 # with and without a job secret (the rendezvous's mode).
 #   check_info.sh STAGELINK_INFO TOPO_DIR
 # SPDX-License-Identifier: MIT
@@ -27,9 +27,25 @@ if grep -q "^RDMA devices: no RDMA devices" "$out"; then
     has "local rank 0: UCX chooses"
 fi
 
-STAGELINK_PLUGIN_PATH=/nonexistent STAGELINK_PLUGIN=nosuch "$info" >"$out" 2>/dev/null ||
-    fail "stagelink_info without a plugin exited with $?"
-has "^# plugin: none loaded: "
+rc=0
+STAGELINK_PLUGIN=nosuch "$info" >"$out" 2>/dev/null || rc=$?
+[ $rc = 1 ] || fail "stagelink_info without a plugin exited with $rc, not 1"
+has "^# plugin: none loaded: plugin \"nosuch\" not found"
+has "^# plugins found:"
+has "/libstagelink-ucx.so$"
+rc=0
+STAGELINK_PLUGIN_PATH=/nonexistent "$info" >"$out" 2>/dev/null || rc=$?
+[ $rc = 1 ] || fail "stagelink_info with a missing STAGELINK_PLUGIN_PATH exited with $rc, not 1"
+has "^# plugin: none loaded: STAGELINK_PLUGIN_PATH=\"/nonexistent\" is not valid"
+has "^    INVALID: STAGELINK_PLUGIN_PATH="
+for opt in -h --help --version; do
+    "$info" $opt >"$out" 2>&1 || fail "stagelink_info $opt exited with $?"
+done
+has "^stagelink_info [0-9]"
+if ! ldconfig -p | grep -q "libcuda\.so\.1 "; then
+    "$info" >"$out" 2>/dev/null
+    has "no CUDA driver: libcuda.so.1 cannot be opened"
+fi
 
 "$info" -c >"$out" 2>/dev/null
 has "^STAGELINK_TIMEOUT"

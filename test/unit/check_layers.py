@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """The layer order of plugin/ holds: no call goes from a file to one in a
-layer above it, and no calls between files go round in a circle.
+layer above it, and no calls between files go round in a circle; nor do
+the calls between the files of src/ (where logging sits at the bottom:
+an error it logs must not call back into what reports it).  A macro
+(SL_WARN, sl_log) counts as a call of the functions it expands to.
 
 The order is declared once, in docs/design.md between the markers
 <!-- layers --> and <!-- /layers -->: a table whose rows are
@@ -50,26 +53,52 @@ DEF = re.compile(r"^(?!static\b)[A-Za-z_][\w \*]*?\b(sl_\w+)\s*\([^;{]*\)\s*\{",
 CALL = re.compile(r"\b(sl_\w+)\b")
 
 
-def edges_of(plugin):
+MACRO = re.compile(r"^#define\s+(\w+)\((\\\n|[^\n])*", re.M)
+
+
+def macros_of(headers):
+    """{macro: the sl_ names its body uses}, for function-like macros."""
+    found = {}
+    for path in headers:
+        for m in MACRO.finditer(strip(open(path).read())):
+            body = m.group(0).split(")", 1)[-1]
+            found[m.group(1)] = set(CALL.findall(body)) | set(
+                re.findall(r"\b(SL_[A-Z_]+)\s*\(", body))
+    return found
+
+
+def edges_of(top, pattern):
     code, defined = {}, {}
-    for path in sorted(glob.glob(os.path.join(plugin, "*", "*.c"))):
-        name = os.path.relpath(path, plugin)
+    for path in sorted(glob.glob(os.path.join(top, pattern))):
+        name = os.path.relpath(path, top)
         code[name] = strip(open(path).read())
         for m in DEF.finditer(code[name]):
             defined[m.group(1)] = name
+    macros = macros_of(glob.glob(os.path.join(top, pattern[:-1] + "h")) +
+                       glob.glob(os.path.join(top, "..", "src", "*.h")))
+
+    def targets(word, seen):
+        if word in defined:
+            yield word
+        for inner in macros.get(word, ()):
+            if inner not in seen:
+                seen.add(inner)
+                yield from targets(inner, seen)
+
     edges = {}
     for name, text in code.items():
-        for m in CALL.finditer(text):
-            target = defined.get(m.group(1))
-            if target is not None and target != name:
-                edges.setdefault((name, target), set()).add(m.group(1))
+        for m in re.finditer(r"\b((?:sl|SL)_\w+)\b", text):
+            for fn in targets(m.group(1), {m.group(1)}):
+                target = defined[fn]
+                if target != name:
+                    edges.setdefault((name, target), set()).add(fn)
     return sorted(code), edges
 
 
 def problems(files, edges, layer):
     found = []
     for f in files:
-        if f not in layer:
+        if layer and f not in layer:
             found.append("%s is in no layer of docs/design.md" % f)
     for (a, b), calls in sorted(edges.items()):
         if a in layer and b in layer and layer[a] > layer[b]:
@@ -104,12 +133,15 @@ def main():
         sys.exit(__doc__)
     src = sys.argv[1]
     layer = layers_of(os.path.join(src, "docs", "design.md"))
-    files, edges = edges_of(os.path.join(src, "plugin"))
+    files, edges = edges_of(os.path.join(src, "plugin"), os.path.join("*", "*.c"))
     found = problems(files, edges, layer)
+    core, core_edges = edges_of(os.path.join(src, "src"), "*.c")
+    found += problems(core, core_edges, {})
     for p in found:
         print("FAIL: " + p)
-    print("%d files in %d layers, %d calls between files checked"
-          % (len(files), len(set(layer.values())), len(edges)))
+    print("%d files in %d layers, %d calls between files checked; src/: %d "
+          "files, %d calls" % (len(files), len(set(layer.values())),
+                               len(edges), len(core), len(core_edges)))
     if "--selftest" in sys.argv:
         low = max(layer, key=layer.get)
         high = min(layer, key=layer.get)

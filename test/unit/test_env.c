@@ -6,6 +6,7 @@
 #include "sl_env.h"
 #include "sl_launcher.h"
 #include "sl_layout.h"
+#include "sl_log.h"
 #include "sl_settings.h"
 #include "sl_topo.h"
 
@@ -18,7 +19,7 @@ static void clear_launchers(void)
     int id;
 
     for (id = 0; id < SL_ENV_COUNT; ++id) {
-        unsetenv(sl_env_table[id].name);
+        unsetenv(sl_env_table[id].pub.name);
     }
 }
 
@@ -27,49 +28,174 @@ static void test_table(void)
     int id;
 
     for (id = 0; id < SL_ENV_COUNT; ++id) {
-        CHECK(sl_env_table[id].name != NULL && sl_env_table[id].description &&
-              sl_env_table[id].default_value,
+        CHECK(sl_env_table[id].pub.name != NULL && sl_env_table[id].pub.description &&
+              sl_env_table[id].pub.default_value,
               "env table entry %d is incomplete", id);
     }
 }
 
+/* Every type of the one parser: the forms users write, and refusals that
+ * name the variable. */
 static void test_parsers(void)
 {
-    static const char *const modes[] = {"scatter_gather", "full", "sharded",
-                                        NULL};
-    sl_errbuf_t eb;
-    uint64_t    u;
-    double      secs;
-    int         choice = -1;
+    static const struct {
+        sl_env_id_t id;
+        const char *text;
+        int         ok;
+        uint64_t    u64;   /* int, size; bool: flag; enum: choice */
+        double      real;  /* seconds, number */
+    } cases[] = {
+        {SL_ENV_CHUNK, "1M", 1, 1u << 20, 0},
+        {SL_ENV_CHUNK, "1MiB", 1, 1u << 20, 0},
+        {SL_ENV_CHUNK, "1mb", 1, 1u << 20, 0},
+        {SL_ENV_CHUNK, "1024K", 1, 1u << 20, 0},
+        {SL_ENV_CHUNK, "64k", 1, 64u << 10, 0},
+        {SL_ENV_CHUNK, "1G", 1, 1u << 30, 0},
+        {SL_ENV_CHUNK, "1048576", 1, 1u << 20, 0},
+        {SL_ENV_CHUNK, "4096B", 1, 4096, 0},
+        {SL_ENV_CHUNK, "2G", 0, 0, 0},
+        {SL_ENV_CHUNK, "1K", 0, 0, 0},
+        {SL_ENV_CHUNK, "1Q", 0, 0, 0},
+        {SL_ENV_CHUNK, "1.5M", 0, 0, 0},
+        {SL_ENV_CHUNK, "-1M", 0, 0, 0},
+        {SL_ENV_CHUNK, "M", 0, 0, 0},
+        {SL_ENV_CHUNK, "99999999999999999999", 0, 0, 0},
+        {SL_ENV_CHUNK, "17179869184T", 0, 0, 0},
+        {SL_ENV_PROGRESS_THREAD, "yes", 1, 1, 0},
+        {SL_ENV_PROGRESS_THREAD, "ON", 1, 1, 0},
+        {SL_ENV_PROGRESS_THREAD, "True", 1, 1, 0},
+        {SL_ENV_PROGRESS_THREAD, "1", 1, 1, 0},
+        {SL_ENV_PROGRESS_THREAD, "off", 1, 0, 0},
+        {SL_ENV_PROGRESS_THREAD, "No", 1, 0, 0},
+        {SL_ENV_PROGRESS_THREAD, "FALSE", 1, 0, 0},
+        {SL_ENV_PROGRESS_THREAD, "0", 1, 0, 0},
+        {SL_ENV_PROGRESS_THREAD, "2", 0, 0, 0},
+        {SL_ENV_PROGRESS_THREAD, "enabled", 0, 0, 0},
+        {SL_ENV_CHECK, "on", 1, 1, 0},
+        {SL_ENV_CHECK, "2", 0, 0, 0},
+        {SL_ENV_MAX_REQUESTS, "64", 1, 64, 0},
+        {SL_ENV_MAX_REQUESTS, "12x", 0, 0, 0},
+        {SL_ENV_MAX_REQUESTS, "-3", 0, 0, 0},
+        {SL_ENV_MAX_REQUESTS, "0", 0, 0, 0},
+        {SL_ENV_MAX_REQUESTS, "auto", 0, 0, 0},
+        {SL_ENV_STAGING_BUFFERS, "65", 0, 0, 0},
+        {SL_ENV_TIMEOUT, "2.5", 1, 0, 2.5},
+        {SL_ENV_TIMEOUT, "2.5s", 1, 0, 2.5},
+        {SL_ENV_TIMEOUT, "500ms", 1, 0, 0.5},
+        {SL_ENV_TIMEOUT, "1m", 1, 0, 60.0},
+        {SL_ENV_TIMEOUT, "0", 1, 0, 0.0},
+        {SL_ENV_TIMEOUT, "soon", 0, 0, 0},
+        {SL_ENV_TIMEOUT, "-1", 0, 0, 0},
+        {SL_ENV_TIMEOUT, "inf", 0, 0, 0},
+        {SL_ENV_TIMEOUT, "nan", 0, 0, 0},
+        {SL_ENV_TIMEOUT, "5 s", 0, 0, 0},
+        {SL_ENV_NIC_MIN_GBPS, "100", 1, 0, 100.0},
+        {SL_ENV_NIC_MIN_GBPS, "fast", 0, 0, 0},
+        {SL_ENV_MODE, "FULL", 1, 1, 0},
+        {SL_ENV_MODE, "fastest", 0, 0, 0},
+        {SL_ENV_DEBUG, "info", 1, SL_LOG_INFO, 0},
+        {SL_ENV_DEBUG, "1", 0, 0, 0},
+        {SL_ENV_DEBUG, "verbose", 0, 0, 0},
+        {SL_ENV_DEBUG_SUBSYS, "init,NET", 1, 0x5, 0},
+        {SL_ENV_DEBUG_SUBSYS, "NETWORK", 0, 0, 0},
+        {SL_ENV_DEBUG_SUBSYS, "INIT,", 0, 0, 0},
+        {SL_ENV_IB_HCA, "mlx5_0:1,mlx5_1", 1, 0, 0},
+        {SL_ENV_IB_HCA, "^=mlx5_8", 1, 0, 0},
+        {SL_ENV_IB_HCA, "^", 0, 0, 0},
+        {SL_ENV_IB_HCA, "=", 0, 0, 0},
+        {SL_ENV_IB_HCA, "mlx5_0:", 0, 0, 0},
+        {SL_ENV_IB_HCA, "mlx5_0:x", 0, 0, 0},
+        {SL_ENV_IB_HCA, "mlx5_0,,mlx5_1", 0, 0, 0},
+        {SL_ENV_PLUGIN_PATH, "/tmp:/", 1, 0, 0},
+        {SL_ENV_PLUGIN_PATH, "/no/such/dir", 0, 0, 0},
+        {SL_ENV_PLUGIN_PATH, "/etc/passwd", 0, 0, 0},
+        {SL_ENV_PLUGIN_PATH, "/tmp::/", 0, 0, 0},
+        {SL_ENV_MASTER_PORT, "65536", 0, 0, 0},
+    };
+    sl_env_value_t v;
+    sl_errbuf_t    eb;
+    size_t         i;
+
+    for (i = 0; i < SL_ARRAY_SIZE(cases); ++i) {
+        sl_env_id_t           id = cases[i].id;
+        const sl_env_entry_t *e  = &sl_env_table[id];
+        sl_status_t st = sl_env_parse_text(id, cases[i].text, &v, &eb);
+        uint64_t    got;
+
+        if (!cases[i].ok) {
+            CHECK(st == STAGELINK_ERR_CONFIG && strstr(eb.msg, e->pub.name) &&
+                      strstr(eb.msg, "use "),
+                  "%s=%s: status %d, %s", e->pub.name, cases[i].text, st,
+                  st ? eb.msg : "accepted");
+            continue;
+        }
+        got = (e->type == SL_ENV_T_BOOL)   ? (uint64_t)v.flag
+              : (e->type == SL_ENV_T_ENUM) ? (uint64_t)v.choice
+              : (e->type == SL_ENV_T_LIST) ? (uint64_t)v.mask : v.u64;
+        CHECK(st == 0 && got == cases[i].u64 && v.real == cases[i].real,
+              "%s=%s: status %d (%s), read %llu / %g", e->pub.name,
+              cases[i].text, st, st ? eb.msg : "", (unsigned long long)got,
+              v.real);
+    }
+    /* Range errors offer auto where the variable takes it. */
+    CHECK(sl_env_parse_text(SL_ENV_STAGING_BUFFERS, "0", &v, &eb) != 0 &&
+              strstr(eb.msg, "or auto"), "no auto offered: %s", eb.msg);
+    CHECK(sl_env_parse_text(SL_ENV_CHUNK, "auto", &v, &eb) == 0 && v.is_auto,
+          "auto chunk refused: %s", eb.msg);
+}
+
+/* The defaults parse, and every variable comm_init checks refuses the
+ * values its type cannot hold, naming itself. */
+static void test_defaults(void)
+{
+    sl_env_value_t v;
+    sl_errbuf_t    eb;
+    int            id;
 
     clear_launchers();
-    CHECK(sl_env_parse_choice(SL_ENV_MODE, modes, &choice, &eb) == 0 &&
-          choice == 0, "default mode is not scatter_gather");
-    setenv("STAGELINK_MODE", "FULL", 1);
-    CHECK(sl_env_parse_choice(SL_ENV_MODE, modes, &choice, &eb) == 0 &&
-          choice == 1, "FULL is not case-insensitively full");
-    setenv("STAGELINK_MODE", "fastest", 1);
-    CHECK(sl_env_parse_choice(SL_ENV_MODE, modes, &choice, &eb) ==
-              STAGELINK_ERR_CONFIG &&
-          strstr(eb.msg, "STAGELINK_MODE=\"fastest\"") &&
-          strstr(eb.msg, "sharded"), "bad mode message: %s", eb.msg);
+    for (id = 0; id < SL_ENV_COUNT; ++id) {
+        CHECK(sl_env_parse((sl_env_id_t)id, &v, &eb) == 0 && v.set == 0,
+              "default of %s does not parse: %s", sl_env_table[id].pub.name,
+              eb.msg);
+    }
+    CHECK(sl_env_check_all(&eb) == 0, "defaults refused: %s", eb.msg);
+    /* The logger's own variable, wrong, is a sentence (it hung at 6aa8904). */
+    setenv("STAGELINK_DEBUG", "1", 1);
+    CHECK(sl_settings_log(&eb) == STAGELINK_ERR_CONFIG &&
+              strstr(eb.msg, "STAGELINK_DEBUG=\"1\""), "DEBUG=1: %s", eb.msg);
+    setenv("STAGELINK_DEBUG", "INFO", 1);
+    setenv("STAGELINK_DEBUG_SUBSYS", "NETWORK", 1);
+    CHECK(sl_env_check_all(&eb) == STAGELINK_ERR_CONFIG &&
+              strstr(eb.msg, "STAGELINK_DEBUG_SUBSYS"), "SUBSYS: %s", eb.msg);
+    unsetenv("STAGELINK_DEBUG_SUBSYS");
+    CHECK(sl_settings_log(&eb) == 0 && sl_log_level() == SL_LOG_INFO,
+          "STAGELINK_DEBUG=INFO did not configure the log: %s", eb.msg);
+    unsetenv("STAGELINK_DEBUG");
+    CHECK(sl_settings_log(&eb) == 0 && sl_log_level() == SL_LOG_WARN,
+          "the default level is not WARN");
+}
 
-    setenv("STAGELINK_MAX_REQUESTS", "12x", 1);
-    CHECK(sl_env_parse_u64(SL_ENV_MAX_REQUESTS, 1, 100, &u, &eb) ==
-              STAGELINK_ERR_CONFIG, "12x accepted");
-    setenv("STAGELINK_MAX_REQUESTS", "-3", 1);
-    CHECK(sl_env_parse_u64(SL_ENV_MAX_REQUESTS, 1, 100, &u, &eb) ==
-              STAGELINK_ERR_CONFIG, "-3 accepted");
-    setenv("STAGELINK_MAX_REQUESTS", "64", 1);
-    CHECK(sl_env_parse_u64(SL_ENV_MAX_REQUESTS, 1, 100, &u, &eb) == 0 &&
-          u == 64, "64 not parsed");
-    setenv("STAGELINK_TIMEOUT", "2.5", 1);
-    CHECK(sl_env_parse_seconds(SL_ENV_TIMEOUT, &secs, &eb) == 0 && secs == 2.5,
-          "2.5 s not parsed");
-    setenv("STAGELINK_TIMEOUT", "soon", 1);
-    CHECK(sl_env_parse_seconds(SL_ENV_TIMEOUT, &secs, &eb) ==
-              STAGELINK_ERR_CONFIG, "'soon' accepted as seconds");
+/* Unknown names, with the nearest known one. */
+static void test_unknown(void)
+{
+    char buf[1024];
+
     clear_launchers();
+    CHECK(sl_env_unknown(buf, sizeof(buf)) == 0, "unknown in a clean "
+          "environment: %s", buf);
+    setenv("STAGELINK_MOED", "full", 1);
+    setenv("stagelink_timeout", "5", 1);
+    setenv("STAGELINK_ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ", "1", 1);
+    CHECK(sl_env_unknown(buf, sizeof(buf)) == 3 &&
+              strstr(buf, "STAGELINK_MOED is not a stagelink variable; did "
+                          "you mean STAGELINK_MODE?") &&
+              strstr(buf, "stagelink_timeout is not a stagelink variable; "
+                          "did you mean STAGELINK_TIMEOUT?") &&
+              !strstr(buf, "ZZZZ is not a stagelink variable; did"),
+          "unknown names: %s", buf);
+    unsetenv("STAGELINK_MOED");
+    unsetenv("stagelink_timeout");
+    unsetenv("STAGELINK_ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ");
 }
 
 /* The code's mode stands; STAGELINK_MODE chooses only for the default,
@@ -87,6 +213,12 @@ static void test_mode_choice(void)
     setenv("STAGELINK_MODE", "sharded", 1);
     CHECK(sl_settings_parse(&cfg, &s, &eb) == 0 &&
           s.mode == STAGELINK_MODE_SHARDED, "an agreeing variable failed");
+    cfg.mode = STAGELINK_MODE_DEFAULT;
+    CHECK(sl_settings_parse(&cfg, &s, &eb) == STAGELINK_ERR_INVALID_ARG &&
+              strstr(eb.msg, "STAGELINK_MODE=sharded") &&
+              strstr(eb.msg, "only the host's code"),
+          "sharded from the environment: %s", eb.msg);
+    cfg.mode = STAGELINK_MODE_SHARDED;
     setenv("STAGELINK_MODE", "full", 1);
     CHECK(sl_settings_parse(&cfg, &s, &eb) == STAGELINK_ERR_INVALID_ARG &&
           strstr(eb.msg, "STAGELINK_MODE=full") && strstr(eb.msg, "(sharded)"),
@@ -408,6 +540,8 @@ int main(void)
     test_table();
     test_claims();
     test_parsers();
+    test_defaults();
+    test_unknown();
     test_mode_choice();
     test_launchers();
     test_config_copy();
