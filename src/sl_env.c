@@ -105,7 +105,7 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
         "Tests and benches (Python): where the model and data live, cpu or cuda (the rank's GPU)."},
         .type = SL_ENV_T_ENUM, .flags = SL_ENV_F_TOOLS, .choices = SL_CHOICES("cpu", "cuda")},
     [SL_ENV_RANKS_PER_NODE] = {{"STAGELINK_RANKS_PER_NODE", "1",
-        "tools/stagelink_two_node.sh and the tests that use it: ranks started in each of the two simulated nodes."},
+        "tools/lab/stagelink_two_node.sh and the tests that use it: ranks started in each of the two simulated nodes."},
         .type = SL_ENV_T_INT, .flags = SL_ENV_F_TOOLS, .min = 1, .max = 64},
     [SL_ENV_UCX_CUDA] = {{"STAGELINK_UCX_CUDA", "/opt/ucx-cuda",
         "CI: prefix of the UCX built with CUDA (tools/build-ucx-cuda.sh) that test/run-all.sh runs the plugin against besides the system's UCX."},

@@ -5,7 +5,7 @@
 # `pip install .` builds; README's examples under torchrun, mpirun and
 # srun (test/launchers); the unit and multiproc suites
 # against UCX 1.13 with CUDA where one is built, and the unit, multiproc
-# and fault suites against UCX 1.22 (the libucx-cu13 wheel); tools/gpu-check
+# and fault suites against UCX 1.22 (the libucx-cu13 wheel); tools/lab/gpu-check
 # prepared and run (every GPU step skipped here, with the reason); then every suite again under
 # AddressSanitizer and UBSan (but fuzz: its target is built with both
 # sanitizers already; and python: the interpreter is not instrumented, so
@@ -74,19 +74,19 @@ else
     echo "SKIP: no libucx wheel in .venv (tools/make-venv.sh installs it)"
 fi
 
-# tools/gpu-check as the GPU machine gets it: its set prepared (under 64
+# tools/lab/gpu-check as the GPU machine gets it: its set prepared (under 64
 # MiB) and run; without a GPU every GPU step is skipped with the reason
 # and it exits 77, which here is the pass.
 gpu_check_pass() {
     rm -rf build-gpu-check-set
-    tools/gpu-check prepare -u "$ucx_cuda" build-gpu-check-set &&
-    { OUT=build-gpu-check-set/out tools/gpu-check run build-gpu-check-set; rc=$?
+    tools/lab/gpu-check prepare -u "$ucx_cuda" build-gpu-check-set &&
+    { OUT=build-gpu-check-set/out tools/lab/gpu-check run build-gpu-check-set; rc=$?
       [ $rc = 0 ] || [ $rc = 77 ]; }
 }
 if [ -e "$ucx_cuda/lib/pkgconfig/ucx.pc" ] && [ -n "$ucx_wheel" ]; then
     phase gpu-check gpu_check_pass
 else
-    echo "SKIP: tools/gpu-check needs the UCX with CUDA and .venv"
+    echo "SKIP: tools/lab/gpu-check needs the UCX with CUDA and .venv"
 fi
 
 phase sanitize-setup meson setup build-sanitize -Db_sanitize=address,undefined \
@@ -97,9 +97,9 @@ phase sanitize-test meson test -C build-sanitize --print-errorlogs --num-process
 # The stress harness's regression seeds under the sanitizers (the random
 # ones ran in the plain pass).
 sanitize_stress() {
-    ninja -C build-sanitize tools/stagelink_stress &&
+    ninja -C build-sanitize tools/lab/stagelink_stress &&
     STAGELINK_PLUGIN_PATH=build-sanitize/plugin \
-        build-sanitize/tools/stagelink_stress -q -F \
+        build-sanitize/tools/lab/stagelink_stress -q -F \
         -s 1,7,11,13,14,457304281883,667193401861,954441796885,487761976442
 }
 phase sanitize-stress sanitize_stress

@@ -3,7 +3,8 @@
 # root: a private mount namespace whose /usr/local is empty and whose /etc
 # (the loader's cache) is a throwaway overlay, so neither an earlier
 # install nor an earlier ldconfig on this machine can help.  Inside it:
-# `meson install -C BUILD_DIR`, then README's C example built with
+# `meson install -C BUILD_DIR` (bin/ holds only the four tools users run),
+# then README's C example built with
 # `cc example.c -lstagelink` and run with `stagelink_run -n 4 ./a.out`, and
 # README's Python example with `stagelink_run -n 4 python3 example.py`,
 # from a fresh directory with no stagelink variable set.
@@ -26,6 +27,16 @@ mount -t overlay overlay \
     -o "lowerdir=/etc,upperdir=$tmp/etc-up,workdir=$tmp/etc-work" /etc
 mount -t tmpfs tmpfs /usr/local
 meson install -C "$build" --no-rebuild --quiet
+# bin/ holds what users run; the lab (model, benches, stress, soak) only
+# with -Dlab=true, and then in libexec/stagelink.
+got=$(ls /usr/local/bin | tr '\n' ' ')
+[ "$got" = "stagelink_info stagelink_perftest stagelink_pipeline stagelink_run " ] ||
+    { echo "bin/ holds $got, not just stagelink_info, _perftest, _pipeline and _run"; exit 1; }
+lab=$(meson introspect --buildoptions "$build" | /usr/bin/python3 -c \
+    'import json, sys; print([o["value"] for o in json.load(sys.stdin) if o["name"] == "lab"][0])')
+if [ "$lab" = False ] && [ -e /usr/local/libexec/stagelink ]; then
+    echo "the lab was installed without -Dlab=true"; exit 1
+fi
 example() {
     sed -n "/^<!-- example: $1 -->\$/,/^\`\`\`\$/p" "$src/README.md" | sed '1,2d;$d'
 }

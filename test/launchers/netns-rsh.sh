@@ -1,6 +1,6 @@
 #!/bin/sh
 # Open MPI's rsh agent (plm_rsh_agent) for the simulated nodes of
-# tools/netns-lib.sh: host 198.18.0.(i+1) is namespace ${NETNS_TAG}n$i, so
+# tools/lab/netns-lib.sh: host 198.18.0.(i+1) is namespace ${NETNS_TAG}n$i, so
 # mpirun starts its orted there as ssh would on a real node.
 #   netns-rsh.sh HOST COMMAND...   SPDX-License-Identifier: MIT
 host=$1

@@ -1,6 +1,6 @@
 #!/bin/bash
 # README's C or Python example across two simulated nodes
-# (tools/netns-lib.sh), two ranks each, stage 0 and stage 1 on different
+# (tools/lab/netns-lib.sh), two ranks each, stage 0 and stage 1 on different
 # nodes, so the boundary crosses the veth, whose bytes are checked: the
 # tensors once, not once a TP rank.
 #   torchrun: one torchrun a node, meeting through the c10d rendezvous on
@@ -14,7 +14,7 @@ set -eu
 build=$1 venv=$2 launcher=$3 kind=$4
 here=$(cd "$(dirname "$0")" && pwd)
 run=$build/tools/stagelink_run rate=
-. "$here/../../tools/netns-lib.sh"
+. "$here/../../tools/lab/netns-lib.sh"
 setup_nodes 2
 if [ "$kind" = c ]; then
     env=(env STAGELINK_PLUGIN_PATH="$build/plugin")

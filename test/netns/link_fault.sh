@@ -14,11 +14,11 @@ set -euo pipefail
 build=$1
 src=$2
 run=$build/tools/stagelink_run
-soak=$build/tools/stagelink_soak
+soak=$build/tools/lab/stagelink_soak
 rate=2gbit
 deadline=2
 export STAGELINK_PLUGIN_PATH=$build/plugin STAGELINK_TIMEOUT=$deadline
-. "$src/tools/netns-lib.sh"
+. "$src/tools/lab/netns-lib.sh"
 setup_nodes 2
 out=$(mktemp -d)
 trap 'cleanup; rm -rf "$out"' EXIT

@@ -9,7 +9,7 @@ build=$1
 src=$2
 export STAGELINK_PLUGIN_PATH=$build/plugin
 rate=""
-. "$src/tools/netns-lib.sh"
+. "$src/tools/lab/netns-lib.sh"
 setup_nodes 2
 PEER_KILL_NETNS="${tag}n0 ${tag}n1" PEER_KILL_ADDR=198.18.0.1 \
     "$build/test/peer_kill"

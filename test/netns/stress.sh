@@ -11,8 +11,8 @@ budget=$3
 seeds=$4
 rate=""
 export STAGELINK_PLUGIN_PATH=$build/plugin
-. "$src/tools/netns-lib.sh"
+. "$src/tools/lab/netns-lib.sh"
 setup_nodes 2
 # The regression seeds with the fixed chunks they were found with (-F).
-"$build/tools/stagelink_stress" -q -N "${ns[0]},${ns[1]}" -F -s "$seeds"
-"$build/tools/stagelink_stress" -q -N "${ns[0]},${ns[1]}" -r 1000 -b "$budget"
+"$build/tools/lab/stagelink_stress" -q -N "${ns[0]},${ns[1]}" -F -s "$seeds"
+"$build/tools/lab/stagelink_stress" -q -N "${ns[0]},${ns[1]}" -r 1000 -b "$budget"

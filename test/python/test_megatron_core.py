@@ -26,7 +26,7 @@ CPU shim (megatron_cpu.token_counter, the only change): schedules.py's
 `total_num_tokens = torch.zeros([], dtype=torch.int, device="cuda")` (in
 both schedules) goes to the CPU.  With STAGELINK_TEST_DEVICE=cuda the
 model, the data and every boundary tensor are on the rank's GPU instead
-(LOCAL_RANK modulo the GPUs), with no shim (tools/gpu-check runs it).
+(LOCAL_RANK modulo the GPUs), with no shim (tools/lab/gpu-check runs it).
 
 Usage (p = WORLD_SIZE / (t * cp), context parallelism cp default 1):
 stagelink_run -n 4 -- python test_megatron_core.py T [CP]

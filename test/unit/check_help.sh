@@ -1,5 +1,5 @@
 #!/bin/sh
-# Every installed tool and every script in tools/ answers -h and --help
+# Every installed tool and every script in tools/ and tools/lab/ answers -h and --help
 # with exit 0 and a usage line within 10 s, and changes nothing: run in a
 # private mount namespace whose /usr, /etc, /var, /opt, /root and source
 # tree are overlays, each of which must be left without a written file.
@@ -38,13 +38,14 @@ try() { # try PROGRAM... : -h and --help
     done
 }
 for t in stagelink_info stagelink_perftest stagelink_run stagelink_pipeline \
-         stagelink_schedule stagelink_soak stagelink_stress; do
+         lab/stagelink_schedule lab/stagelink_soak lab/stagelink_stress; do
     try "$build/tools/$t"
-    timeout 10 "$build/tools/$t" --version >"$out" 2>&1 && grep -q "^$t [0-9]" "$out" ||
+    timeout 10 "$build/tools/$t" --version >"$out" 2>&1 &&
+        grep -q "^${t#lab/} [0-9]" "$out" ||
         { echo "FAIL: $t --version: $(head -2 "$out")"; failed=$((failed + 1)); }
 done
 cd "$src/tools"
-for f in *; do
+for f in * lab/*; do
     [ -f "$f" ] || continue
     case $(head -c 2 "$f") in
     '#!') try "./$f" ;;

@@ -78,7 +78,7 @@ check megatron-core-p2-t1-cp2 run -n 4 -- "$py" \
 # Two simulated nodes, one stage of t = 2 each: the boundary crosses the
 # link (needs root for the namespaces: skipped, saying so, without).
 two_node() {
-    $clean STAGELINK_RANKS_PER_NODE=2 "$src/tools/stagelink_two_node.sh" \
+    $clean STAGELINK_RANKS_PER_NODE=2 "$src/tools/lab/stagelink_two_node.sh" \
         -R "$venv/bin/stagelink_run" -N 2 run -- "$@"
 }
 if [ "$(id -u)" = 0 ] && command -v ip >/dev/null; then

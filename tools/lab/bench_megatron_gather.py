@@ -2,11 +2,11 @@
 own 1F1B schedule: stagelink's (the shard relayed inside the TP group as it
 lands) or torch's all_gather_into_tensor on Megatron's TP group (the
 config's gather callback, gather="tp_group").  CPU tensors over gloo, or
-with STAGELINK_TEST_DEVICE=cuda CUDA tensors over NCCL (tools/gpu-check);
+with STAGELINK_TEST_DEVICE=cuda CUDA tensors over NCCL (tools/lab/gpu-check);
 the model is one elementwise scale per stage, so the step is the
 boundary.
 
-    stagelink_run -n 4 -- .venv/bin/python tools/bench_megatron_gather.py \\
+    stagelink_run -n 4 -- .venv/bin/python tools/lab/bench_megatron_gather.py \\
         [T] [S,B,H] [MICROBATCHES] [STEPS]
 
 Prints, at rank 0, the median and the spread of the step time of each
@@ -18,7 +18,7 @@ import sys
 
 # Before torch's import: the help needs no torch.
 if __name__ == "__main__" and sys.argv[1:2] in (["-h"], ["--help"]):
-    print("usage: stagelink_run -n 4 -- .venv/bin/python tools/bench_megatron_gather.py [T] [S,B,H] [MICROBATCHES] [STEPS]")
+    print("usage: stagelink_run -n 4 -- .venv/bin/python tools/lab/bench_megatron_gather.py [T] [S,B,H] [MICROBATCHES] [STEPS]")
     print(__doc__)
     sys.exit(0)
 
@@ -45,7 +45,7 @@ if DEVICE.type == "cuda":
 else:
     # schedules.py's token counter allocates on CUDA: the tests' CPU shim.
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(
-        __file__)), "..", "test", "python"))
+        __file__)), "..", "..", "test", "python"))
     import megatron_cpu  # noqa: E402
 
     megatron_cpu.token_counter()

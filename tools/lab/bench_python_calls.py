@@ -6,7 +6,7 @@ from C, all on the same machine and in the same run; µs per one-way
 message (round trip / 2, the median of the rounds), the median of L
 launches of each, interleaved, and each against C.
 
-    tools/bench_python_calls.py [-b BUILD] [-s 4096] [-n 2000] [-r 5] [-l 3]
+    tools/lab/bench_python_calls.py [-b BUILD] [-s 4096] [-n 2000] [-r 5] [-l 3]
 
 Runs its own ranks, once per peer, each peer in its own processes: by
 default with the stagelink package this interpreter has installed (the
@@ -110,7 +110,7 @@ def main():
         env.update(STAGELINK_PLUGIN_PATH=os.path.join(build, "plugin"),
                    STAGELINK_LIBRARY=os.path.join(build, "src",
                                                   "libstagelink.so"),
-                   PYTHONPATH=os.pathsep.join([os.path.join(HERE, "..",
+                   PYTHONPATH=os.pathsep.join([os.path.join(HERE, "..", "..",
                                                             "python"),
                                                os.path.join(build, "python")]))
     else:

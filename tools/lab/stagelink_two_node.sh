@@ -59,9 +59,14 @@ action=${1:-compare}
 [ $# -gt 0 ] && shift
 [ "${1:-}" = "--" ] && shift
 
-# Installed: tools sit beside this script; in a build tree: build/tools.
+# In the sources: the build tree's tools; installed (the lab in
+# LIBEXECDIR/stagelink): the ones in bin/, on PATH.
 if [ -z "$build" ]; then
-    if [ -x "$here/stagelink_run" ]; then tools=$here; else tools=$here/../build/tools; fi
+    if [ -x "$here/../../build/tools/stagelink_run" ]; then
+        tools=$here/../../build/tools
+    else
+        tools=$(dirname "$(command -v stagelink_run || echo /nonexistent/stagelink_run)")
+    fi
 else
     tools=$build/tools
     export STAGELINK_PLUGIN_PATH=${STAGELINK_PLUGIN_PATH:-$build/plugin}

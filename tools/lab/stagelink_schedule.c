@@ -1,7 +1,7 @@
 /*
  * stagelink_schedule: the pipeline schedules of tools/common/schedule.c
  * (the ones stagelink_pipeline and stagelink_perftest run), printed for
- * every pipeline rank, so that other tools (tools/stagelink_model) execute
+ * every pipeline rank, so that other tools (tools/lab/stagelink_model) execute
  * the very same steps rather than a copy of them.
  *
  *   stagelink_schedule -p STAGES -m MICROBATCHES [-v CHUNKS]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The pipeline boundary as other Python paths move it, for
-tools/bench-two-node: one rank of a job of two stages of t TP ranks
+tools/lab/bench-two-node: one rank of a job of two stages of t TP ranks
 (stage 0 on the first node, stage 1 on the second, Megatron's rank
 order), streaming ITERS tensors of each size forward with 4 in flight and
 one answer back, as stagelink_perftest -k stream does.
