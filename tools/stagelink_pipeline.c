@@ -325,20 +325,59 @@ static void usage(FILE *to)
             "  -c  compute per microbatch forward, us (backward twice; default 0)\n"
             "  -i  measured steps after one warm-up step (default 3)\n"
             "  -M  modes, comma-separated (default full,scatter_gather)\n"
-            "  -S  variable shapes: a size message before each tensor\n");
+            "  -S  variable shapes: a size message before each tensor\n"
+            "  --csv  one CSV row a rank and mode; --json  one JSON object a line\n");
+}
+
+typedef enum pipe_out { OUT_TEXT, OUT_CSV, OUT_JSON } pipe_out_t;
+
+/* One rank's line for one mode, written at once: ranks share the output. */
+static void print_row(pipe_out_t out, const pipe_opts_t *o, int rank,
+                      const char *mode, const pipe_stats_t *st)
+{
+    /* Bubble: the part of the step this rank did not compute (with no
+     * compute time given there is nothing to compare: -1, "-"). */
+    double pct = (st->compute > 0) ? 100.0 * (1.0 - st->compute / st->step) : -1;
+    char   bubble[16] = "-";
+
+    if (out == OUT_TEXT) {
+        if (pct >= 0) {
+            snprintf(bubble, sizeof(bubble), "%.1f%%", pct);
+        }
+        printf("  %-4d %-15s %10.3f %8s %10.3f %16.0f\n", rank, mode,
+               st->step * 1e3, bubble, st->wait * 1e3, st->inter_bytes);
+    } else if (out == OUT_CSV) {
+        printf("%d,%s,%s,%d,%d,%d,%d,%d,%zu,%.1f,%d,%.3f,%.1f,%.3f,%.0f\n",
+               rank, mode, o->v > 1 ? "interleaved" : "1f1b", o->pp, o->tp,
+               o->dp, o->v, o->m, o->size, o->compute_us, o->iters,
+               st->step * 1e3, pct, st->wait * 1e3, st->inter_bytes);
+    } else {
+        printf("{\"rank\": %d, \"mode\": \"%s\", \"schedule\": \"%s\", "
+               "\"p\": %d, \"t\": %d, \"d\": %d, \"v\": %d, "
+               "\"microbatches\": %d, \"size\": %zu, \"compute_us\": %.1f, "
+               "\"steps\": %d, \"step_ms\": %.3f, \"bubble_pct\": %.1f, "
+               "\"wait_ms\": %.3f, \"xnode_B_per_step\": %.0f}\n",
+               rank, mode, o->v > 1 ? "interleaved" : "1f1b", o->pp, o->tp,
+               o->dp, o->v, o->m, o->size, o->compute_us, o->iters,
+               st->step * 1e3, pct, st->wait * 1e3, st->inter_bytes);
+    }
+    fflush(stdout);
 }
 
 int main(int argc, char **argv)
 {
     pipe_opts_t  o = {.tp = 1, .v = 1, .iters = 3, .size = 1u << 20};
     char         modes[128] = "full,scatter_gather", *save = NULL, *name;
-    char         bubble[16];
     int          opt, world = launcher_world();
     int          rank = launcher_rank(), rc = 0;
     pipe_stats_t sg = {0}, sh = {0}, st;
     stagelink_mode_t mode;
+    pipe_out_t   out = OUT_TEXT;
+    static const struct option longopts[] = {
+        SL_TOOL_LONGOPTS, {"csv", no_argument, NULL, 'C'},
+        {"json", no_argument, NULL, 'J'}, {NULL, 0, NULL, 0}};
 
-    while ((opt = getopt_long(argc, argv, "t:p:v:m:s:c:i:M:Sh", sl_tool_longopts,
+    while ((opt = getopt_long(argc, argv, "t:p:v:m:s:c:i:M:Sh", longopts,
                               NULL)) != -1) {
         switch (opt) {
         case 't': o.tp = atoi(optarg); break;
@@ -355,6 +394,8 @@ int main(int argc, char **argv)
         case 'i': o.iters = atoi(optarg); break;
         case 'M': snprintf(modes, sizeof(modes), "%s", optarg); break;
         case 'S': o.shapes = 1; break;
+        case 'C': out = OUT_CSV; break;
+        case 'J': out = OUT_JSON; break;
         case 'h': usage(stdout); return 0;
         case 'V': return sl_tool_version("stagelink_pipeline");
         default: usage(stderr); return 2;
@@ -376,7 +417,10 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (rank == 0) {
+    if (rank == 0 && out == OUT_CSV) {
+        printf("rank,mode,schedule,p,t,d,v,microbatches,size,compute_us,steps,"
+               "step_ms,bubble_pct,wait_ms,xnode_B_per_step\n");
+    } else if (rank == 0 && out == OUT_TEXT) {
         printf("# %s 1F1B, p=%d t=%d d=%d v=%d, %d microbatches of %zu bytes%s, "
                "compute %.0f us forward / %.0f us backward, %d steps\n",
                o.v > 1 ? "interleaved" : "plain", o.pp, o.tp, o.dp, o.v, o.m,
@@ -396,31 +440,24 @@ int main(int argc, char **argv)
         if (rc != 0) {
             break;
         }
-        /* Bubble: the part of the step this rank did not compute (with no
-         * compute time given there is nothing to compare). */
-        if (st.compute > 0) {
-            snprintf(bubble, sizeof(bubble), "%.1f%%",
-                     100.0 * (1.0 - st.compute / st.step));
-        } else {
-            snprintf(bubble, sizeof(bubble), "-");
-        }
-        printf("  %-4d %-15s %10.3f %8s %10.3f %16.0f\n", rank, name,
-               st.step * 1e3, bubble, st.wait * 1e3, st.inter_bytes);
-        fflush(stdout);
+        print_row(out, &o, rank, name, &st);
         if (mode == STAGELINK_MODE_SCATTER_GATHER) {
             sg = st;
             if (o.tp > 1) { /* the same schedule with shards only: the link */
                 rc = run_mode(&o, STAGELINK_MODE_SHARDED, &sh);
-                if (rc == 0) {
+                if (rc == 0 && out == OUT_TEXT) {
                     printf("  %-4d %-15s link %.3f ms + gather %.3f ms of "
                            "the %.3f ms wait\n", rank, "  split", sh.wait * 1e3,
                            (sg.wait > sh.wait ? sg.wait - sh.wait : 0) * 1e3,
                            sg.wait * 1e3);
+                } else if (rc == 0) {
+                    print_row(out, &o, rank, "sharded", &sh);
                 }
+                fflush(stdout);
             }
         }
     }
-    if (rc == 0 && rank == 0) {
+    if (rc == 0 && rank == 0 && out == OUT_TEXT) {
         printf("# every tensor received was checked against its sender's "
                "pattern\n");
     }

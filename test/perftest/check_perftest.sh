@@ -1,56 +1,128 @@
-#!/bin/sh
+#!/bin/bash
 # stagelink_perftest's own tests: argument errors give usage and exit 2; a
-# corrupted byte fails the data check (exit 1, with the offset); --csv gives
-# the documented header and numeric rows.
-#   check_perftest.sh BUILD_DIR
+# corrupted byte fails the data check (exit 1, with the offset); every test
+# kind gives its CSV header and rows whose times are ordered (min <= p50 <=
+# p99 <= max, avg <= max) and --json that parses; ucx_perftest's form: a
+# server on -p PORT and a client naming it, the client's options ruling
+# and the client printing; the stage's time is its slowest rank's;
+# stagelink_pipeline's CSV and JSON.
+#   check_perftest.sh BUILD_DIR PYTHON
 set -u
 run=$1/tools/stagelink_run
 perf=$1/tools/stagelink_perftest
+py=$2
+tmp=$(mktemp -d)
+srv=
+trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; rm -rf "$tmp"' EXIT
 failed=0
 fail() { echo "FAIL: $*"; failed=1; }
 
-for args in "-k nonsense" "-s 1X" "-m gpu" "-M fastest" "-n 0" "-B 0" "extra"; do
+for args in "-t nonsense" "-t 2" "-s 1X" "-m gpu" "--mode fastest" "-n 0" "-g 0" \
+            "--microbatches 0" "-k stream" "-c 1" "a b"; do
     # shellcheck disable=SC2086
-    "$perf" -t 1 $args >/dev/null 2>"$1/perftest.err"
+    "$perf" $args >/dev/null 2>"$tmp/err"
     rc=$?
-    [ $rc = 2 ] && grep -q usage "$1/perftest.err" || fail "'$args' gave exit $rc, not 2 with usage"
+    [ $rc = 2 ] && grep -q usage "$tmp/err" || fail "'$args' gave exit $rc, not 2 with usage"
 done
-
-"$run" -n 2 -T 60 -- "$perf" -t 1 -s 4099 -n 2 -w 0 --corrupt >"$1/perftest.out" 2>"$1/perftest.err"
+# A SERVER under a launcher's variables is a contradiction, not a hang.
+RANK=0 WORLD_SIZE=2 timeout 10 "$perf" 127.0.0.1 >/dev/null 2>"$tmp/err"
 rc=$?
-[ $rc = 1 ] || fail "--corrupt exited $rc, not 1"
-grep -q "differs at byte 2049" "$1/perftest.err" || fail "--corrupt did not name byte 2049: $(cat "$1/perftest.err")"
+[ $rc = 2 ] && grep -q "launcher's variables are set" "$tmp/err" || fail "SERVER under RANK: exit $rc: $(cat "$tmp/err")"
 
-"$run" -n 4 -T 60 -- "$perf" -t 2 -s 0,1K,65537 -n 2 -w 1 --csv >"$1/perftest.csv" 2>"$1/perftest.err" ||
-    fail "--csv run failed: $(cat "$1/perftest.err")"
-head -n 1 "$1/perftest.csv" | grep -qx 'size,mode,t,p50_us,avg_us,max_us,algbw_GBps,stage_B_per_rank,xnode_B_per_rank,gather_B_per_rank,wrong' ||
-    fail "CSV header: $(head -n 1 "$1/perftest.csv")"
-rows=$(awk -F, 'NR > 1 && NF == 11 && $1 ~ /^[0-9]+$/ && $4 ~ /^[0-9.]+$/ && $11 == 0' "$1/perftest.csv" | wc -l)
-[ "$rows" = 3 ] || fail "expected 3 numeric CSV rows with wrong=0, got $rows: $(cat "$1/perftest.csv")"
+"$run" -n 2 -T 60 -- "$perf" -s 4099 -n 2 -w 0 --corrupt >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc = 1 ] || fail "--corrupt exited with $rc, not 1"
+grep -q "differs at byte 2049" "$tmp/err" || fail "--corrupt did not name byte 2049: $(cat "$tmp/err")"
 
-"$run" -n 4 -T 60 -- "$perf" -t 2 -k pipeline -B 4 -V 2 -s 4K,1M -n 2 -w 1 --csv >"$1/perftest.pipe" 2>"$1/perftest.err" ||
-    fail "-k pipeline failed: $(cat "$1/perftest.err")"
-[ "$(awk -F, 'NR > 1 && $5 > 0 && NF == 12' "$1/perftest.pipe" | wc -l)" = 2 ] || fail "-k pipeline rows: $(cat "$1/perftest.pipe")"
+# ordered FILE FIRST_TIME_COLUMN [MIN]: the rows' p50, p99, avg, max
+# columns: p50 <= p99 <= max, avg <= max, and p50 > MIN (default 0).
+ordered() {
+    awk -F, -v c="$2" -v lo="${3:-0}" 'NR > 1 { if (!($(c) <= $(c + 1) && $(c + 1) <= $(c + 3) &&
+                                     $(c + 2) <= $(c + 3) && $(c) > lo)) bad++; n++ }
+                       END { exit !(n > 0 && bad == 0) }' "$1"
+}
+header='size,test,mode,t,p50_us,p99_us,avg_us,max_us,algbw_GBps,stage_B_per_rank,xnode_B_per_rank,gather_B_per_rank,xnode_B_job,cpu_s,cpu_s_per_GB,wrong'
+for kind in boundary shard gather stream duplex pipeline; do
+    extra=
+    [ $kind = pipeline ] && extra="--microbatches 4 --chunks 2"
+    # shellcheck disable=SC2086
+    "$run" -n 4 -T 60 -- "$perf" -g 2 -t $kind $extra -s 0,4K,1M -n 5 -w 1 --csv \
+        >"$tmp/$kind.csv" 2>"$tmp/err" || fail "-t $kind failed: $(cat "$tmp/err")"
+    want=$header
+    [ $kind = pipeline ] && want=$header,blocked_us
+    [ "$(head -n 1 "$tmp/$kind.csv")" = "$want" ] || fail "-t $kind CSV header: $(head -n 1 "$tmp/$kind.csv")"
+    [ "$(awk -F, 'NR > 1 && NF >= 16 && $4 == 2 && $16 == 0 && $14 > 0' "$tmp/$kind.csv" | wc -l)" = 3 ] ||
+        fail "-t $kind: want 3 rows, t = 2, wrong = 0, CPU time > 0: $(cat "$tmp/$kind.csv")"
+    # The gather is scatter_gather less the shard's median: at small sizes
+    # within the noise of zero, either side.
+    ordered "$tmp/$kind.csv" 5 "$([ $kind = gather ] && echo -1e9 || echo 0)" ||
+        fail "-t $kind: times out of order: $(cat "$tmp/$kind.csv")"
+done
 # With 2 ms of compute per batch the step takes at least 2 ms a
 # microbatch, and the time blocked in waits is part of the step.
-"$run" -n 4 -T 60 -- "$perf" -t 2 -k pipeline -B 4 -s 64K -P 2000 -n 2 -w 1 --csv >"$1/perftest.pipe" 2>"$1/perftest.err" ||
-    fail "-k pipeline -P failed: $(cat "$1/perftest.err")"
-[ "$(awk -F, 'NR > 1 && $5 >= 4 * 2000 && $12 >= 0 && $12 < $5' "$1/perftest.pipe" | wc -l)" = 1 ] ||
-    fail "-k pipeline -P 2000 rows: $(cat "$1/perftest.pipe")"
+"$run" -n 4 -T 60 -- "$perf" -g 2 -t pipeline --microbatches 4 -s 64K --compute-us 2000 -n 2 -w 1 --csv \
+    >"$tmp/pipe" 2>"$tmp/err" || fail "-t pipeline --compute-us failed: $(cat "$tmp/err")"
+[ "$(awk -F, 'NR > 1 && $5 >= 4 * 2000 && $17 >= 0 && $17 < $7' "$tmp/pipe" | wc -l)" = 1 ] ||
+    fail "-t pipeline --compute-us 2000 rows: $(cat "$tmp/pipe")"
 
-# comm_init itself: a median over 3 rounds, with and without a secret.
+# comm_init itself, with and without a secret, as text, CSV and JSON.
 for u in -U ""; do
-    "$run" -n 4 -T 60 $u -- "$perf" -t 2 -k init -n 3 -w 1 >"$1/perftest.init" 2>"$1/perftest.err" ||
-        fail "-k init failed: $(cat "$1/perftest.err")"
-    grep -q "(bootstrap tcp, $([ -n "$u" ] && echo unauthenticated || echo 'with a job secret')), 3 rounds" "$1/perftest.init" &&
-        [ "$(awk 'NF == 3 && $1 > 0 && $1 >= $2 && $1 <= $3' "$1/perftest.init" | wc -l)" = 1 ] ||
-        fail "-k init ${u:-with a secret}: $(cat "$1/perftest.init")"
+    "$run" -n 4 -T 60 $u -- "$perf" -g 2 -t init -n 3 -w 1 >"$tmp/init" 2>"$tmp/err" ||
+        fail "-t init failed: $(cat "$tmp/err")"
+    grep -q "(bootstrap tcp, $([ -n "$u" ] && echo unauthenticated || echo 'with a job secret')), 3 rounds" "$tmp/init" &&
+        [ "$(awk 'NF == 6 && $1 > 0 && $1 <= $2 && $2 <= $5 && $4 <= $1' "$tmp/init" | wc -l)" = 1 ] ||
+        fail "-t init ${u:-with a secret}: $(cat "$tmp/init")"
+done
+"$run" -n 4 -T 60 -- "$perf" -g 2 -t init -n 3 -w 1 --csv >"$tmp/init.csv" 2>"$tmp/err"
+[ "$(head -n 1 "$tmp/init.csv")" = test,t,ranks,bootstrap,sealed,rounds,p50_ms,p99_ms,avg_ms,min_ms,max_ms,cpu_s ] &&
+    [ "$(awk -F, 'NR == 2 && $1 == "init" && $4 == "tcp" && $5 == 1 && $7 <= $8 && $8 <= $11' "$tmp/init.csv" | wc -l)" = 1 ] ||
+    fail "-t init --csv: $(cat "$tmp/init.csv")"
+for kind in init stream; do
+    "$run" -n 4 -T 60 -- "$perf" -g 2 -t $kind -s 4K -n 3 -w 1 --json >"$tmp/$kind.json" 2>"$tmp/err" &&
+        "$py" -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["t"] == 2 and d["rows"], d' \
+            "$tmp/$kind.json" || fail "-t $kind --json: $(cat "$tmp/$kind.json" "$tmp/err")"
 done
 
-# Both ways at once, every received tensor of the last round checked.
-"$run" -n 4 -T 60 -- "$perf" -t 2 -k duplex -s 4K,1M -n 4 -w 1 --csv >"$1/perftest.duplex" 2>"$1/perftest.err" ||
-    fail "-k duplex failed: $(cat "$1/perftest.err")"
-[ "$(awk -F, 'NR > 1 && $5 > 0 && $11 == 0' "$1/perftest.duplex" | wc -l)" = 2 ] || fail "-k duplex rows: $(cat "$1/perftest.duplex")"
+# ucx_perftest's form: the server waits, the client's options rule and it
+# prints the JSON; the server prints no result.
+port=$((14000 + $$ % 1000))
+"$perf" -p $port >"$tmp/server" 2>"$tmp/server.err" &
+srv=$!
+timeout 60 "$perf" -p $port -t stream -s 4K,64K -n 4 -w 1 --json 127.0.0.1 >"$tmp/client.json" 2>"$tmp/client.err" ||
+    fail "the client failed: $(cat "$tmp/client.err")"
+wait $srv || fail "the server failed: $(cat "$tmp/server.err")"
+srv=
+"$py" -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["test"] == "stream" and d["t"] == 1 and d["ranks"] == 2, d
+assert [r["size"] for r in d["rows"]] == [4096, 65536], d
+assert all(r["min_us"] <= r["p50_us"] <= r["p99_us"] <= r["max_us"] and r["wrong"] == 0 for r in d["rows"]), d' \
+    "$tmp/client.json" || fail "the client's JSON: $(cat "$tmp/client.json")"
+[ -s "$tmp/server" ] && fail "the server printed: $(cat "$tmp/server")"
+grep -q "waiting for a client on port $port" "$tmp/server.err" || fail "the server did not say it waits: $(cat "$tmp/server.err")"
+# With a job secret, as any rank takes it; a client with another is refused.
+STAGELINK_JOB_SECRET=perftest-secret-1 "$perf" -p $port >"$tmp/server" 2>"$tmp/server.err" &
+srv=$!
+STAGELINK_JOB_SECRET=perftest-secret-1 timeout 60 "$perf" -p $port -s 4K -n 2 -w 0 --csv 127.0.0.1 \
+    >"$tmp/client.csv" 2>"$tmp/client.err" || fail "the client with the secret failed: $(cat "$tmp/client.err")"
+wait $srv || fail "the server with the secret failed: $(cat "$tmp/server.err")"
+srv=
+[ "$(awk -F, 'NR == 2 && $1 == 4096 && $2 == "boundary"' "$tmp/client.csv" | wc -l)" = 1 ] ||
+    fail "the client's CSV with a secret: $(cat "$tmp/client.csv")"
+
+# stagelink_pipeline's CSV and JSON: a row a rank and mode (sharded: the
+# scatter_gather schedule's link alone).
+pipe=${perf%/*}/stagelink_pipeline
+"$run" -n 4 -T 60 -- "$pipe" -t 2 -m 4 -s 64K -i 1 --csv >"$tmp/pipe.csv" 2>"$tmp/err" ||
+    fail "stagelink_pipeline --csv: $(cat "$tmp/err")"
+[ "$(head -n 1 "$tmp/pipe.csv")" = rank,mode,schedule,p,t,d,v,microbatches,size,compute_us,steps,step_ms,bubble_pct,wait_ms,xnode_B_per_step ] &&
+    [ "$(awk -F, 'NR > 1 && NF == 15 && $12 > 0' "$tmp/pipe.csv" | wc -l)" = 12 ] ||
+    fail "stagelink_pipeline --csv: $(cat "$tmp/pipe.csv")"
+"$run" -n 4 -T 60 -- "$pipe" -t 2 -m 4 -s 64K -i 1 --json >"$tmp/pipe.json" 2>"$tmp/err" &&
+    "$py" -c 'import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 12 and {r["mode"] for r in rows} == {"full", "scatter_gather", "sharded"}, rows' \
+        "$tmp/pipe.json" || fail "stagelink_pipeline --json: $(cat "$tmp/pipe.json" "$tmp/err")"
 
 [ $failed = 0 ] && echo "perftest checks passed"
 exit $failed

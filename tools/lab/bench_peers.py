@@ -3,7 +3,7 @@
 tools/lab/bench-two-node: one rank of a job of two stages of t TP ranks
 (stage 0 on the first node, stage 1 on the second, Megatron's rank
 order), streaming ITERS tensors of each size forward with 4 in flight and
-one answer back, as stagelink_perftest -k stream does.
+one answer back, as stagelink_perftest -t stream does.
 
     bench_peers.py PEER SIZES ITERS     (under stagelink_run, per node)
 

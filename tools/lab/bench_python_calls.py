@@ -74,13 +74,13 @@ def measure(tools, kind, o, env):
     why it could not run)."""
     if kind == "c":
         csv, err = run(tools, [os.path.join(tools, "stagelink_perftest"),
-                               "-t", "1", "-k", "boundary", "-s",
+                               "-g", "1", "-t", "boundary", "-s",
                                str(o.size), "-n", str(o.iters), "-w",
                                str(o.iters // 10), "--csv"], env)
         for line in (csv or "").splitlines():
             f = line.split(",")
             if f and f[0] == str(o.size):
-                return float(f[4]), None  # avg one-way
+                return float(f[6]), None  # avg_us: the one-way time
         return None, err
     out, err = run(tools, [sys.executable, os.path.abspath(__file__),
                            "--rank", kind, str(o.size), str(o.iters),
@@ -132,7 +132,7 @@ def main():
         version, where, tools = found.stdout.split()
         # Its console scripts: the wheel's tools, on the UCX it chose.
         print("# stagelink %s from %s" % (version, where))
-    names = {"c": "C (stagelink_perftest -k boundary, avg)",
+    names = {"c": "C (stagelink_perftest -t boundary, avg)",
              "stagelink": "Python: stagelink.Communicator, torch tensors",
              "gloo": "Python: torch.distributed send/recv, gloo"}
     got = {kind: [] for kind in names}

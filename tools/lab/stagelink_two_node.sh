@@ -89,7 +89,7 @@ compare)
         for mode in full scatter_gather; do
             before=$(crossed)
             STAGELINK_MODE=$mode STAGELINK_DEBUG=INFO STAGELINK_DEBUG_SUBSYS=BOOT \
-                run_job "$t" "$perftest" -t "$t" -s "$size" \
+                run_job "$t" "$perftest" -g "$t" -s "$size" \
                 -n "$iters" -w 1 >"/tmp/${tag}.$mode.$t" 2>&1 || {
                 cat "/tmp/${tag}.$mode.$t"; rm -f "/tmp/${tag}".*; exit 1; }
             grep -q "rendezvous on .* complete, $((2 * t)) ranks (authenticated)" \
