@@ -4,7 +4,7 @@
  * message's (sl_chunked_size), and above one chunk a 16-byte length header
  * first, so a receiver knows the sender's size, and so its chunks, before
  * any data and drains a mismatched sender instead of leaving its chunks on
- * the wire (plugin/staging decides what happens next).  Each
+ * the wire (src/staging decides what happens next).  Each
  * side moves its chunks its own way: in place (host memory, or device memory
  * when UCX has CUDA), or through pinned bounce buffers (device memory, UCX
  * without CUDA).  A TP rank forwards each chunk of its shard to its peers as

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The layer order of plugin/ holds: no call goes from a file to one in a
-layer above it, and no calls between files go round in a circle; nor do
-the calls between the files of src/ (where logging sits at the bottom:
+"""The layer order of the plugins (plugin/*/) and the layers they are
+built on (src/gather, src/gpu, src/staging) holds: no call goes from a
+file to one in a layer above it, and no calls between files go round in a
+circle; nor do the calls between the files of src/ (where logging sits at the bottom:
 an error it logs must not call back into what reports it).  A macro
 (SL_WARN, sl_log) counts as a call of the functions it expands to.
 
@@ -11,8 +12,8 @@ The order is declared once, in docs/design.md between the markers
 defined (not static) in another file of plugin/, called or named (a
 function a file stores as a pointer is its own to hand out); calls through
 pointers handed down (UCX's callbacks, progress hooks, a gather backend's
-ops) are how a lower layer reports upward.  Every .c file of
-plugin/ must be in the table.
+ops) are how a lower layer reports upward.  Every .c file of plugin/*/
+and src/*/ must be in the table.
 
   check_layers.py SOURCE_DIR             check the tree
   check_layers.py SOURCE_DIR --selftest  also check that an injected upward
@@ -67,15 +68,18 @@ def macros_of(headers):
     return found
 
 
-def edges_of(top, pattern):
-    code, defined = {}, {}
-    for path in sorted(glob.glob(os.path.join(top, pattern))):
-        name = os.path.relpath(path, top)
-        code[name] = strip(open(path).read())
-        for m in DEF.finditer(code[name]):
-            defined[m.group(1)] = name
-    macros = macros_of(glob.glob(os.path.join(top, pattern[:-1] + "h")) +
-                       glob.glob(os.path.join(top, "..", "src", "*.h")))
+def edges_of(top, patterns):
+    """Calls between the .c files matching `patterns` under `top`, named
+    relative to it."""
+    code, defined, headers = {}, {}, glob.glob(os.path.join(top, "src", "*.h"))
+    for pattern in patterns:
+        headers += glob.glob(os.path.join(top, pattern[:-1] + "h"))
+        for path in sorted(glob.glob(os.path.join(top, pattern))):
+            name = os.path.relpath(path, top)
+            code[name] = strip(open(path).read())
+            for m in DEF.finditer(code[name]):
+                defined[m.group(1)] = name
+    macros = macros_of(headers)
 
     def targets(word, seen):
         if word in defined:
@@ -133,9 +137,12 @@ def main():
         sys.exit(__doc__)
     src = sys.argv[1]
     layer = layers_of(os.path.join(src, "docs", "design.md"))
-    files, edges = edges_of(os.path.join(src, "plugin"), os.path.join("*", "*.c"))
+    # The plugins and the layers under them (src/gather, src/gpu,
+    # src/staging), by the table; the core (src/*.c) for circles alone.
+    files, edges = edges_of(src, [os.path.join("plugin", "*", "*.c"),
+                                  os.path.join("src", "*", "*.c")])
     found = problems(files, edges, layer)
-    core, core_edges = edges_of(os.path.join(src, "src"), "*.c")
+    core, core_edges = edges_of(src, [os.path.join("src", "*.c")])
     found += problems(core, core_edges, {})
     for p in found:
         print("FAIL: " + p)

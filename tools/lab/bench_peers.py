@@ -18,9 +18,18 @@ PEER:
                  tcp over the node's link), host memory: every TP rank
                  WRITEs the whole tensor into its peer's registered buffer,
                  the receiver counts NIXL's notifications (what a NIXL user
-                 would do; gloo carries only the metadata and the answer).
+                 would do; gloo carries only the metadata and the answer);
+                 NIXL's progress thread off, as for shared cores (its
+                 Python API spins it with no delay), the waits polling;
+  nixl-slice     NIXL moving 1/t over the link, then each receiver WRITEs
+                 its slice into the node's other ranks' buffers (over UCX's
+                 tcp, to the node's own address: UCX would take shared
+                 memory across the namespaces, which share a host); a tensor is whole on a
+                 rank once its slice and the t - 1 others have landed.
 
-Rank 0 prints "size,peer,t,avg_us" per size (time per tensor).
+Rank 0 prints "size,peer,t,avg_us,cpu_s" per size: the time per tensor
+(the slowest rank's stream) and the CPU time every rank of the job spent
+in the measured stream (user + system, getrusage).
 SPDX-License-Identifier: MIT
 """
 import sys
@@ -32,6 +41,7 @@ if __name__ == "__main__" and sys.argv[1:2] in (["-h"], ["--help"]):
     sys.exit(0)
 
 import os
+import resource
 import time
 
 import torch
@@ -73,6 +83,7 @@ def stream_gloo(peer, t, rank, tp, stage, tensor, iters, tp_group):
 
 
 def stream_stagelink(comm, stage, tensor, iters):
+    # Its receive ends only with every shard, gathered.
     pending = []
     for i in range(iters):
         if len(pending) == WINDOW:
@@ -93,12 +104,15 @@ def stream_stagelink(comm, stage, tensor, iters):
 def nixl_agent(name):
     """An agent on NIXL's UCX, kept on tcp over this node's link: two
     namespaces on one host look like one node to UCX, which would move
-    the bytes through shared memory instead of the veth."""
+    the bytes through shared memory instead of the veth.  No progress
+    thread: the Python API's spins without a delay, taking a core from the
+    node's other ranks; the waits below progress the agent instead."""
     os.environ["UCX_TLS"] = "tcp"
     if os.environ.get("GLOO_SOCKET_IFNAME"):
         os.environ["UCX_NET_DEVICES"] = os.environ["GLOO_SOCKET_IFNAME"]
     from nixl_cu13._api import nixl_agent as agent, nixl_agent_config
-    return agent(name, nixl_agent_config(backends=["UCX"]))
+    return agent(name, nixl_agent_config(enable_prog_thread=False,
+                                         backends=["UCX"]))
 
 
 def nixl_wait(agent, handle):
@@ -113,55 +127,92 @@ def nixl_wait(agent, handle):
         time.sleep(20e-6)
 
 
-def stream_nixl(agent, t, rank, stage, tensor, iters, link):
-    other = rank + t if stage == 0 else rank - t
-    if stage == 1:
-        got = 0
-        while got < iters:
-            notes = agent.get_new_notifs()
-            got += sum(len(v) for v in notes.values())
-            if got < iters:
-                time.sleep(20e-6)
-        dist.send(torch.zeros(1), other)
-        return
-    # WINDOW prepared transfers, each posted again once its last one is
-    # done, as a NIXL user streams.
+def nixl_send(agent, handles, iters):
+    """`iters` WRITEs, WINDOW prepared handles each posted again once its
+    last one is done, as a NIXL user streams; the notification carries
+    the tensor's index."""
     for i in range(iters):
-        h = link[i % WINDOW]
+        h = handles[i % WINDOW]
         if i >= WINDOW:
             nixl_wait(agent, h)
         if agent.transfer(h, str(i).encode()) == "ERR":
             raise RuntimeError("NIXL transfer %d failed" % i)
     for i in range(max(0, iters - WINDOW), iters):
-        nixl_wait(agent, link[i % WINDOW])
-    dist.recv(torch.zeros(1), other)
+        nixl_wait(agent, handles[i % WINDOW])
 
 
-def nixl_connect(agent, t, rank, stage, buf):
+class NixlNotes:
+    """The notifications an agent got, counted per sender and index."""
+
+    def __init__(self, agent):
+        self.agent, self.count = agent, {}
+
+    def poll(self):
+        for name, notes in self.agent.get_new_notifs().items():
+            for note in notes:
+                key = (name, int(note.decode()))
+                self.count[key] = self.count.get(key, 0) + 1
+
+    def wait(self, senders, index):
+        while any(self.count.get((s, index), 0) == 0 for s in senders):
+            self.poll()
+            if any(self.count.get((s, index), 0) == 0 for s in senders):
+                time.sleep(20e-6)
+
+
+def stream_nixl(peer, agent, t, rank, stage, iters, links):
+    """nixl-full: stage 0 WRITEs the whole tensor.  nixl-slice: stage 0
+    WRITEs its slice; each stage 1 rank, as its slice lands, WRITEs it
+    into the node's other ranks' buffers and waits for theirs."""
+    other = rank + t if stage == 0 else rank - t
+    if stage == 0:
+        nixl_send(agent, links[0], iters)
+        dist.recv(torch.zeros(1), other)
+        return
+    notes, sender = NixlNotes(agent), "rank%d" % other
+    node = ["rank%d" % r for r in range(t, 2 * t) if r != rank]
+    for i in range(iters):
+        notes.wait([sender], i)
+        if peer == "nixl-slice":
+            for h in links:
+                if agent.transfer(h[0], str(i).encode()) == "ERR":
+                    raise RuntimeError("NIXL relay %d failed" % i)
+            notes.wait(node, i)
+            for h in links:
+                nixl_wait(agent, h[0])
+    dist.send(torch.zeros(1), other)
+
+
+def nixl_connect(agent, peer, t, rank, stage, buf):
     """Registers this rank's buffer (the largest tensor; each size is its
-    head); the sender learns its receiver's agent and buffer address
-    through gloo."""
+    head).  Through gloo each rank learns where it WRITEs: a sender its
+    receiver's agent and buffer, a nixl-slice receiver its node's other
+    ranks'.  Returns the registration and [(agent name, buffer address)]."""
     reg = agent.register_memory(buf)
     every = [None] * (2 * t)
     dist.all_gather_object(every, (agent.get_agent_metadata(),
                                    buf.data_ptr()))
-    if stage == 1:
-        return reg, None
-    meta, addr = every[rank + t]
-    return reg, (agent.add_remote_agent(meta), addr)
+    if stage == 0:
+        targets = [rank + t]
+    elif peer == "nixl-slice":
+        targets = [r for r in range(t, 2 * t) if r != rank]
+    else:
+        targets = []
+    return reg, [(agent.add_remote_agent(every[r][0]), every[r][1])
+                 for r in targets]
 
 
-def nixl_link(agent, peer, tensor):
-    """The sender's WINDOW transfer handles of one size (WRITEs of the
-    tensor into its peer's buffer), for stream_nixl."""
-    if peer is None:
-        return None
-    name, addr = peer
-    nbytes = tensor.numel() * tensor.element_size()
-    local = agent.get_xfer_descs(tensor)
-    remote = agent.get_xfer_descs([(addr, nbytes, 0)], "DRAM")
-    return [agent.initialize_xfer("WRITE", local, remote, name, b"0")
-            for _ in range(WINDOW)]
+def nixl_links(agent, targets, buf, view, count):
+    """`count` WRITE handles a target: `view` (a slice of the registered
+    `buf`) to the same offset of the target's buffer."""
+    nbytes = view.numel() * view.element_size()
+    offset = view.data_ptr() - buf.data_ptr()
+    local = agent.get_xfer_descs(view)
+    return [[agent.initialize_xfer(
+                "WRITE", local,
+                agent.get_xfer_descs([(addr + offset, nbytes, 0)], "DRAM"),
+                name, b"0") for _ in range(count)]
+            for name, addr in targets]
 
 
 def main():
@@ -169,67 +220,73 @@ def main():
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     t = world // 2
     stage, tp = rank // t, rank % t
-    comm = tp_group = agent = nixl_peer = None
-    if peer == "nixl-full":
-        dist.init_process_group("gloo")
+    comm = tp_group = agent = None
+    # gloo for every peer: the barrier before each measured stream, the
+    # slowest rank's time and the job's CPU time after it.
+    dist.init_process_group("gloo")
+    if peer.startswith("nixl-"):
         agent = nixl_agent("rank%d" % rank)
         buf = torch.ones(max(parse_size(x) for x in sizes) // 4,
                          dtype=torch.float32)
-        nixl_reg, nixl_peer = nixl_connect(agent, t, rank, stage, buf)
+        nixl_reg, targets = nixl_connect(agent, peer, t, rank, stage, buf)
     elif peer == "stagelink-py":
         import stagelink
         comm = stagelink.Communicator(tp_size=t, store=False,
                                       mode="scatter_gather")
     else:
-        dist.init_process_group("gloo")
         groups = [dist.new_group(list(range(s * t, (s + 1) * t)))
                   for s in (0, 1)]
         tp_group = groups[stage]
     for size in sizes:
         n = parse_size(size)
+        links = None
         if agent is not None:
             tensor = buf[:n // 4]
-            link = nixl_link(agent, nixl_peer, tensor)
+            part = tensor.numel() // t
+            mine = tensor[tp * part:(tp + 1) * part] if peer == "nixl-slice" else tensor
+            links = nixl_links(agent, targets, buf, mine,
+                               WINDOW if stage == 0 else 1)
         else:
-            tensor, link = torch.ones(n // 4, dtype=torch.float32), None
-        best = None
+            tensor = torch.ones(n // 4, dtype=torch.float32)
+        best = cpu = None
         for warm in (True, False):
-            # Every rank starts the measured stream together (stagelink's
-            # warm-up ends with its answer, which lines the stages up).
-            if comm is None:
-                dist.barrier()
+            # Every rank starts the measured stream together.
+            dist.barrier()
             start = time.perf_counter()
+            used = resource.getrusage(resource.RUSAGE_SELF)
             if comm is not None:
                 stream_stagelink(comm, stage, tensor, 2 if warm else iters)
             elif agent is not None:
-                stream_nixl(agent, t, rank, stage, tensor,
-                            2 if warm else iters, link)
+                stream_nixl(peer, agent, t, rank, stage,
+                            2 if warm else iters, links)
             else:
                 stream_gloo(peer, t, rank, tp, stage, tensor,
                             2 if warm else iters, tp_group)
             if not warm:
                 best = (time.perf_counter() - start) / iters * 1e6
-        if comm is None:
-            # The boundary is done when every TP rank has its tensor: with
-            # each sending the whole tensor (the -full peers) rank 0's own
-            # stream can end first, so the stage's time is the longest.
-            # (stagelink's receive ends only with every shard, gathered.)
-            longest = torch.tensor([best], dtype=torch.float64)
-            dist.all_reduce(longest, op=dist.ReduceOp.MAX)
-            best = longest.item()
+                now = resource.getrusage(resource.RUSAGE_SELF)
+                cpu = (now.ru_utime - used.ru_utime) + (now.ru_stime - used.ru_stime)
+        # The boundary is done when every TP rank has its tensor: with each
+        # sending the whole tensor (the -full peers) rank 0's own stream can
+        # end first, so the stage's time is the longest.
+        longest = torch.tensor([best], dtype=torch.float64)
+        dist.all_reduce(longest, op=dist.ReduceOp.MAX)
+        total = torch.tensor([cpu], dtype=torch.float64)
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
         if rank == 0:
-            print("%d,%s,%d,%.1f" % (n, peer, t, best), flush=True)
-        for h in link or []:
-            agent.release_xfer_handle(h)
+            print("%d,%s,%d,%.1f,%.6f" % (n, peer, t, longest.item(),
+                                          total.item()), flush=True)
+        for handles in links or []:
+            for h in handles:
+                agent.release_xfer_handle(h)
     if comm is not None:
         comm.close()
-        return 0
     if agent is not None:
         # NIXL's teardown, in order, before gloo's: left to the interpreter's
         # exit its destructors crash.
         dist.barrier()
-        if nixl_peer is not None:
-            agent.remove_remote_agent(nixl_peer[0])
+        for name, _ in targets:
+            agent.remove_remote_agent(name)
         agent.deregister_memory(nixl_reg)
         del agent
         dist.barrier()
