@@ -25,8 +25,9 @@
  *
  * Every time is the stage's: each rank times every iteration, the ranks'
  * records are gathered at the end, and an iteration takes as long as its
- * slowest rank's (the initiators' round trips, the receivers' arrivals,
- * every rank's step); percentiles come from those per-iteration times.
+ * slowest rank's (the initiators' round trips, every rank's step; in a
+ * stream, the gap between a tensor's last arrival on the stage and the
+ * one before's); percentiles come from those per-iteration times.
  * Each row carries the CPU time (user + system, the kernel's accounting)
  * that every rank of the job spent in its measured iterations.
  *
@@ -389,8 +390,8 @@ static int round_trip(const perf_params_t *p, sl_host_t *h, unsigned char *send,
 
 /*
  * `count` tensors forward (and back at once with `duplex`), PERF_WINDOW in
- * flight, then one answer back.  times[i] (when given) is the time from
- * the previous arrival on this rank to the i-th.
+ * flight, then one answer back.  times[i] (when given) is when the i-th
+ * arrived on this rank, from the stream's start.
  */
 static int stream(sl_host_t *h, unsigned char *send, unsigned char *recv,
                   size_t n, uint32_t first, int count, int duplex,
@@ -400,7 +401,7 @@ static int stream(sl_host_t *h, unsigned char *send, unsigned char *recv,
     stagelink_xfer_t     x;
     int                  i, d, rc = 0, s0 = (h->info.pp_index == 0);
     unsigned char        ack = 1;
-    double               last = now_us(), t;
+    double               start = now_us();
 
     /* Direction 0 forward (stage 0 sends), 1 backward (duplex only). */
     for (i = 0; i < count + PERF_WINDOW && rc == 0; ++i) {
@@ -413,9 +414,7 @@ static int stream(sl_host_t *h, unsigned char *send, unsigned char *recv,
                                                        reqs[d][k % PERF_WINDOW]),
                                     "wait") ? -1 : 0;
                 if (rc == 0 && !sends && times != NULL) {
-                    t        = now_us();
-                    times[k] = t - last;
-                    last     = t;
+                    times[k] = now_us() - start;
                 }
             }
             if (i < count && rc == 0) {
@@ -743,8 +742,13 @@ static int gather_records(int tp, const void *mine, size_t len,
     return rc;
 }
 
-/* The stage's row from the ranks' slots and times (record stride `len`,
- * slot `k`), for tensor size n. */
+/*
+ * The stage's row from the ranks' slots and times (record stride `len`,
+ * slot at `offset`), for tensor size n.  An iteration lasts as long as its
+ * slowest timed rank's; a stream's tensor is whole at the stage when its
+ * last receiver has it, so there the ranks' arrival times are taken at
+ * their latest and the stage's times are the gaps between those.
+ */
 static void make_row(const perf_params_t *p, const unsigned char *all,
                      size_t len, size_t offset, size_t n, double shift,
                      perf_row_t *row)
@@ -774,6 +778,11 @@ static void make_row(const perf_params_t *p, const unsigned char *all,
     if (stage == NULL || timed == 0) {
         free(stage);
         return;
+    }
+    if (p->kind == PERF_STREAM || p->kind == PERF_DUPLEX) {
+        for (it = p->iters - 1; it > 0; --it) {
+            stage[it] -= stage[it - 1];
+        }
     }
     for (it = 0; it < p->iters; ++it) {
         stage[it] -= shift;
@@ -867,7 +876,8 @@ static void print_header(const perf_opts_t *o, stagelink_mode_t mode,
            p->cuda ? "cuda" : "host", p->iters, p->warmup,
            p->check ? "on" : "off", boot->text,
            (p->kind == PERF_STREAM)
-               ? "per tensor of a one-way stream (4 in flight), between arrivals"
+               ? "per tensor of a one-way stream (4 in flight): from one tensor's "
+                 "last arrival on the stage to the next's"
            : (p->kind == PERF_DUPLEX)
                ? "per tensor and direction of a stream both ways at once (4 in flight each)"
            : (p->kind == PERF_PIPELINE)

@@ -116,15 +116,16 @@ def nixl_agent(name):
 
 
 def nixl_wait(agent, handle):
-    # NIXL has no blocking wait: poll, yielding the CPU to the node's
-    # other ranks (two cores here) between looks.
+    # NIXL has no blocking wait: poll, yielding the CPU to the node's other
+    # ranks (two cores here) between looks; a sleep, however short, costs
+    # tens of microseconds of timer slack a tensor.
     while True:
         state = agent.check_xfer_state(handle)
         if state == "DONE":
             return
         if state == "ERR":
             raise RuntimeError("a NIXL transfer failed")
-        time.sleep(20e-6)
+        os.sched_yield()
 
 
 def nixl_send(agent, handles, iters):
@@ -153,11 +154,23 @@ class NixlNotes:
                 key = (name, int(note.decode()))
                 self.count[key] = self.count.get(key, 0) + 1
 
-    def wait(self, senders, index):
-        while any(self.count.get((s, index), 0) == 0 for s in senders):
+    def wait(self, senders, index, sending=()):
+        """Until every sender's note of `index` is in and every handle of
+        `sending` done: with no progress thread, checking a transfer's
+        state is what moves it on."""
+        pending = list(sending)
+        while True:
             self.poll()
-            if any(self.count.get((s, index), 0) == 0 for s in senders):
-                time.sleep(20e-6)
+            for h in list(pending):
+                state = self.agent.check_xfer_state(h)
+                if state == "ERR":
+                    raise RuntimeError("a NIXL transfer failed")
+                if state == "DONE":
+                    pending.remove(h)
+            if not pending and all(self.count.get((s, index), 0) > 0
+                                   for s in senders):
+                return
+            os.sched_yield()
 
 
 def stream_nixl(peer, agent, t, rank, stage, iters, links):
@@ -177,9 +190,7 @@ def stream_nixl(peer, agent, t, rank, stage, iters, links):
             for h in links:
                 if agent.transfer(h[0], str(i).encode()) == "ERR":
                     raise RuntimeError("NIXL relay %d failed" % i)
-            notes.wait(node, i)
-            for h in links:
-                nixl_wait(agent, h[0])
+            notes.wait(node, i, [h[0] for h in links])
     dist.send(torch.zeros(1), other)
 
 
@@ -231,8 +242,8 @@ def main():
         nixl_reg, targets = nixl_connect(agent, peer, t, rank, stage, buf)
     elif peer == "stagelink-py":
         import stagelink
-        comm = stagelink.Communicator(tp_size=t, store=False,
-                                      mode="scatter_gather")
+        # On torch.distributed's store: gloo's holds MASTER_PORT.
+        comm = stagelink.Communicator(tp_size=t, mode="scatter_gather")
     else:
         groups = [dist.new_group(list(range(s * t, (s + 1) * t)))
                   for s in (0, 1)]
