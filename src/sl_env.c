@@ -141,49 +141,49 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
         "NCCL's NIC list; the default of STAGELINK_IB_HCA, so one setting filters both."},
         .type = SL_ENV_T_NICS, .flags = SL_ENV_F_FOREIGN},
     [SL_ENV_RANK] = {{"RANK", "", "torchrun: global rank."},
-        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN, .min = 0, .max = INT_MAX},
+        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER, .min = 0, .max = INT_MAX},
     [SL_ENV_WORLD_SIZE] = {{"WORLD_SIZE", "", "torchrun: number of ranks."},
-        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN, .min = 1, .max = INT_MAX},
+        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER, .min = 1, .max = INT_MAX},
     [SL_ENV_LOCAL_RANK] = {{"LOCAL_RANK", "", "torchrun: rank on this node."},
-        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN, .min = 0, .max = INT_MAX},
+        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER, .min = 0, .max = INT_MAX},
     [SL_ENV_LOCAL_WORLD_SIZE] = {{"LOCAL_WORLD_SIZE", "", "torchrun: ranks on this node."},
-        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN, .min = 1, .max = INT_MAX},
+        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER, .min = 1, .max = INT_MAX},
     [SL_ENV_MASTER_ADDR] = {{"MASTER_ADDR", "", "torchrun: rendezvous host (rank 0)."},
-        .type = SL_ENV_T_STRING, .flags = SL_ENV_F_FOREIGN},
+        .type = SL_ENV_T_STRING, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER},
     [SL_ENV_MASTER_PORT] = {{"MASTER_PORT", "", "torchrun: rendezvous port."},
-        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN, .min = 1, .max = 65535},
+        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER, .min = 1, .max = 65535},
     [SL_ENV_OMPI_RANK] = {{"OMPI_COMM_WORLD_RANK", "", "Open MPI mpirun: global rank."},
-        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN, .min = 0, .max = INT_MAX},
+        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER, .min = 0, .max = INT_MAX},
     [SL_ENV_OMPI_SIZE] = {{"OMPI_COMM_WORLD_SIZE", "", "Open MPI mpirun: number of ranks."},
-        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN, .min = 1, .max = INT_MAX},
+        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER, .min = 1, .max = INT_MAX},
     [SL_ENV_OMPI_LOCAL_RANK] = {{"OMPI_COMM_WORLD_LOCAL_RANK", "", "Open MPI mpirun: rank on this node."},
-        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN, .min = 0, .max = INT_MAX},
+        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER, .min = 0, .max = INT_MAX},
     [SL_ENV_OMPI_LOCAL_SIZE] = {{"OMPI_COMM_WORLD_LOCAL_SIZE", "", "Open MPI mpirun: ranks on this node."},
-        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN, .min = 1, .max = INT_MAX},
+        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER, .min = 1, .max = INT_MAX},
     [SL_ENV_SLURM_PROCID] = {{"SLURM_PROCID", "", "Slurm srun: global rank."},
-        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN, .min = 0, .max = INT_MAX},
+        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER, .min = 0, .max = INT_MAX},
     [SL_ENV_SLURM_NTASKS] = {{"SLURM_NTASKS", "", "Slurm srun: number of ranks."},
-        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN, .min = 1, .max = INT_MAX},
+        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER, .min = 1, .max = INT_MAX},
     [SL_ENV_SLURM_LOCALID] = {{"SLURM_LOCALID", "", "Slurm srun: rank on this node."},
-        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN, .min = 0, .max = INT_MAX},
+        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER, .min = 0, .max = INT_MAX},
     [SL_ENV_SLURM_STEP_TASKS_PER_NODE] = {{"SLURM_STEP_TASKS_PER_NODE", "", "Slurm srun: ranks on each node of the step (\"4\", \"4(x2),3\"); the entry of SLURM_NODEID is this node's."},
-        .type = SL_ENV_T_STRING, .flags = SL_ENV_F_FOREIGN},
+        .type = SL_ENV_T_STRING, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER},
     [SL_ENV_SLURM_NODEID] = {{"SLURM_NODEID", "", "Slurm srun: this node's index in the step."},
-        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN, .min = 0, .max = INT_MAX},
+        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER, .min = 0, .max = INT_MAX},
     [SL_ENV_TORCHELASTIC_RUN_ID] = {{"TORCHELASTIC_RUN_ID", "", "torchrun: job id (a default job key)."},
-        .type = SL_ENV_T_STRING, .flags = SL_ENV_F_FOREIGN},
+        .type = SL_ENV_T_STRING, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER},
     [SL_ENV_TORCHELASTIC_USE_AGENT_STORE] = {{"TORCHELASTIC_USE_AGENT_STORE", "", "torchrun: True when its agent hosts the job's TCPStore on MASTER_ADDR:MASTER_PORT (the bootstrap then joins it)."},
-        .type = SL_ENV_T_BOOL, .flags = SL_ENV_F_FOREIGN},
+        .type = SL_ENV_T_BOOL, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER},
     [SL_ENV_TORCHELASTIC_RESTART_COUNT] = {{"TORCHELASTIC_RESTART_COUNT", "", "torchrun: restarts of the workers so far (part of the agent store's key prefix)."},
-        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN, .min = 0, .max = INT_MAX},
+        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER, .min = 0, .max = INT_MAX},
     [SL_ENV_PMIX_RANK] = {{"PMIX_RANK", "", "PMIx (srun --mpi=pmix, mpirun): this process's rank in its namespace."},
-        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN, .min = 0, .max = INT_MAX},
+        .type = SL_ENV_T_INT, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER, .min = 0, .max = INT_MAX},
     [SL_ENV_PMIX_NAMESPACE] = {{"PMIX_NAMESPACE", "", "PMIx: the job's namespace."},
-        .type = SL_ENV_T_STRING, .flags = SL_ENV_F_FOREIGN},
+        .type = SL_ENV_T_STRING, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER},
     [SL_ENV_SLURM_JOB_ID] = {{"SLURM_JOB_ID", "", "Slurm: job id (a default job key)."},
-        .type = SL_ENV_T_STRING, .flags = SL_ENV_F_FOREIGN},
+        .type = SL_ENV_T_STRING, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER},
     [SL_ENV_OMPI_JOBID] = {{"OMPI_MCA_ess_base_jobid", "", "Open MPI mpirun: job id (a default job key)."},
-        .type = SL_ENV_T_STRING, .flags = SL_ENV_F_FOREIGN},
+        .type = SL_ENV_T_STRING, .flags = SL_ENV_F_FOREIGN | SL_ENV_F_LAUNCHER},
 };
 
 
@@ -285,6 +285,10 @@ static int sl_env_parse_size_text(const char *text, uint64_t *v)
     return 1;
 }
 
+/* A year: past it a deadline would overflow a poll's milliseconds; a wait
+ * that long is meant as forever, which 0 says. */
+#define SL_ENV_SECONDS_MAX (365.0 * 86400.0)
+
 static int sl_env_parse_seconds_text(const char *text, double *v)
 {
     static const struct {
@@ -306,7 +310,7 @@ static int sl_env_parse_seconds_text(const char *text, double *v)
     for (i = 0; i < SL_ARRAY_SIZE(units); ++i) {
         if (strcasecmp(end, units[i].suffix) == 0) {
             *v *= units[i].scale;
-            return 1;
+            return *v <= SL_ENV_SECONDS_MAX;
         }
     }
     return 0;
@@ -353,7 +357,7 @@ void sl_env_forms(sl_env_id_t id, char *buf, size_t len)
 
     switch (e->type) {
     case SL_ENV_T_BOOL:
-        snprintf(buf, len, "1, yes, on or true; 0, no, off or false (any case)");
+        snprintf(buf, len, "1, y, yes, on or true; 0, n, no, off or false (any case)");
         break;
     case SL_ENV_T_INT:
         snprintf(buf, len, "an integer from %llu to %llu%s",
@@ -365,8 +369,8 @@ void sl_env_forms(sl_env_id_t id, char *buf, size_t len)
                  (unsigned long long)e->min, (unsigned long long)e->max, aut);
         break;
     case SL_ENV_T_SECONDS:
-        snprintf(buf, len, "non-negative seconds: 2.5, 2.5s, 500ms, 100us "
-                 "or 1m%s", aut);
+        snprintf(buf, len, "non-negative seconds up to a year: 2.5, 2.5s, "
+                 "500ms, 100us or 1m%s", aut);
         break;
     case SL_ENV_T_NUMBER:
         snprintf(buf, len, "a non-negative number%s", aut);
@@ -380,7 +384,8 @@ void sl_env_forms(sl_env_id_t id, char *buf, size_t len)
                  sl_env_choices_text(e->choices, choices, sizeof(choices)));
         break;
     case SL_ENV_T_DIRS:
-        snprintf(buf, len, "existing directories, separated by colons");
+        snprintf(buf, len, "existing directories, separated by colons "
+                 "(empty entries are skipped)");
         break;
     case SL_ENV_T_NICS:
         snprintf(buf, len, "NIC names with an optional :port, separated by "
@@ -440,8 +445,10 @@ sl_status_t sl_env_parse_text(sl_env_id_t id, const char *text,
 
         errno       = 0;
         value->real = strtod(text, &end);
-        ok = errno == 0 && end != text && *end == '\0' &&
-             isfinite(value->real) && value->real >= 0.0;
+        ok = ((text[0] >= '0' && text[0] <= '9') || text[0] == '.') &&
+             errno == 0 && end != text && *end == '\0' &&
+             isfinite(value->real) && value->real >= 0.0 &&
+             strpbrk(text, "xX") == NULL;
         break;
     }
     case SL_ENV_T_ENUM:
@@ -477,14 +484,16 @@ sl_status_t sl_env_parse_text(sl_env_id_t id, const char *text,
         for (;;) {
             size_t len = strcspn(p, ":");
 
+            /* Empty entries are skipped, as PATH's are ("new:$OLD"). */
             snprintf(dir, sizeof(dir), "%.*s", (int)len, p);
-            if (len == 0 || len >= sizeof(dir) || stat(dir, &st) != 0 ||
-                !S_ISDIR(st.st_mode)) {
+            if (len > 0 && (len >= sizeof(dir) || stat(dir, &st) != 0 ||
+                            !S_ISDIR(st.st_mode))) {
+                int err = (len < sizeof(dir) && stat(dir, &st) == 0) ? ENOTDIR
+                                                                     : errno;
+
                 ok = 0;
-                snprintf(why, sizeof(why), " (\"%.100s\" is %s)", dir,
-                         len == 0 ? "empty"
-                         : (len < sizeof(dir) && stat(dir, &st) == 0)
-                             ? "not a directory" : strerror(errno));
+                snprintf(why, sizeof(why), " (\"%.100s\": %s)", dir,
+                         strerror(err));
                 break;
             }
             if (p[len] == '\0') {
@@ -527,7 +536,7 @@ sl_status_t sl_env_check_all(sl_errbuf_t *eb)
     int            id;
 
     for (id = 0; id < SL_ENV_COUNT; ++id) {
-        if (!(sl_env_table[id].flags & (SL_ENV_F_FOREIGN | SL_ENV_F_TOOLS))) {
+        if (!(sl_env_table[id].flags & (SL_ENV_F_LAUNCHER | SL_ENV_F_TOOLS))) {
             SL_CHECK(sl_env_parse((sl_env_id_t)id, &value, eb));
         }
     }

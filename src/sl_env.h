@@ -104,6 +104,7 @@ enum {
     SL_ENV_F_SECRET  = 1u << 1, /**< never printed */
     SL_ENV_F_FOREIGN = 1u << 2, /**< a launcher's or UCX/NCCL's: read, not ours */
     SL_ENV_F_TOOLS   = 1u << 3, /**< read by the tools and tests, not the library */
+    SL_ENV_F_LAUNCHER = 1u << 4, /**< read only for the launcher that set it */
 };
 
 typedef struct sl_env_entry {
@@ -148,8 +149,9 @@ void sl_env_forms(sl_env_id_t id, char *buf, size_t len);
 sl_status_t sl_env_parse(sl_env_id_t id, sl_env_value_t *value,
                          sl_errbuf_t *eb);
 
-/** Every variable of the table the library reads (not the launchers' or
- *  the tools'): the first refusal. */
+/** Every variable of the table the library reads whatever the launcher
+ *  (not the launchers' own, parsed for the one found, nor the tools'):
+ *  the first refusal. */
 sl_status_t sl_env_check_all(sl_errbuf_t *eb);
 
 /** Index of `name` in the table, or SL_ENV_COUNT. */

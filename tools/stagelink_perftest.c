@@ -66,7 +66,10 @@ static const char *const perf_kind_names[PERF_KINDS] = {
 
 /* What both ends of a run must agree on: in two-process mode the client
  * sends its own to the server. */
+#define PERF_PARAMS_MAGIC 0x534c5031u /* "SLP1": this layout */
+
 typedef struct perf_params {
+    uint32_t magic;
     int32_t  kind, tp, iters, warmup, check, cuda, corrupt;
     int32_t  microbatches, chunks, compute_us, mode, nsizes;
     uint64_t sizes[PERF_MAX_SIZES];
@@ -218,6 +221,7 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
     stagelink_mode_t mode;
 
     memset(o, 0, sizeof(*o));
+    p->magic = PERF_PARAMS_MAGIC;
     p->tp = 1, p->iters = 20, p->warmup = 5, p->check = 1;
     p->microbatches = 16, p->chunks = 1;
     while ((opt = getopt_long(argc, argv, "t:s:n:w:m:p:g:vh", longopts,
@@ -305,6 +309,11 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
         return -1;
     }
     if (have_range) {
+        if (max == 0) {
+            max = min; /* --minbytes alone: that one size */
+        } else if (min == 0 && max > 0) {
+            min = max; /* --maxbytes alone: that one size */
+        }
         if (max < min) {
             max = min;
         }
@@ -971,6 +980,54 @@ static int launched(void)
     return 0;
 }
 
+/* Parameters a client sent: this layout and every field in its range, or
+ * a sentence.  The server trusts nothing from the wire. */
+static int params_valid(const perf_params_t *p, char *why, size_t len)
+{
+    int i;
+
+    if (p->magic != PERF_PARAMS_MAGIC) {
+        snprintf(why, len, "not a stagelink_perftest %s client (magic %#x)",
+                 STAGELINK_VERSION_STRING, (unsigned)p->magic);
+        return 0;
+    }
+    if (p->kind < 0 || p->kind >= PERF_KINDS || p->tp != 1 || p->iters < 1 ||
+        p->iters > PERF_MAX_ITERS || p->warmup < 0 || p->warmup > PERF_MAX_ITERS ||
+        p->nsizes < 1 || p->nsizes > PERF_MAX_SIZES || p->microbatches < 1 ||
+        p->microbatches > 100000 || p->chunks < 1 ||
+        p->chunks > (int)STAGELINK_TAG_MAX_CHUNK + 1 || p->compute_us < 0 ||
+        p->compute_us > 60000000 || p->mode < 0 || p->mode > STAGELINK_MODE_SHARDED ||
+        (unsigned)p->check > 1 || (unsigned)p->cuda > 1 || (unsigned)p->corrupt > 1) {
+        snprintf(why, len, "parameters out of range (test %d, t %d, %d "
+                 "iterations, %d sizes)", p->kind, p->tp, p->iters, p->nsizes);
+        return 0;
+    }
+    for (i = 0; i < p->nsizes; ++i) {
+        if (p->sizes[i] > ((uint64_t)1 << 36)) {
+            snprintf(why, len, "size %llu is above 64 GiB",
+                     (unsigned long long)p->sizes[i]);
+            return 0;
+        }
+    }
+#ifndef STAGELINK_HAVE_CUDA
+    if (p->cuda) {
+        snprintf(why, len, "-m cuda, but this server was built without CUDA");
+        return 0;
+    }
+#else
+    if (p->cuda) {
+        int count = 0;
+
+        if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+            cudaGetLastError();
+            snprintf(why, len, "-m cuda, but this server has no CUDA device");
+            return 0;
+        }
+    }
+#endif
+    return 1;
+}
+
 /*
  * ucx_perftest's two processes: the server is rank 0 (stage 0), whose
  * rendezvous listens on PORT on every interface; the client is rank 1,
@@ -978,7 +1035,7 @@ static int launched(void)
  */
 static int two_process_setup(perf_opts_t *o)
 {
-    char       port[16];
+    char       port[16], why[256] = "";
     sl_host_t  h;
     int        client = (o->server != NULL), rc;
 
@@ -1001,10 +1058,27 @@ static int two_process_setup(perf_opts_t *o)
     if (open_aux(&h, 1) != 0) {
         return -1;
     }
+    /* The client's parameters, then the server's answer: "" to go, or why
+     * it cannot, so that neither waits for the other to give up. */
     rc = post_wait(&h, client ? STAGELINK_OP_SEND : STAGELINK_OP_RECV,
                    sl_host_xfer(client ? STAGELINK_PEER_PREV : STAGELINK_PEER_NEXT,
                                 &o->p, sizeof(o->p), 1, 0, 0));
+    if (rc == 0 && !client && !params_valid(&o->p, why, sizeof(why))) {
+        fprintf(stderr, "stagelink_perftest: refusing the client: %s\n", why);
+    }
+    if (rc == 0) {
+        rc = post_wait(&h, client ? STAGELINK_OP_RECV : STAGELINK_OP_SEND,
+                       sl_host_xfer(client ? STAGELINK_PEER_PREV : STAGELINK_PEER_NEXT,
+                                    why, sizeof(why), 1, 1, 0));
+    }
     sl_host_close(&h);
+    why[sizeof(why) - 1] = '\0';
+    if (rc == 0 && why[0] != '\0') {
+        if (client) {
+            fprintf(stderr, "stagelink_perftest: the server refused: %s\n", why);
+        }
+        return -1;
+    }
     return rc;
 }
 

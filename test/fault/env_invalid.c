@@ -1,7 +1,8 @@
 /*
  * Invalid values of every variable, from the table itself: for each entry
  * whose type can be wrong, values it must refuse, one "NAME<TAB>VALUE<TAB>SCOPE"
- * line each (scope: lib, foreign or tools), for test/fault/env_sweep.sh.
+ * line each (scope: lib, a launcher's, or tools), for
+ * test/fault/env_sweep.sh.
  * SPDX-License-Identifier: MIT
  */
 #include "sl_env.h"
@@ -15,7 +16,8 @@ int main(void)
 
     for (id = 0; id < SL_ENV_COUNT; ++id) {
         const sl_env_entry_t *e = &sl_env_table[id];
-        const char *scope = (e->flags & SL_ENV_F_FOREIGN) ? "foreign"
+        /* lib: comm_init checks it on every rank before any exchange. */
+        const char *scope = (e->flags & SL_ENV_F_LAUNCHER) ? "foreign"
                             : (e->flags & SL_ENV_F_TOOLS) ? "tools" : "lib";
         const char *bad[3] = {NULL, NULL, NULL};
         char        over[32] = "";

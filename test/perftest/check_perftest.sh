@@ -20,7 +20,7 @@ fail() { echo "FAIL: $*"; failed=1; }
 for args in "-t nonsense" "-t 2" "-s 1X" "-m gpu" "--mode fastest" "-n 0" "-g 0" \
             "--microbatches 0" "-k stream" "-c 1" "a b"; do
     # shellcheck disable=SC2086
-    "$perf" $args >/dev/null 2>"$tmp/err"
+    timeout 10 "$perf" $args >/dev/null 2>"$tmp/err"
     rc=$?
     [ $rc = 2 ] && grep -q usage "$tmp/err" || fail "'$args' gave exit $rc, not 2 with usage"
 done
@@ -86,7 +86,7 @@ done
 # ucx_perftest's form: the server waits, the client's options rule and it
 # prints the JSON; the server prints no result.
 port=$((14000 + $$ % 1000))
-"$perf" -p $port >"$tmp/server" 2>"$tmp/server.err" &
+timeout 60 "$perf" -p $port >"$tmp/server" 2>"$tmp/server.err" &
 srv=$!
 timeout 60 "$perf" -p $port -t stream -s 4K,64K -n 4 -w 1 --json 127.0.0.1 >"$tmp/client.json" 2>"$tmp/client.err" ||
     fail "the client failed: $(cat "$tmp/client.err")"
@@ -101,7 +101,7 @@ assert all(r["min_us"] <= r["p50_us"] <= r["p99_us"] <= r["max_us"] and r["wrong
 [ -s "$tmp/server" ] && fail "the server printed: $(cat "$tmp/server")"
 grep -q "waiting for a client on port $port" "$tmp/server.err" || fail "the server did not say it waits: $(cat "$tmp/server.err")"
 # With a job secret, as any rank takes it; a client with another is refused.
-STAGELINK_JOB_SECRET=perftest-secret-1 "$perf" -p $port >"$tmp/server" 2>"$tmp/server.err" &
+STAGELINK_JOB_SECRET=perftest-secret-1 timeout 60 "$perf" -p $port >"$tmp/server" 2>"$tmp/server.err" &
 srv=$!
 STAGELINK_JOB_SECRET=perftest-secret-1 timeout 60 "$perf" -p $port -s 4K -n 2 -w 0 --csv 127.0.0.1 \
     >"$tmp/client.csv" 2>"$tmp/client.err" || fail "the client with the secret failed: $(cat "$tmp/client.err")"
@@ -109,6 +109,25 @@ wait $srv || fail "the server with the secret failed: $(cat "$tmp/server.err")"
 srv=
 [ "$(awk -F, 'NR == 2 && $1 == 4096 && $2 == "boundary"' "$tmp/client.csv" | wc -l)" = 1 ] ||
     fail "the client's CSV with a secret: $(cat "$tmp/client.csv")"
+STAGELINK_TIMEOUT=5 STAGELINK_JOB_SECRET=perftest-secret-1 timeout 30 "$perf" -p $port >"$tmp/server" 2>"$tmp/server.err" &
+srv=$!
+STAGELINK_TIMEOUT=5 STAGELINK_JOB_SECRET=another-secret timeout 30 "$perf" -p $port -s 4K -n 2 127.0.0.1 \
+    >"$tmp/client.csv" 2>"$tmp/client.err" && fail "a client with another secret ran: $(cat "$tmp/client.csv")"
+grep -qi "secret" "$tmp/client.err" || fail "the refused client did not name the secret: $(cat "$tmp/client.err")"
+wait $srv && fail "the server ran with a client of another secret"
+srv=
+# A server that cannot do what the client asks says so to the client,
+# which does not wait for it: -m cuda on a machine without a GPU.
+if ! "$1/tools/stagelink_info" 2>/dev/null | grep -q "^GPU: [0-9]* CUDA device"; then
+    timeout 30 "$perf" -p $port >"$tmp/server" 2>"$tmp/server.err" &
+    srv=$!
+    timeout 30 "$perf" -p $port -m cuda -s 4K -n 2 127.0.0.1 >"$tmp/client.csv" 2>"$tmp/client.err"
+    rc=$?
+    wait $srv
+    srv=
+    { [ $rc = 77 ] || { [ $rc = 1 ] && grep -q "the server refused: -m cuda" "$tmp/client.err"; }; } ||
+        fail "-m cuda against a server without a GPU: exit $rc: $(cat "$tmp/client.err")"
+fi
 
 # stagelink_pipeline's CSV and JSON: a row a rank and mode (sharded: the
 # scatter_gather schedule's link alone).

@@ -42,7 +42,9 @@ for opt in -h --help --version; do
     "$info" $opt >"$out" 2>&1 || fail "stagelink_info $opt exited with $?"
 done
 has "^stagelink_info [0-9]"
-if ! ldconfig -p | grep -q "libcuda\.so\.1 "; then
+# Where a CUDA build finds no driver it says so (a build without CUDA
+# reports no GPU runtime at all).
+if "$info" | grep -q "^build: CUDA yes" && ! ldconfig -p | grep -q "libcuda\.so\.1 "; then
     "$info" >"$out" 2>/dev/null
     has "no CUDA driver: libcuda.so.1 cannot be opened"
 fi

@@ -109,7 +109,12 @@ static void test_parsers(void)
         {SL_ENV_PLUGIN_PATH, "/tmp:/", 1, 0, 0},
         {SL_ENV_PLUGIN_PATH, "/no/such/dir", 0, 0, 0},
         {SL_ENV_PLUGIN_PATH, "/etc/passwd", 0, 0, 0},
-        {SL_ENV_PLUGIN_PATH, "/tmp::/", 0, 0, 0},
+        {SL_ENV_PLUGIN_PATH, "/tmp::/:", 1, 0, 0},
+        {SL_ENV_TIMEOUT, "1e308h", 0, 0, 0},
+        {SL_ENV_TIMEOUT, "366000000", 0, 0, 0},
+        {SL_ENV_NIC_MIN_GBPS, "0x10", 0, 0, 0},
+        {SL_ENV_NIC_MIN_GBPS, " 5", 0, 0, 0},
+        {SL_ENV_NIC_MIN_GBPS, "1e2", 1, 0, 100.0},
         {SL_ENV_MASTER_PORT, "65536", 0, 0, 0},
     };
     sl_env_value_t v;

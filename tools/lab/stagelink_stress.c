@@ -23,7 +23,7 @@
  * different orders (test/multiproc/gather_order.c, scenario random).
  *
  * The driver starts each seed's job with stagelink_run (found next to this
- * program), on this node or split over two network namespaces (-N, node 0
+ * program, one directory up, or on PATH), on this node or split over two network namespaces (-N, node 0
  * at 198.18.0.1), and prints the seed, the layout and a replay command for
  * every failure.  -L forces the layout of every seed (a replay keeps it).
  * SPDX-License-Identifier: MIT
@@ -801,6 +801,23 @@ static int rank_main(uint64_t seed, int nodes, const layout_override_t *ov)
 
 /* ---- driver -------------------------------------------------------------- */
 
+/* stagelink_run: beside this program, one directory up (a build tree's
+ * tools/ above tools/lab/), else by name on PATH (the lab installed in
+ * LIBEXECDIR/stagelink, the tools in bin/). */
+static void find_run(const char *dir, char *run, size_t len)
+{
+    static const char *const rel[] = {"%s/stagelink_run", "%s/../stagelink_run"};
+    size_t                   i;
+
+    for (i = 0; i < sizeof(rel) / sizeof(rel[0]); ++i) {
+        snprintf(run, len, rel[i], dir);
+        if (access(run, X_OK) == 0) {
+            return;
+        }
+    }
+    snprintf(run, len, "stagelink_run");
+}
+
 typedef struct totals {
     uint64_t seeds, failed, ops, bytes, misuse;
 } totals_t;
@@ -933,7 +950,7 @@ static int run_seed(uint64_t seed, const char *netns,
     time_t      t0 = time(NULL);
 
     self_dir(dir, sizeof(dir));
-    snprintf(run, sizeof(run), "%s/stagelink_run", dir);
+    find_run(dir, run, sizeof(run));
     if (gather_drawn(seed, netns, ov)) {
         return run_gather_seed(seed, ov, run, quiet, tot);
     }
