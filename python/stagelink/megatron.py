@@ -214,6 +214,10 @@ def _link_for(pp_group, config, tp_group, mode, comm, gather=None):
                 "does not tile the job's %d ranks; a P2PCommunicator of a "
                 "sub-pipeline needs comm= made for it" % (
                     len(pp_ranks), len(tp_ranks), dist.get_world_size()))
+        # STAGELINK_MODE picks a transport, and sharded is none: refused
+        # here in Megatron's terms (the library refuses it too).
+        if asked == "default" and _lib.setting("STAGELINK_MODE") == "sharded":
+            _mode(config, len(tp_ranks), "sharded", "STAGELINK_MODE=")
         try:
             comm = Communicator(tp_size=len(tp_ranks),
                                 pp_size=len(pp_ranks), mode=asked,
@@ -230,8 +234,8 @@ def _link_for(pp_group, config, tp_group, mode, comm, gather=None):
             raise
     got = [k for k, v in _lib.MODES.items() if v == comm.info["mode"]][0]
     try:
-        if asked == "default" and got == "sharded":
-            _mode(config, len(tp_ranks), "sharded", "STAGELINK_MODE=")
+        if asked == "default" and got == "sharded":  # a comm= made so
+            _mode(config, len(tp_ranks), "sharded", "comm= of mode ")
         _check_placement(comm, prev_rank, next_rank, tp_ranks,
                          got if asked == "default" else asked)
         if not made and gather is not None and \

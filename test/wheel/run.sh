@@ -98,7 +98,7 @@ check ucx-wheel-any-case ucx_is WHEEL '1\.22\.[0-9]* at run time (.*/libucx/lib/
 # another libucp.so.0 already in the process would overrule: refused.
 ucx_refused() {
     ! $clean STAGELINK_UCX=bogus "$venv/bin/stagelink_info" >"$tmp/info-bogus" 2>&1 &&
-        grep -q "want one of auto, system, wheel" "$tmp/info-bogus" &&
+        grep -q 'STAGELINK_UCX="bogus" is not valid; use one of auto, system or wheel' "$tmp/info-bogus" &&
         ! grep -q Traceback "$tmp/info-bogus" &&
         $clean STAGELINK_UCX=wheel "$py" -c '
 import ctypes, stagelink
