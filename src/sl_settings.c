@@ -22,6 +22,18 @@ static sl_status_t sl_settings_mode(const stagelink_config_t *config,
     }
     SL_CHECK(sl_env_parse(SL_ENV_MODE, &v, eb));
     from_env = (stagelink_mode_t)(STAGELINK_MODE_SCATTER_GATHER + v.choice);
+    /* A mode the code asked for is a statement about its tensors, which
+     * no variable may silently overturn. */
+    if (config->mode != STAGELINK_MODE_DEFAULT && v.set &&
+        from_env != config->mode) {
+        return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
+                        "STAGELINK_MODE=%s disagrees with the mode the "
+                        "host's code asked for (%s); unset STAGELINK_MODE or "
+                        "set it to %s (the variable chooses only where the "
+                        "code leaves the mode at its default)", names[v.choice],
+                        names[config->mode - STAGELINK_MODE_SCATTER_GATHER],
+                        names[config->mode - STAGELINK_MODE_SCATTER_GATHER]);
+    }
     /* The environment picks a transport, never what a receive holds:
      * sharded leaves each rank only its shard, which the host's code must
      * be written for, so only the code may ask for it. */
@@ -34,18 +46,6 @@ static sl_status_t sl_settings_mode(const stagelink_config_t *config,
                         "STAGELINK_MODE_SHARDED); the variable chooses "
                         "between scatter_gather and full, which deliver the "
                         "same tensor", v.text);
-    }
-    /* A mode the code asked for is a statement about its tensors, which
-     * no variable may silently overturn. */
-    if (config->mode != STAGELINK_MODE_DEFAULT && v.set &&
-        from_env != config->mode) {
-        return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
-                        "STAGELINK_MODE=%s disagrees with the mode the "
-                        "host's code asked for (%s); unset STAGELINK_MODE or "
-                        "set it to %s (the variable chooses only where the "
-                        "code leaves the mode at its default)", names[v.choice],
-                        names[config->mode - STAGELINK_MODE_SCATTER_GATHER],
-                        names[config->mode - STAGELINK_MODE_SCATTER_GATHER]);
     }
     *mode = (config->mode == STAGELINK_MODE_DEFAULT) ? from_env : config->mode;
     return STAGELINK_SUCCESS;
