@@ -16,7 +16,10 @@ failed=0 cases=0
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
 
 "$python" "$src/test/python/readme_examples.py" "$src" "$tmp" || exit 1
-cc -std=c11 -Wall -Werror -I "$src/include" -o "$tmp/example_c" "$tmp/example.c" \
+# A sanitized build's library needs its runtime first in the host.
+san=
+ldd "$build/src/libstagelink.so.1" | grep -q libasan && san=-fsanitize=address,undefined
+cc -std=c11 -Wall -Werror $san -I "$src/include" -o "$tmp/example_c" "$tmp/example.c" \
     -L "$build/src" -Wl,-rpath,"$build/src" -lstagelink || exit 1
 
 # A launcher's leftovers from the caller would change what the ranks read.
