@@ -102,9 +102,8 @@ typedef enum sl_env_type {
 enum {
     SL_ENV_F_AUTO    = 1u << 0, /**< "auto" is accepted besides the type */
     SL_ENV_F_SECRET  = 1u << 1, /**< never printed */
-    SL_ENV_F_FOREIGN = 1u << 2, /**< a launcher's or UCX/NCCL's: read, not ours */
-    SL_ENV_F_TOOLS   = 1u << 3, /**< read by the tools and tests, not the library */
-    SL_ENV_F_LAUNCHER = 1u << 4, /**< read only for the launcher that set it */
+    SL_ENV_F_TOOLS    = 1u << 2, /**< read by the tools and tests, not the library */
+    SL_ENV_F_LAUNCHER = 1u << 3, /**< a launcher's: read for the launcher found */
 };
 
 typedef struct sl_env_entry {

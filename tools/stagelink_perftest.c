@@ -89,6 +89,7 @@ typedef struct perf_slot {
     double   blocked_us;  /* pipeline: per step, in waits */
     uint64_t wrong;
     uint64_t timed;       /* this rank's times count toward the stage's */
+    double   start_us;    /* a stream's start on the wall clock (CLOCK_REALTIME) */
 } perf_slot_t;
 
 /* The stage's figures for one size, as printed. */
@@ -108,6 +109,16 @@ static double now_us(void)
     struct timespec ts;
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+/* The wall clock, the one origin the ranks of a job share (the nodes'
+ * clocks kept in step, as NTP or PTP keep a cluster's). */
+static double wall_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
 }
 
@@ -400,17 +411,22 @@ static int round_trip(const perf_params_t *p, sl_host_t *h, unsigned char *send,
 /*
  * `count` tensors forward (and back at once with `duplex`), PERF_WINDOW in
  * flight, then one answer back.  times[i] (when given) is when the i-th
- * arrived on this rank, from the stream's start.
+ * arrived on this rank, from the stream's start, which *start_us gives on
+ * the wall clock.
  */
 static int stream(sl_host_t *h, unsigned char *send, unsigned char *recv,
                   size_t n, uint32_t first, int count, int duplex,
-                  double *times)
+                  double *times, double *start_us)
 {
     stagelink_request_t *reqs[2][PERF_WINDOW];
     stagelink_xfer_t     x;
     int                  i, d, rc = 0, s0 = (h->info.pp_index == 0);
     unsigned char        ack = 1;
     double               start = now_us();
+
+    if (start_us != NULL) {
+        *start_us = wall_us();
+    }
 
     /* Direction 0 forward (stage 0 sends), 1 backward (duplex only). */
     for (i = 0; i < count + PERF_WINDOW && rc == 0; ++i) {
@@ -611,13 +627,13 @@ static int run_size(sl_host_t *h, const perf_params_t *p, size_t n,
 
         /* Warm-up, then the measured stream; the receivers check the
          * last tensor. */
-        rc = stream(h, send, recv, n, 0, p->warmup + 1, duplex, NULL);
+        rc = stream(h, send, recv, n, 0, p->warmup + 1, duplex, NULL, NULL);
         h->plugin->get_counters(h->comm, &c0);
         cpu0 = cpu_seconds();
         if (rc == 0) {
             /* The warm-up's answer took microbatch warmup + 1 backward. */
             rc = stream(h, send, recv, n, (uint32_t)p->warmup + 2, iters,
-                        duplex, times);
+                        duplex, times, &slot->start_us);
         }
         slot->timed = duplex || !s0; /* who receives times the arrivals */
         if (rc == 0 && p->check && slot->timed) {
@@ -737,13 +753,12 @@ static int gather_records(int tp, const void *mine, size_t len,
                                         2 * len, 0, 0));
         }
     }
-    if (rc == 0) {
-        for (i = 0; i < tp; ++i) {
-            memcpy(all + (size_t)i * len, s0 ? back + 2 * (size_t)i * len
-                                             : fwd + (size_t)i * len, len);
-            memcpy(all + (size_t)(tp + i) * len,
-                   s0 ? back + (2 * (size_t)i + 1) * len : mine, len);
-        }
+    /* Stage 1 holds every record only where t = 1: its peer's and its own. */
+    for (i = 0; rc == 0 && (s0 || tp == 1) && i < tp; ++i) {
+        memcpy(all + (size_t)i * len,
+               s0 ? back + 2 * (size_t)i * len : fwd + (size_t)i * len, len);
+        memcpy(all + (size_t)(tp + i) * len,
+               s0 ? back + (2 * (size_t)i + 1) * len : mine, len);
     }
     sl_host_close(&h);
     free(fwd);
@@ -755,19 +770,28 @@ static int gather_records(int tp, const void *mine, size_t len,
  * The stage's row from the ranks' slots and times (record stride `len`,
  * slot at `offset`), for tensor size n.  An iteration lasts as long as its
  * slowest timed rank's; a stream's tensor is whole at the stage when its
- * last receiver has it, so there the ranks' arrival times are taken at
- * their latest and the stage's times are the gaps between those.
+ * last receiver has it, so there the ranks' arrival times, on the wall
+ * clock from the first rank's start, are taken at their latest and the
+ * stage's times are the gaps between those.
  */
 static void make_row(const perf_params_t *p, const unsigned char *all,
                      size_t len, size_t offset, size_t n, double shift,
                      perf_row_t *row)
 {
     int     ranks = 2 * p->tp, r, it, timed = 0;
+    int     streams = (p->kind == PERF_STREAM || p->kind == PERF_DUPLEX);
     double *stage = calloc((size_t)p->iters, sizeof(double));
-    double  sum   = 0;
+    double  sum   = 0, origin = INFINITY;
 
     memset(row, 0, sizeof(*row));
     row->size = n;
+    /* A stream's times count from the first rank's start: pairs that start
+     * apart (full mode's are independent) share the link for less than
+     * their own streams, so each pair's own clock would read too fast. */
+    for (r = 0; streams && r < ranks; ++r) {
+        origin = fmin(origin, ((const perf_slot_t *)(all + (size_t)r * len +
+                                                     offset))->start_us);
+    }
     for (r = 0; r < ranks; ++r) {
         const perf_slot_t *s = (const perf_slot_t *)(all + (size_t)r * len + offset);
         const double      *t = (const double *)(s + 1);
@@ -780,7 +804,7 @@ static void make_row(const perf_params_t *p, const unsigned char *all,
         row->gather_B = fmax(row->gather_B, s->gather_B);
         row->blocked_us = fmax(row->blocked_us, s->blocked_us);
         for (it = 0; s->timed && stage != NULL && it < p->iters; ++it) {
-            stage[it] = fmax(stage[it], t[it]);
+            stage[it] = fmax(stage[it], t[it] + (streams ? s->start_us - origin : 0));
         }
         timed += (s->timed != 0);
     }
@@ -788,7 +812,7 @@ static void make_row(const perf_params_t *p, const unsigned char *all,
         free(stage);
         return;
     }
-    if (p->kind == PERF_STREAM || p->kind == PERF_DUPLEX) {
+    if (streams) {
         for (it = p->iters - 1; it > 0; --it) {
             stage[it] -= stage[it - 1];
         }
