@@ -98,7 +98,8 @@ typedef enum stagelink_mem_type {
     STAGELINK_MEM_AUTO         = 0, /**< detect (host when no GPU runtime) */
     STAGELINK_MEM_HOST         = 1,
     STAGELINK_MEM_CUDA         = 2,
-    STAGELINK_MEM_CUDA_MANAGED = 3
+    STAGELINK_MEM_CUDA_MANAGED = 3  /**< refused (as host memory it keeps no
+                                         stream order): declare it _CUDA */
 } stagelink_mem_type_t;
 
 /** Which neighbour stage a transfer goes to or comes from. */
@@ -333,13 +334,16 @@ typedef struct stagelink_op {
  * makes the CUDA device that was current on the thread calling
  * `comm_init` current on itself, and never changes the host's.
  *
- * Device tensors in scatter_gather are rebuilt with collectives (NCCL)
- * that every TP rank must issue in one order.  stagelink issues each one
- * when the receive is posted, on a stream of its own gated on the shard's
- * arrival, so the order is the host's posting order: post a stage's
- * device receives in the same order on every TP rank (an SPMD schedule
- * does).  `wait` or a completing `test` then makes the transfer's stream
- * wait for the collective; neither issues one.
+ * Device tensors in scatter_gather are rebuilt over UCX, or by the
+ * config's gather callback, unless STAGELINK_GATHER=nccl asks for NCCL's
+ * collectives, which every TP rank must issue in one order.  stagelink
+ * then issues each in `wait`, on the calling thread, once every TP rank's
+ * shard has landed: wait for a stage's device receives in the same order
+ * on every TP rank (an SPMD schedule does), outside the host's own
+ * ncclGroupStart/End.  `test` leaves such a receive not done, since
+ * whether it finds a shard landed depends on the network; one that failed
+ * anywhere in the TP group completes by either.  The transfer's stream
+ * then waits for the collective; the GPU never waits for the network.
  */
 typedef struct stagelink_plugin_v1 {
     uint32_t    abi_version;  /**< STAGELINK_ABI_VERSION_1 */

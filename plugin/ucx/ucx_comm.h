@@ -190,9 +190,7 @@ struct stagelink_request {
     void                     *gather_state;
     int                       shard_state;  /**< 0 pending, 1 arrived, -1 failed */
     sl_status_t               shard_status; /**< why the own shard failed */
-    void                     *gather_event; /**< the collective's, on the gather stream */
     void                     *order_stream; /**< the host's other stream to order at completion */
-    uint32_t                  gather_gen;   /**< the value its arrival flag takes */
     unsigned char            *flags;        /**< tp_size status bytes */
     int                       forwarding;   /**< gather sends relay chunks as they land */
     size_t                    stage_landed; /**< bytes of the own shard in place */
@@ -306,6 +304,7 @@ struct stagelink_comm {
     sl_staged_t                *staged_detached; /**< see sl_staged_t.detached */
     struct stagelink_request   *deferred;
     int                         path_logged;
+    int                         test_in_wait_said; /**< test met a receive only wait completes */
     int                         vmm_logged;   /**< a buffer cuda_ipc cannot share was logged */
     uint64_t                    staged_chunks; /**< chunks moved through bounce buffers */
     void                       *scratch;  /**< the largest chunk, where mismatched chunks are dropped */
@@ -483,6 +482,9 @@ sl_status_t sl_req_start(sl_req_t *req);
 sl_status_t sl_req_start_gather(sl_req_t *req);
 /** ENDED: nothing in flight; the host may complete it. */
 int         sl_req_done(const sl_req_t *req);
+/** Its gather's collective is due in wait (gather.h's in_wait): test
+ *  does not complete it. */
+int         sl_req_wait_only(const sl_req_t *req);
 /** "forward send", "backward receive", ... for sentences. */
 const char *sl_req_what(const sl_req_t *req);
 /** Blocks until `req` completes (SUCCESS), `deadline` passes

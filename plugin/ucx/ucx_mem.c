@@ -88,6 +88,26 @@ static sl_status_t sl_mem_check_device(sl_comm_t *comm, const void *buf,
 }
 
 /*
+ * Managed memory moved as host memory would not wait for the work queued
+ * on its stream (a kernel still writing it), so only a declaration of
+ * device memory, which keeps the stream's order, takes it.
+ */
+static sl_status_t sl_mem_managed(sl_comm_t *comm, const void *buf,
+                                  stagelink_mem_type_t requested,
+                                  stagelink_mem_type_t *resolved)
+{
+    if (*resolved != STAGELINK_MEM_CUDA_MANAGED) {
+        return STAGELINK_SUCCESS;
+    }
+    return sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
+                    "buffer %p is CUDA managed memory (the transfer says %s): "
+                    "moved as host memory it would not wait for the work "
+                    "queued on its stream; declare it STAGELINK_MEM_CUDA, "
+                    "which keeps the stream's order, or synchronize and "
+                    "declare STAGELINK_MEM_HOST", buf, sl_mem_name(requested));
+}
+
+/*
  * What the buffer is; device memory needs a usable device.  `known` is the
  * type a registration already established (else AUTO).  Declared types are
  * checked against the runtime where a GPU is usable, but a host
@@ -113,6 +133,7 @@ static sl_status_t sl_mem_check_type(sl_comm_t *comm, const void *buf,
         /* Nothing the runtime knows (or can say): host memory. */
         *resolved = (nbytes == 0 || actual == STAGELINK_MEM_AUTO)
                         ? STAGELINK_MEM_HOST : actual;
+        SL_CHECK(sl_mem_managed(comm, buf, requested, resolved));
         return sl_mem_check_device(comm, buf, actual, device);
     case STAGELINK_MEM_CUDA:
         if (!comm->gpu_usable) {
@@ -124,6 +145,7 @@ static sl_status_t sl_mem_check_type(sl_comm_t *comm, const void *buf,
     case STAGELINK_MEM_HOST:
     case STAGELINK_MEM_CUDA_MANAGED:
         *resolved = requested;
+        SL_CHECK(sl_mem_managed(comm, buf, requested, resolved));
         if (!comm->gpu_usable || nbytes == 0) {
             return STAGELINK_SUCCESS;
         }
@@ -206,8 +228,7 @@ sl_status_t sl_mem_register(sl_comm_t *comm, void *buf, size_t nbytes,
     params.address     = buf;
     params.length      = nbytes;
     params.memory_type = (resolved == STAGELINK_MEM_CUDA) ? UCS_MEMORY_TYPE_CUDA
-                       : (resolved == STAGELINK_MEM_CUDA_MANAGED)
-                           ? UCS_MEMORY_TYPE_CUDA_MANAGED : UCS_MEMORY_TYPE_HOST;
+                                                          : UCS_MEMORY_TYPE_HOST;
     ucs = ucp_mem_map(comm->ucp_ctx, &params, &memh->ucp_memh);
     if (ucs != UCS_OK) {
         free(memh);

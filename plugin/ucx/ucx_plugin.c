@@ -50,10 +50,12 @@ static sl_ucx_entry_t sl_ucx_enter(sl_comm_t *comm)
     return e;
 }
 
+/* UCX progresses in sl_progress_leave, and its callbacks queue staging
+ * copies: the caller's context comes back only after it. */
 static void sl_ucx_leave(sl_ucx_entry_t *e)
 {
-    sl_gpu_leave(&e->device);
     sl_progress_leave(e->comm);
+    sl_gpu_leave(&e->device);
 }
 
 static sl_comm_t *sl_ucx_enter_query(sl_comm_t *comm)
@@ -553,6 +555,16 @@ static stagelink_status_t sl_ucx_test(stagelink_comm_t *comm,
     SL_CHECK(sl_req_check(comm, request));
     sl_ucx_progress(comm);
     if (!sl_req_done(request)) {
+        return STAGELINK_SUCCESS;
+    }
+    if (sl_req_wait_only(request)) {
+        if (!comm->test_in_wait_said) {
+            comm->test_in_wait_said = 1;
+            SL_WARN(SL_SUBSYS_GATHER, "test does not complete a receive "
+                    "gathered by NCCL (STAGELINK_GATHER=nccl): its collective "
+                    "is issued in wait, at the same point on every TP rank; "
+                    "complete such receives with wait");
+        }
         return STAGELINK_SUCCESS;
     }
     *done = 1;

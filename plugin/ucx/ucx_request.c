@@ -344,7 +344,6 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->shard_state   = 0;
     req->shard_status  = STAGELINK_SUCCESS;
     memset(req->flags, 0, (size_t)comm->layout.tp_size);
-    req->gather_event  = NULL;
     req->order_stream  = NULL;
     req->forwarding    = 0;
     req->stage_landed  = 0;
@@ -406,6 +405,14 @@ sl_status_t sl_req_check(sl_comm_t *comm, sl_req_t *req)
 int sl_req_done(const sl_req_t *req)
 {
     return req->state == SL_REQ_ENDED;
+}
+
+int sl_req_wait_only(const sl_req_t *req)
+{
+    /* A failure anywhere in the TP group reached every rank's status, and
+     * none issues the collective: test may complete that one. */
+    return req->needs_gather && req->gather != NULL && req->gather->in_wait &&
+           req->status == STAGELINK_SUCCESS && req->xfer.nbytes > 0;
 }
 
 /* The gather backend's end of a request the host completes or finalize

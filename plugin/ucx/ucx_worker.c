@@ -637,6 +637,11 @@ void sl_ucx_param_init(ucp_request_param_t *param, void *user_data,
                           UCP_OP_ATTR_FIELD_MEMORY_TYPE;
     param->user_data    = user_data;
     param->memory_type  = mem_type;
+    if (mem_type == UCS_MEMORY_TYPE_CUDA) {
+        /* UCX 1.13's inline path reads a small buffer on the CPU where its
+         * memory-type cache is empty: device memory never takes it. */
+        param->op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    }
     if (memh != NULL && memh->ucp_memh != NULL) {
         param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         param->memh          = memh->ucp_memh;

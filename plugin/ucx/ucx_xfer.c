@@ -64,11 +64,6 @@ static sl_status_t sl_xfer_post_one(sl_comm_t *comm, stagelink_op_kind_t kind,
         req->gather       = req->device ? comm->gather_dev : comm->gather;
         req->gather_state = req->device ? comm->gather_dev_state
                                         : comm->gather_state;
-        if (req->gather->issue != NULL) {
-            /* Here, in the host's program order: see gather_nccl.c. */
-            SL_CHECK_GOTO(req->gather->issue(req->gather_state, req),
-                          err_abort);
-        }
     }
     SL_TRACE(SL_SUBSYS_NET, "%s %s mb %u chunk %u: %zu of %zu %s bytes at %zu "
              "with rank %d", (kind == STAGELINK_OP_SEND) ? "send" : "recv",

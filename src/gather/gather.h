@@ -14,7 +14,7 @@
  * the index into its list of names, so the order is that list's.
  */
 typedef enum sl_gather_choice {
-    SL_GATHER_AUTO = 0, /**< NCCL for device buffers where usable, else UCX */
+    SL_GATHER_AUTO = 0, /**< the host's callback where given, else UCX */
     SL_GATHER_UCX  = 1,
     SL_GATHER_NCCL = 2,
     SL_GATHER_HOST = 3  /**< the config's gather callback (auto picks it when given) */
@@ -25,13 +25,13 @@ typedef struct sl_gather_ops {
     sl_status_t (*init)(sl_comm_t *comm, void **state);
     void        (*cleanup)(void *state);
     /**
-     * At the host's post of a receive, in its program order (NULL: the
-     * backend needs no order): a collective backend issues the gather
-     * here, gated on the shard's arrival, so that every TP rank issues its
-     * collectives in the order its host posted the receives, whatever
-     * order the shards arrive in.
+     * 1: the backend issues its collective where the host waits for the
+     * receive (the NCCL gather), so `test` does not complete one whose
+     * collective is due: whether `test` finds a shard landed depends on
+     * the network, and the collective's place among the host's own must
+     * not (docs/design.md, "Gather").
      */
-    sl_status_t (*issue)(void *state, sl_req_t *req);
+    int         in_wait;
     /**
      * The receive starts (after its stream event): prepare to take the
      * peers' shards (they may arrive before our own).  Adds subs to `req`.
@@ -46,9 +46,11 @@ typedef struct sl_gather_ops {
      */
     sl_status_t (*shard_ready)(void *state, sl_req_t *req, sl_status_t status);
     /**
-     * The host completes the request (wait or test), on its thread: order
-     * the host's stream after the gather (NULL: nothing to do).  A failure
-     * becomes the request's (its sentence in comm->err).
+     * The host completes the request (wait, or test where in_wait is 0),
+     * or finalize ends it, on the host's thread: a collective backend
+     * issues its collective here and orders the host's stream after it
+     * (NULL: nothing to do).  A failure becomes the request's (its
+     * sentence in comm->err).
      */
     sl_status_t (*complete)(void *state, sl_req_t *req);
     /**
@@ -71,6 +73,13 @@ sl_status_t sl_gather_status_post(sl_comm_t *comm, sl_req_t *req);
 /** The own shard arrived (SUCCESS) or failed: the TP peers hear it. */
 sl_status_t sl_gather_status_send(sl_comm_t *comm, sl_req_t *req,
                                   sl_status_t own);
+/**
+ * Whether every rank of the TP group told every other that its shard
+ * arrived (the request has ended): each then enters the collective, and
+ * where one did not, none does, so no rank is left in it alone.
+ */
+int         sl_gather_status_all_arrived(const sl_comm_t *comm,
+                                         const sl_req_t *req);
 /** The gather's bytes in the counters, once the collective has them. */
 void        sl_gather_count(sl_comm_t *comm, const sl_req_t *req);
 
@@ -83,9 +92,9 @@ sl_status_t sl_gather_select(sl_comm_t *comm);
 /**
  * Sets up the backends once UCX is connected: the host's callback for all
  * buffers (STAGELINK_GATHER=host, or auto with a callback); else UCX for
- * host buffers and for device buffers NCCL (STAGELINK_GATHER=nccl, or auto
- * with a usable GPU and NCCL) or UCX.  NCCL's setup is an exchange with
- * the TP group that every rank not on the host's gather makes.
+ * host buffers and for device buffers NCCL (STAGELINK_GATHER=nccl, which
+ * only a host that completes its device receives by wait may ask for) or
+ * UCX.  NCCL's setup is an exchange with the TP group.
  */
 sl_status_t sl_gather_init(sl_comm_t *comm);
 void        sl_gather_cleanup(sl_comm_t *comm);

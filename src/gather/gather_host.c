@@ -57,23 +57,6 @@ static sl_status_t sl_gather_host_shard_ready(void *state, sl_req_t *req,
     return sl_gather_status_send(((sl_gather_host_t *)state)->comm, req, own);
 }
 
-/* Whether every rank of the TP group told every other that its shard
- * arrived: then each enters the collective, so none is left in it alone. */
-static int sl_gather_host_all_arrived(const sl_comm_t *comm, const sl_req_t *req)
-{
-    int k;
-
-    if (req->shard_state != 1) {
-        return 0;
-    }
-    for (k = 0; k < comm->layout.tp_size; ++k) {
-        if (k != comm->layout.tp_index && req->flags[k] != 1) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 /*
  * Where the host completes the receive: the host's collective, once the
  * whole TP group has its shard.  It runs with the communicator let go, so
@@ -93,7 +76,7 @@ static sl_status_t sl_gather_host_complete(void *state, sl_req_t *req)
     int                     k, rc;
 
     if (comm->closing || req->xfer.nbytes == 0 ||
-        !sl_gather_host_all_arrived(comm, req)) {
+        !sl_gather_status_all_arrived(comm, req)) {
         return STAGELINK_SUCCESS;
     }
     for (k = 0; k < comm->layout.tp_size; ++k) {

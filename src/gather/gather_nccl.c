@@ -5,16 +5,14 @@
  *
  * NCCL pairs collectives by the order ranks issue them, and a host's own
  * NCCL calls (Megatron's TP all-reduce) must not interleave with ours
- * differently on different ranks.  So the collective is issued at the
- * host's post of the receive, in its program order, on the gather stream,
- * behind the work queued on the host's stream before the post and behind
- * a flag in pinned memory that the shard's arrival sets (a stream memory
- * wait): the host's program fixes when, the network only when it runs.
- * A failed shard still sets the flag (NCCL cannot skip a rank), and a
- * one-byte status to each TP peer over UCX tells them, so no rank reports
- * success for a tensor with a hole.  When the host completes the request,
- * its stream waits for the collective's event: later work on it sees the
- * whole tensor, and the host thread never waits for the GPU.
+ * differently on different ranks.  So the collective is issued on the
+ * host's thread where the host waits for the receive, once its shard and
+ * every TP peer's status are in: the host's program fixes when, and the
+ * GPU never holds a wait for work queued after it (docs/design.md,
+ * "Gather").  `test` completes no receive whose collective is due.  Where
+ * a shard failed anywhere in the group, every rank knows it from the same
+ * statuses and none issues the collective.  The host's stream then waits
+ * for the collective's event, and the host thread never waits for the GPU.
  * SPDX-License-Identifier: MIT
  */
 #include "gather.h"
@@ -33,8 +31,6 @@ typedef struct sl_gather_nccl {
     const sl_nccl_api_t *api;
     ncclComm_t           nccl;    /**< non-blocking; NULL once aborted */
     void                *stream;  /**< the gather stream */
-    uint32_t            *flags;   /**< per request slot: its shard's arrival */
-    uint32_t            *gen;     /**< per slot: the value its gather waits for */
     void               **running; /**< events of collectives the GPU may still run */
     int                  nrunning, running_cap;
     double               next_look; /**< of the progress hook at them */
@@ -91,22 +87,6 @@ static int sl_nccl_shared_gpu(const sl_comm_t *comm, const sl_nccl_card_t *cards
 
 static void sl_gather_nccl_cleanup(void *state);
 static void sl_gather_nccl_fault(void *state);
-
-/* The gather stream and the arrival flags, one per request slot. */
-static sl_status_t sl_gather_nccl_streams(sl_gather_nccl_t *g)
-{
-    sl_comm_t *comm = g->comm;
-
-    g->gen = calloc((size_t)comm->pool.capacity, sizeof(*g->gen));
-    if (g->gen == NULL) {
-        return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
-                        "cannot allocate %d gather generations",
-                        comm->pool.capacity);
-    }
-    SL_CHECK(comm->gpu->flags_alloc((size_t)comm->pool.capacity, &g->flags,
-                                    &comm->err));
-    return comm->gpu->stream_create(&g->stream, &comm->err);
-}
 
 /* Until `event` completes, NCCL's asynchronous errors polled meanwhile. */
 static sl_status_t sl_gather_nccl_drain(sl_gather_nccl_t *g, void *event,
@@ -165,47 +145,144 @@ out:
     return status;
 }
 
-static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
+/* This rank's card: its GPU and, on TP index 0, the group's id; what is
+ * missing for NCCL here goes into `why`. */
+static void sl_gather_nccl_probe(sl_comm_t *comm, const sl_nccl_api_t **api,
+                                 sl_nccl_card_t *mine, sl_errbuf_t *why)
 {
-    int               tp = comm->layout.tp_size, k, root, a, b;
-    const sl_nccl_api_t *api = NULL;
-    sl_gather_nccl_t *g     = NULL;
-    sl_nccl_card_t    mine, *cards;
-    sl_errbuf_t       why;
-    sl_status_t       status;
-    double            deadline;
+    char ids[SL_TOPO_MAX_GPUS][16];
+    int  current = -1, n;
 
-    *state = NULL;
-    memset(&mine, 0, sizeof(mine));
-    why.msg[0] = '\0';
+    memset(mine, 0, sizeof(*mine));
+    why->msg[0] = '\0';
+    *api        = NULL;
     if (!comm->gpu_usable) {
-        snprintf(why.msg, sizeof(why.msg), "%s", comm->gpu_why);
-    } else if (comm->device < 0) {
+        snprintf(why->msg, sizeof(why->msg), "%s", comm->gpu_why);
+        return;
+    }
+    if (comm->device < 0) {
         /* NCCL would take whatever device the runtime falls back to. */
-        snprintf(why.msg, sizeof(why.msg), "no CUDA device was current at "
+        snprintf(why->msg, sizeof(why->msg), "no CUDA device was current at "
                  "comm_init and the config names none (make the rank's "
                  "device current first, or set STAGELINK_CONFIG_DEVICE_SET)");
-    } else if (comm->gpu->flags_alloc == NULL ||
-               comm->gpu->stream_wait_flag == NULL ||
-               comm->gpu->dev_alloc == NULL) {
-        snprintf(why.msg, sizeof(why.msg), "the %s GPU runtime cannot gate a "
-                 "stream on a flag or allocate device memory, which the NCCL "
-                 "gather needs", comm->gpu->name);
-    } else if (sl_nccl_api_get(&api, &why) == STAGELINK_SUCCESS) {
-        char ids[SL_TOPO_MAX_GPUS][16];
-        int  current = -1, n;
+        return;
+    }
+    if (comm->gpu->dev_alloc == NULL) {
+        snprintf(why->msg, sizeof(why->msg), "the %s GPU runtime cannot "
+                 "allocate device memory, which the NCCL gather needs",
+                 comm->gpu->name);
+        return;
+    }
+    if (sl_nccl_api_get(api, why) != STAGELINK_SUCCESS) {
+        return;
+    }
+    mine->use = 1;
+    n = comm->gpu->pci_bus_ids(ids, SL_TOPO_MAX_GPUS, &current);
+    if (comm->device < n) {
+        memcpy(mine->gpu, ids[comm->device], sizeof(mine->gpu));
+    }
+    if (comm->layout.tp_index == 0 &&
+        sl_nccl_check(*api, (*api)->GetUniqueId(&mine->id), NULL,
+                      "ncclGetUniqueId", why) != STAGELINK_SUCCESS) {
+        mine->failed = 1; /* the whole TP group decides, below */
+    }
+}
 
-        mine.use = 1;
-        n = comm->gpu->pci_bus_ids(ids, SL_TOPO_MAX_GPUS, &current);
-        if (comm->device < n) { /* comm->device >= 0: checked above */
-            memcpy(mine.gpu, ids[comm->device], sizeof(mine.gpu));
-        }
-        if (comm->layout.tp_index == 0 &&
-            sl_nccl_check(api, api->GetUniqueId(&mine.id), NULL,
-                          "ncclGetUniqueId", &why) != STAGELINK_SUCCESS) {
-            mine.failed = 1; /* the whole TP group decides, below */
+/*
+ * The group's verdict from the same cards on every rank: SUCCESS when the
+ * TP group can open its communicator, else the sentence for this rank
+ * (STAGELINK_GATHER=nccl was asked, so each reason is a failure).
+ */
+static sl_status_t sl_gather_nccl_verdict(sl_comm_t *comm,
+                                          const sl_nccl_card_t *cards,
+                                          const sl_nccl_card_t *mine,
+                                          const sl_errbuf_t *why)
+{
+    int root = comm->layout.tp_ranks[0], k, a, b;
+
+    if (cards[0].failed) {
+        /* The rank that failed has NCCL's reason; the others point there. */
+        return sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
+                        "STAGELINK_GATHER=nccl but NCCL cannot be used: rank "
+                        "%d (TP index 0, which makes the TP group's NCCL id) "
+                        "could not make it: %s", root,
+                        (root == comm->layout.rank)
+                            ? why->msg
+                            : "ncclGetUniqueId failed there (that rank says "
+                              "why)");
+    }
+    if (!mine->use) {
+        return sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
+                        "STAGELINK_GATHER=nccl but NCCL cannot be used: %s",
+                        why->msg);
+    }
+    for (k = 0; k < comm->layout.tp_size; ++k) {
+        if (!cards[k].use) {
+            return sl_error(&comm->err, STAGELINK_ERR_CONFIG,
+                            "STAGELINK_GATHER=nccl but TP peer rank %d cannot "
+                            "use NCCL (that rank says why), while this rank "
+                            "can; give every rank the same GPU setup",
+                            comm->layout.tp_ranks[k]);
         }
     }
+    if (sl_nccl_shared_gpu(comm, cards, &a, &b)) {
+        return sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
+                        "STAGELINK_GATHER=nccl but ranks %d and %d of this TP "
+                        "group share GPU %s, and NCCL allows one rank per GPU "
+                        "in a communicator; give each TP rank its own GPU, or "
+                        "use STAGELINK_GATHER=ucx", comm->layout.tp_ranks[a],
+                        comm->layout.tp_ranks[b], cards[a].gpu);
+    }
+    return STAGELINK_SUCCESS;
+}
+
+/* The TP group's communicator, its gather stream and its warm-up. */
+static sl_status_t sl_gather_nccl_open(sl_comm_t *comm,
+                                       const sl_nccl_api_t *api,
+                                       ncclUniqueId id, sl_gather_nccl_t **out)
+{
+    sl_gather_nccl_t *g = calloc(1, sizeof(*g));
+    sl_status_t       status;
+    double            deadline = sl_deadline(comm->timeout);
+
+    if (g == NULL) {
+        return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate the NCCL gather");
+    }
+    g->comm = comm;
+    g->api  = api;
+    SL_CHECK_GOTO(sl_nccl_comm_open(api, &g->nccl, comm->layout.tp_size, id,
+                                    comm->layout.tp_index, deadline,
+                                    "ncclCommInitRankConfig of the TP group "
+                                    "(non-blocking)", &comm->err), err);
+    SL_CHECK_GOTO(comm->gpu->stream_create(&g->stream, &comm->err), err);
+    SL_CHECK_GOTO(sl_gather_nccl_warm_up(g, deadline), err);
+    *out = g;
+    return STAGELINK_SUCCESS;
+
+err:
+    /* A failed init may leave the warm-up queued for a peer that never
+     * comes: destroying would wait for it, an abort ends it. */
+    sl_gather_nccl_fault(g);
+    sl_gather_nccl_cleanup(g);
+    return status;
+}
+
+static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
+{
+    int                  tp  = comm->layout.tp_size;
+    const sl_nccl_api_t *api;
+    sl_gather_nccl_t    *g   = NULL;
+    sl_nccl_card_t       mine, *cards;
+    sl_errbuf_t          why;
+    sl_status_t          status;
+
+    *state = NULL;
+    if (tp == 1) {
+        SL_INFO(SL_SUBSYS_GATHER, "NCCL gather not used: TP size 1");
+        return STAGELINK_SUCCESS;
+    }
+    sl_gather_nccl_probe(comm, &api, &mine, &why);
     /*
      * No return before the exchange, whatever this rank found: the others
      * are in it already and would wait out their deadline.  What went
@@ -213,8 +290,8 @@ static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
      */
     cards = calloc((size_t)tp, sizeof(*cards));
     if (cards == NULL) {
-        /* Cannot happen in practice (a few hundred bytes a rank); the
-         * others then fail in the exchange, at their deadline. */
+        /* A few hundred bytes a rank; the others then fail in the
+         * exchange, at their deadline. */
         return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
                         "cannot allocate %d NCCL setup cards", tp);
     }
@@ -223,113 +300,16 @@ static sl_status_t sl_gather_nccl_init(sl_comm_t *comm, void **state)
                                               sizeof(mine),
                                               comm->layout.tp_ranks, tp, cards,
                                               &comm->err), out);
-    /* TP index 0 makes the group's id: without it nobody in the group can
-     * use NCCL, and every rank of the group knows it from the same card. */
-    root = comm->layout.tp_ranks[0];
-    if (cards[0].failed) {
-        /* The rank that failed has NCCL's reason; the others point there. */
-        const char *reason = (root == comm->layout.rank)
-                                 ? why.msg
-                                 : "ncclGetUniqueId failed there (that "
-                                   "rank says why)";
-
-        if (comm->gather_choice == SL_GATHER_NCCL) {
-            status = sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
-                              "STAGELINK_GATHER=nccl but NCCL cannot be used: "
-                              "rank %d (TP index 0, which makes the TP "
-                              "group's NCCL id) could not make it: %s",
-                              root, reason);
-            goto out;
-        }
-        SL_WARN(SL_SUBSYS_GATHER, "NCCL gather not used: rank %d (TP index "
-                "0) could not make the TP group's NCCL id: %s; this TP group "
-                "gathers device buffers over UCX", root, reason);
-        status = STAGELINK_SUCCESS;
-        goto out;
-    }
-    if (!mine.use && comm->gather_choice == SL_GATHER_NCCL) {
-        /* sl_gather_select refuses this before any exchange; kept so that
-         * such a rank still ends after the exchange, not before it. */
-        status = sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
-                          "STAGELINK_GATHER=nccl but NCCL cannot be used: %s",
-                          why.msg);
-        goto out;
-    }
-    for (k = 0; k < comm->layout.tp_size; ++k) {
-        if (cards[k].use != mine.use) {
-            status = sl_error(&comm->err, STAGELINK_ERR_CONFIG,
-                              "TP peers disagree on the NCCL gather: rank %d "
-                              "%s it, this rank %s (%s); give every rank the "
-                              "same GPU setup or STAGELINK_GATHER",
-                              comm->layout.tp_ranks[k],
-                              cards[k].use ? "uses" : "cannot use",
-                              mine.use ? "does" : "does not",
-                              mine.use ? "NCCL found" : why.msg);
-            goto out;
-        }
-    }
-    if (!mine.use || comm->layout.tp_size == 1) {
-        SL_INFO(SL_SUBSYS_GATHER, "NCCL gather not used: %s",
-                mine.use ? "TP size 1" : why.msg);
-        status = STAGELINK_SUCCESS;
-        goto out;
-    }
-    if (sl_nccl_shared_gpu(comm, cards, &a, &b)) {
-        if (comm->gather_choice == SL_GATHER_NCCL) {
-            status = sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
-                              "STAGELINK_GATHER=nccl but ranks %d and %d of "
-                              "this TP group share GPU %s, and NCCL allows one "
-                              "rank per GPU in a communicator; give each TP "
-                              "rank its own GPU, or use STAGELINK_GATHER=ucx",
-                              comm->layout.tp_ranks[a],
-                              comm->layout.tp_ranks[b], cards[a].gpu);
-            goto out;
-        }
-        SL_INFO(SL_SUBSYS_GATHER, "NCCL gather not used: ranks %d and %d of "
-                "this TP group share GPU %s (NCCL allows one rank per GPU); "
-                "device buffers gather over UCX", comm->layout.tp_ranks[a],
-                comm->layout.tp_ranks[b], cards[a].gpu);
-        status = STAGELINK_SUCCESS;
-        goto out;
-    }
-    g = calloc(1, sizeof(*g));
-    if (g == NULL) {
-        status = sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
-                          "cannot allocate the NCCL gather");
-        goto out;
-    }
-    g->comm = comm;
-    g->api  = api;
-    deadline = sl_deadline(comm->timeout);
-    SL_CHECK_GOTO(sl_nccl_comm_open(api, &g->nccl, comm->layout.tp_size,
-                                    cards[0].id, comm->layout.tp_index,
-                                    deadline, "ncclCommInitRankConfig of the "
-                                    "TP group (non-blocking)", &comm->err),
-                  out);
-    SL_CHECK_GOTO(sl_gather_nccl_streams(g), out);
-    SL_CHECK_GOTO(sl_gather_nccl_warm_up(g, deadline), out);
+    SL_CHECK_GOTO(sl_gather_nccl_verdict(comm, cards, &mine, &why), out);
+    SL_CHECK_GOTO(sl_gather_nccl_open(comm, api, cards[0].id, &g), out);
     sl_ucx_progress_register(comm, &sl_gather_nccl_hook);
-    SL_INFO(SL_SUBSYS_GATHER, "NCCL gather over the TP group of %d ranks "
-            "(non-blocking communicator, warmed up)", comm->layout.tp_size);
+    SL_INFO(SL_SUBSYS_GATHER, "gather nccl: NCCL over the TP group of %d "
+            "ranks (non-blocking communicator, warmed up), issued in wait",
+            tp);
     *state = g;
-    g      = NULL;
-    status = STAGELINK_SUCCESS;
 out:
-    if (g != NULL) {
-        /* A failed init may leave the warm-up queued for a peer that never
-         * comes: destroying would wait for it, an abort ends it. */
-        sl_gather_nccl_fault(g);
-        sl_gather_nccl_cleanup(g);
-    }
     free(cards);
     return status;
-}
-
-/* A gather whose shard will never land (finalize, a request that ended
- * before it started) still lets the stream run it: the peers are in it. */
-static void sl_gather_nccl_release(sl_gather_nccl_t *g, size_t slot)
-{
-    __atomic_store_n(&g->flags[slot], g->gen[slot], __ATOMIC_RELEASE);
 }
 
 static void sl_gather_nccl_cleanup(void *state)
@@ -339,9 +319,6 @@ static void sl_gather_nccl_cleanup(void *state)
 
     if (g == NULL) {
         return;
-    }
-    for (i = 0; g->flags != NULL && i < g->comm->pool.capacity; ++i) {
-        sl_gather_nccl_release(g, (size_t)i);
     }
     for (i = 0; i < g->nrunning; ++i) {
         g->comm->gpu->event_destroy(g->running[i]);
@@ -359,16 +336,7 @@ static void sl_gather_nccl_cleanup(void *state)
     if (g->stream != NULL) {
         g->comm->gpu->stream_destroy(g->stream);
     }
-    if (g->flags != NULL) {
-        g->comm->gpu->flags_free(g->flags);
-    }
-    free(g->gen);
     free(g);
-}
-
-static size_t sl_gather_nccl_slot(const sl_gather_nccl_t *g, const sl_req_t *req)
-{
-    return (size_t)(req - g->comm->pool.slots);
 }
 
 /* An event behind the collective just issued: while it is pending the
@@ -401,55 +369,6 @@ static sl_status_t sl_gather_nccl_track(sl_gather_nccl_t *g)
     return STAGELINK_SUCCESS;
 }
 
-/*
- * At the post, in the host's order: the gather stream waits for the work
- * queued on the host's stream so far, then for the shard's flag, then
- * runs the collective and records its event.
- */
-static sl_status_t sl_gather_nccl_issue(void *state, sl_req_t *req)
-{
-    sl_gather_nccl_t   *g    = state;
-    sl_comm_t          *comm = g->comm;
-    const sl_gpu_ops_t *gpu  = comm->gpu;
-    size_t              slot = sl_gather_nccl_slot(g, req);
-    void               *posted = NULL;
-    sl_status_t         status;
-
-    req->gather_event = NULL;
-    req->gather_gen   = ++g->gen[slot];
-    SL_CHECK(sl_device_event_get(comm, &posted));
-    SL_CHECK_GOTO(gpu->event_record(posted, req->xfer.stream, &comm->err), out);
-    SL_CHECK_GOTO(gpu->stream_wait_event(g->stream, posted, &comm->err), out);
-    SL_CHECK_GOTO(gpu->stream_wait_flag(g->stream, &g->flags[slot],
-                                        req->gather_gen, &comm->err), out);
-    SL_CHECK_GOTO(sl_nccl_allgather_inplace(g->api, g->nccl, req->xfer.buf,
-                                            req->xfer.nbytes,
-                                            req->xfer.elem_size,
-                                            comm->layout.tp_size,
-                                            comm->layout.tp_index,
-                                            (cudaStream_t)g->stream,
-                                            &comm->err), out);
-    status = sl_nccl_settle(g->api, g->nccl, sl_deadline(comm->timeout),
-                            "the NCCL gather's collective", &comm->err);
-    if (status != STAGELINK_SUCCESS) {
-        /* The communicator is broken or stuck for the whole group: the
-         * fault path aborts it, so no TP peer waits for this one. */
-        sl_peer_group_failed(comm, "%s", comm->err.msg);
-        goto out;
-    }
-    SL_CHECK_GOTO(sl_device_event_get(comm, &req->gather_event), out);
-    SL_CHECK_GOTO(gpu->event_record(req->gather_event, g->stream, &comm->err),
-                  out);
-    status = sl_gather_nccl_track(g);
-out:
-    /* The stream holds what it waits for: the event can be reused. */
-    sl_device_event_put(comm, posted);
-    if (status != STAGELINK_SUCCESS) {
-        sl_gather_nccl_release(g, slot);
-    }
-    return status;
-}
-
 /* The statuses of the peers are awaited from the start. */
 static sl_status_t sl_gather_nccl_post(void *state, sl_req_t *req)
 {
@@ -458,55 +377,71 @@ static sl_status_t sl_gather_nccl_post(void *state, sl_req_t *req)
     return sl_gather_status_post(g->comm, req);
 }
 
-/* May run inside a UCX callback, on any thread: no GPU call here. */
+/* May run inside a UCX callback, on any thread: no GPU or NCCL call here. */
 static sl_status_t sl_gather_nccl_shard_ready(void *state, sl_req_t *req,
                                               sl_status_t own)
 {
     sl_gather_nccl_t *g = state;
 
-    /* The shard is in device memory: the collective may read it now. */
-    sl_gather_nccl_release(g, sl_gather_nccl_slot(g, req));
-    if (own == STAGELINK_SUCCESS) {
-        sl_gather_count(g->comm, req);
-    }
     return sl_gather_status_send(g->comm, req, own);
 }
 
-/* The host's stream waits for the collective (torch's Work.wait()). */
+/*
+ * Where the host waits, on its thread, once the receive has ended: the
+ * shard is in device memory (its copies done, or UCX's transfer complete)
+ * and every TP peer's status is in, so the collective is queued after all
+ * it reads and its place among the host's collectives is the wait's.  Then
+ * the host's stream waits for its event (torch's Work.wait()).
+ */
 static sl_status_t sl_gather_nccl_complete(void *state, sl_req_t *req)
 {
     sl_gather_nccl_t *g    = state;
     sl_comm_t        *comm = g->comm;
+    void             *event = NULL;
     sl_status_t       status;
 
-    sl_gather_nccl_release(g, sl_gather_nccl_slot(g, req));
-    if (req->gather_event == NULL) {
-        return STAGELINK_SUCCESS;
+    if (comm->closing || g->nccl == NULL || req->xfer.nbytes == 0 ||
+        !sl_gather_status_all_arrived(comm, req)) {
+        return STAGELINK_SUCCESS; /* no rank of the group issues it */
     }
-    status = comm->gpu->stream_wait_event(req->xfer.stream, req->gather_event,
-                                          &comm->err);
-    sl_device_event_put(comm, req->gather_event);
-    req->gather_event = NULL;
+    SL_CHECK(sl_nccl_allgather_inplace(g->api, g->nccl, req->xfer.buf,
+                                       req->xfer.nbytes, req->xfer.elem_size,
+                                       comm->layout.tp_size,
+                                       comm->layout.tp_index,
+                                       (cudaStream_t)g->stream, &comm->err));
+    status = sl_nccl_settle(g->api, g->nccl, sl_deadline(comm->timeout),
+                            "the NCCL gather's collective", &comm->err);
+    if (status != STAGELINK_SUCCESS) {
+        /* The communicator is broken or stuck for the whole group: the
+         * fault path aborts it, so no TP peer waits for this one. */
+        sl_peer_group_failed(comm, "%s", comm->err.msg);
+        return status;
+    }
+    SL_CHECK(sl_device_event_get(comm, &event));
+    SL_CHECK_GOTO(comm->gpu->event_record(event, g->stream, &comm->err), out);
+    SL_CHECK_GOTO(comm->gpu->stream_wait_event(req->xfer.stream, event,
+                                               &comm->err), out);
+    SL_CHECK_GOTO(sl_gather_nccl_track(g), out);
+    sl_gather_count(comm, req);
+out:
+    /* The stream holds what it waits for: the event can be reused. */
+    sl_device_event_put(comm, event);
     return status;
 }
 
 /*
  * The communicator failed (a peer died, comm_abort, NCCL's own error):
- * NCCL's abort ends the collectives that wait for a peer, and every gate
- * opens, so the host's streams run on instead of hanging.
+ * NCCL's abort ends the collectives that wait for a peer, so the host's
+ * streams run on instead of hanging.  ncclCommAbort is the one NCCL call
+ * made off the host's thread (NCCL allows it from any thread, as torch's
+ * watchdog makes it).
  */
 static void sl_gather_nccl_fault(void *state)
 {
     sl_gather_nccl_t *g = state;
-    int               i;
 
     if (g->nccl == NULL) {
         return;
-    }
-    /* Gates first: a collective still behind one must reach NCCL's abort
-     * flag, not wait for a shard that will never land. */
-    for (i = 0; g->flags != NULL && i < g->comm->pool.capacity; ++i) {
-        sl_gather_nccl_release(g, (size_t)i);
     }
     g->api->CommAbort(g->nccl);
     g->nccl = NULL;
@@ -558,7 +493,7 @@ const sl_gather_ops_t sl_gather_nccl_ops = {
     .name        = "nccl",
     .init        = sl_gather_nccl_init,
     .cleanup     = sl_gather_nccl_cleanup,
-    .issue       = sl_gather_nccl_issue,
+    .in_wait     = 1,
     .post        = sl_gather_nccl_post,
     .shard_ready = sl_gather_nccl_shard_ready,
     .complete    = sl_gather_nccl_complete,

@@ -32,6 +32,22 @@ sl_status_t sl_gather_select(sl_comm_t *comm)
         const sl_nccl_api_t *api;
         sl_errbuf_t          why;
 
+        SL_CHECK(sl_env_parse(SL_ENV_CUDA_DEVICE_MAX_CONNECTIONS, &v,
+                              &comm->err));
+        if (v.set && v.u64 == 1) {
+            /* One hardware queue: NCCL's kernel, waiting for a TP peer,
+             * holds back every later copy and kernel of the device.  The
+             * argument says the wait is bounded (docs/design.md); until a
+             * GPU has run it, this setting is not offered. */
+            return sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
+                            "STAGELINK_GATHER=nccl with "
+                            "CUDA_DEVICE_MAX_CONNECTIONS=1 (every stream on "
+                            "one hardware queue, as Megatron sets it) is "
+                            "refused until tools/lab/gpu-check has shown it "
+                            "safe on a GPU; use STAGELINK_GATHER=ucx (the "
+                            "default), or the host's gather (Python's "
+                            "gather=\"tp_group\")");
+        }
         if (!comm->gpu_usable) {
             return sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
                             "STAGELINK_GATHER=nccl but %s", comm->gpu_why);
@@ -55,11 +71,7 @@ sl_status_t sl_gather_init(sl_comm_t *comm)
                                                            : &sl_gather_ucx_ops;
     SL_CHECK(comm->gather->init(comm, &comm->gather_state));
 #ifdef STAGELINK_HAVE_NCCL
-    /* Every rank not on the host's gather takes part in NCCL's setup
-     * exchange, also those that end up on UCX, so that no TP peer waits
-     * in it alone. */
-    if (comm->gather_choice == SL_GATHER_AUTO ||
-        comm->gather_choice == SL_GATHER_NCCL) {
+    if (comm->gather_choice == SL_GATHER_NCCL) {
         SL_CHECK(sl_gather_nccl_ops.init(comm, &comm->gather_dev_state));
         if (comm->gather_dev_state != NULL) {
             comm->gather_dev = &sl_gather_nccl_ops;

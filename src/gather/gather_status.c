@@ -65,6 +65,21 @@ sl_status_t sl_gather_status_send(sl_comm_t *comm, sl_req_t *req,
     return status;
 }
 
+int sl_gather_status_all_arrived(const sl_comm_t *comm, const sl_req_t *req)
+{
+    int k;
+
+    if (req->shard_state != 1) {
+        return 0;
+    }
+    for (k = 0; k < comm->layout.tp_size; ++k) {
+        if (k != comm->layout.tp_index && req->flags[k] != 1) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 void sl_gather_count(sl_comm_t *comm, const sl_req_t *req)
 {
     comm->counters.gather_bytes_sent += req->shard.length *

@@ -69,14 +69,6 @@ typedef struct sl_gpu_ops {
     /** Device memory on the current device (NCCL's warm-up buffer). */
     sl_status_t (*dev_alloc)(size_t len, void **ptr, sl_errbuf_t *eb);
     void        (*dev_free)(void *ptr);
-    /** `count` 32-bit flags in pinned host memory the device can read
-     *  (zeroed), for stream_wait_flag. */
-    sl_status_t (*flags_alloc)(size_t count, uint32_t **flags, sl_errbuf_t *eb);
-    void        (*flags_free)(uint32_t *flags);
-    /** Work queued later on `stream` waits until the host has written a
-     *  value of at least `value` (modulo 2^32) into *flag. */
-    sl_status_t (*stream_wait_flag)(void *stream, uint32_t *flag,
-                                    uint32_t value, sl_errbuf_t *eb);
 } sl_gpu_ops_t;
 
 /** CUDA where the build has it, else the host-only table. */

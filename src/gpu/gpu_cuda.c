@@ -80,24 +80,6 @@ static int sl_cuda_pci_bus_ids(char (*ids)[16], int max, int *current)
     return i;
 }
 
-static stagelink_mem_type_t sl_cuda_classify(const void *ptr, int *device)
-{
-    struct cudaPointerAttributes attr;
-
-    *device = -1;
-    if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
-        /* Not an answer about the pointer (an unknown one is reported as
-         * unregistered host memory): a broken or missing context. */
-        cudaGetLastError();
-        return STAGELINK_MEM_AUTO;
-    }
-    switch (attr.type) {
-    case cudaMemoryTypeDevice:  *device = attr.device; return STAGELINK_MEM_CUDA;
-    case cudaMemoryTypeManaged: *device = attr.device; return STAGELINK_MEM_CUDA_MANAGED;
-    default:                    return STAGELINK_MEM_HOST;
-    }
-}
-
 /* cuCtxGetCurrent from the driver the runtime loaded (stagelink does not
  * link libcuda): it answers without creating a context, which a runtime
  * call such as cudaPointerGetAttributes may do on device 0. */
@@ -107,11 +89,6 @@ static CUresult (*sl_cu_ctx_set_current)(CUcontext ctx);
 static CUresult (*sl_cu_pointer_get_attribute)(void *data,
                                                CUpointer_attribute attr,
                                                CUdeviceptr ptr);
-/* A stream memory operation: the gather stream waits on a flag the host
- * sets when the shard has landed (the runtime has no such call). */
-static CUresult (*sl_cu_stream_wait_value32)(CUstream stream, CUdeviceptr addr,
-                                             cuuint32_t value,
-                                             unsigned int flags);
 static pthread_once_t sl_cu_once = PTHREAD_ONCE_INIT;
 
 static void sl_cuda_entry(const char *name, int version, void *out)
@@ -133,7 +110,47 @@ static void sl_cuda_resolve(void)
     sl_cuda_entry("cuCtxGetCurrent", 4000, &sl_cu_ctx_get_current);
     sl_cuda_entry("cuPointerGetAttribute", 4000, &sl_cu_pointer_get_attribute);
     sl_cuda_entry("cuCtxSetCurrent", 4000, &sl_cu_ctx_set_current);
-    sl_cuda_entry("cuStreamWaitValue32", 12000, &sl_cu_stream_wait_value32);
+}
+
+/*
+ * By the driver's pointer attributes, which answer from the unified
+ * address space without a current context: the runtime's
+ * cudaPointerGetAttributes would make device 0's primary context current
+ * on a thread that has none.
+ */
+static stagelink_mem_type_t sl_cuda_classify(const void *ptr, int *device)
+{
+    CUdeviceptr  p = (CUdeviceptr)(uintptr_t)ptr;
+    unsigned int type = 0, managed = 0;
+    int          ordinal = -1;
+    CUresult     res;
+
+    *device = -1;
+    pthread_once(&sl_cu_once, sl_cuda_resolve);
+    if (sl_cu_pointer_get_attribute == NULL) {
+        return STAGELINK_MEM_AUTO;
+    }
+    res = sl_cu_pointer_get_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
+    if (res == CUDA_ERROR_INVALID_VALUE) {
+        return STAGELINK_MEM_HOST; /* memory CUDA does not know */
+    }
+    if (res != CUDA_SUCCESS ||
+        sl_cu_pointer_get_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                    p) != CUDA_SUCCESS ||
+        sl_cu_pointer_get_attribute(&ordinal,
+                                    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                    p) != CUDA_SUCCESS) {
+        return STAGELINK_MEM_AUTO; /* the driver cannot say */
+    }
+    if (managed) {
+        *device = ordinal;
+        return STAGELINK_MEM_CUDA_MANAGED;
+    }
+    if (type == CU_MEMORYTYPE_DEVICE) {
+        *device = ordinal;
+        return STAGELINK_MEM_CUDA;
+    }
+    return STAGELINK_MEM_HOST; /* pinned or registered host memory */
 }
 
 static void *sl_cuda_context_current(void)
@@ -241,50 +258,6 @@ static sl_status_t sl_cuda_dev_alloc(size_t len, void **ptr, sl_errbuf_t *eb)
 static void sl_cuda_dev_free(void *ptr)
 {
     cudaFree(ptr);
-}
-
-static sl_status_t sl_cuda_flags_alloc(size_t count, uint32_t **flags,
-                                       sl_errbuf_t *eb)
-{
-    void *p = NULL;
-
-    SL_CHECK(sl_cuda_check(cudaHostAlloc(&p, count * sizeof(uint32_t),
-                                         cudaHostAllocMapped |
-                                             cudaHostAllocPortable),
-                           "cudaHostAlloc of the gather flags", eb));
-    memset(p, 0, count * sizeof(uint32_t));
-    *flags = p;
-    return STAGELINK_SUCCESS;
-}
-
-static void sl_cuda_flags_free(uint32_t *flags)
-{
-    cudaFreeHost(flags);
-}
-
-static sl_status_t sl_cuda_stream_wait_flag(void *stream, uint32_t *flag,
-                                            uint32_t value, sl_errbuf_t *eb)
-{
-    void    *dev = NULL;
-    CUresult res;
-
-    pthread_once(&sl_cu_once, sl_cuda_resolve);
-    if (sl_cu_stream_wait_value32 == NULL) {
-        return sl_error(eb, STAGELINK_ERR_UNSUPPORTED, "the CUDA driver has "
-                        "no cuStreamWaitValue32 (CUDA 12 or newer needed for "
-                        "the NCCL gather); set STAGELINK_GATHER=ucx");
-    }
-    SL_CHECK(sl_cuda_check(cudaHostGetDevicePointer(&dev, flag, 0),
-                           "cudaHostGetDevicePointer of a gather flag", eb));
-    res = sl_cu_stream_wait_value32((CUstream)stream, (CUdeviceptr)dev, value,
-                                    CU_STREAM_WAIT_VALUE_GEQ);
-    if (res != CUDA_SUCCESS) {
-        return sl_error(eb, STAGELINK_ERR_TRANSPORT, "cuStreamWaitValue32 "
-                        "failed with CUresult %d: the device may not support "
-                        "stream memory operations; set STAGELINK_GATHER=ucx",
-                        (int)res);
-    }
-    return STAGELINK_SUCCESS;
 }
 
 /*
@@ -410,7 +383,4 @@ const sl_gpu_ops_t sl_gpu_default_ops = {
     .rdma_flush        = sl_cuda_rdma_flush,
     .dev_alloc         = sl_cuda_dev_alloc,
     .dev_free          = sl_cuda_dev_free,
-    .flags_alloc       = sl_cuda_flags_alloc,
-    .flags_free        = sl_cuda_flags_free,
-    .stream_wait_flag  = sl_cuda_stream_wait_flag,
 };

@@ -22,7 +22,7 @@
  *            ordered by order_stream it reads the whole tensor; without,
  *            it runs before the gather (which shows the order is needed);
  *   refused  stage 1's NCCL fails the collective its receive issues at the
- *            post: the post fails at once with that sentence, nothing is
+ *            wait: the wait fails at once with that sentence, nothing is
  *            left in flight, and the same tag then works;
  *   device   the communicator works on device 1 of a fake GPU of two (the
  *            config's, named while the host is on device 0),
@@ -30,6 +30,10 @@
  *            device 0 is refused naming both, calls from a host thread on
  *            device 0 and from a thread without a context move device 1's
  *            tensors and leave the caller's device (or none) current;
+ *   context  stage 1's host, in a context of its own on device 0, calls
+ *            test while the progress thread sleeps: UCX progresses in
+ *            that call with the communicator's context, never the
+ *            caller's (every ucp_worker_progress is checked);
  *   nccl-init-timeout  NCCL's init never completes (FAKE_NCCL_INIT=hang):
  *            comm_init fails with TIMEOUT at STAGELINK_TIMEOUT;
  *   nccl-async-error   a gather's collective never ends and NCCL reports
@@ -41,9 +45,16 @@
  *   random   drawn from SEED (stagelink_stress -G runs it): rounds of 2-6
  *            receives in flight of drawn sizes, posted in one order on
  *            both TP ranks (the header's rule) with a kernel or a held
- *            stream at a drawn point of each TP rank's posts; each rank
- *            sends or completes in an order of its own (wait, or test
- *            polling), and may go idle outside stagelink after a round.
+ *            stream at a drawn point of each TP rank's posts; each sender
+ *            completes in an order of its own (wait, or test polling),
+ *            each receiver in the posts' order (test polling, which must
+ *            complete none, then wait), and may go idle outside stagelink
+ *            after a round; the seed also draws the one-queue GPU.
+ *
+ * With FAKE_GPU_ONE_QUEUE=1 every stream of a rank feeds one FIFO, as
+ * CUDA_DEVICE_MAX_CONNECTIONS=1 makes a GPU's hardware queue: a stream
+ * wait at its head holds back the copies queued behind it.  Every GPU call
+ * must come from a thread whose current context is the communicator's.
  *
  *   gather_order FAKE_NCCL.so SCENARIO | random SEED
  * SPDX-License-Identifier: MIT
@@ -58,6 +69,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <nccl.h>
+#include <ucp/api/ucp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -78,11 +90,12 @@ static char *arena;
 
 /*
  * The calling thread's current context, NULL while it has none: a device's
- * primary one, or one the host made itself on device 0 (cuCtxCreate).  As
- * the CUDA runtime does, a GPU call from a thread without one makes device
- * 0's primary current; a GPU call on a stream or memory of another device
- * than the current one is what the plugin must never make (counted, first
- * said).
+ * primary one, or one the host made itself on device 0 (cuCtxCreate).  What
+ * the plugin must never make (counted, the first said): a GPU call from a
+ * thread without a current context (the runtime would make device 0's
+ * primary current there, UCX's cuda_ipc would fail), or on a stream or
+ * memory of another device than the current one.  A pointer query needs
+ * none and makes none (the driver's answers from the address space).
  */
 typedef struct fctx {
     int device;
@@ -105,13 +118,46 @@ static int f_dev_of(const void *p)
 static void f_on(const char *what, int device)
 {
     if (f_ctx == NULL) {
+        if (atomic_fetch_add(&f_wrong, 1) == 0) {
+            fprintf(stderr, "fake GPU: %s from a thread with no current "
+                    "context\n", what);
+        }
         f_use(0); /* the runtime's implicit context */
+        return;
     }
     if (device >= 0 && device != f_dev() &&
         atomic_fetch_add(&f_wrong, 1) == 0) {
         fprintf(stderr, "fake GPU: %s of device %d from a thread whose "
                 "current device is %d\n", what, device, f_dev());
     }
+}
+
+/*
+ * UCX's progress must run with the communicator's context: its callbacks
+ * queue the staging copies, and its cuda_ipc transport copies with the
+ * context current.  This definition stands in for libucp's (the plugin is
+ * linked into this program) and checks the calling thread first.  Until
+ * comm_init has a device, f_comm_device is -1 and any context passes.
+ */
+static int f_comm_device = -1;
+
+unsigned ucp_worker_progress(ucp_worker_h worker)
+{
+    static unsigned (*real)(ucp_worker_h);
+
+    if (real == NULL) {
+        void *fn = dlsym(RTLD_NEXT, "ucp_worker_progress");
+
+        CHECK(fn != NULL, "no libucp ucp_worker_progress: %s", dlerror());
+        memcpy(&real, &fn, sizeof(fn));
+    }
+    if (f_comm_device >= 0 && f_dev() != f_comm_device &&
+        atomic_fetch_add(&f_wrong, 1) == 0) {
+        fprintf(stderr, "fake GPU: UCX progressed on a thread whose current "
+                "device is %d, the communicator's is %d\n", f_dev(),
+                f_comm_device);
+    }
+    return real(worker);
 }
 
 typedef struct item {
@@ -127,7 +173,22 @@ typedef struct fstream {
     int             held, stop, busy;
     int             device;
     pthread_t       thread;
+    struct fstream *queue; /* where its work runs: itself, or the one queue */
 } fstream_t;
+
+/*
+ * FAKE_GPU_ONE_QUEUE=1: every stream feeds one FIFO, as
+ * CUDA_DEVICE_MAX_CONNECTIONS=1 puts every stream on one hardware queue,
+ * so a wait at its head holds back all work queued after it, on any stream.
+ */
+static fstream_t *f_one_queue;
+
+static int f_one_queue_mode(void)
+{
+    const char *one = getenv("FAKE_GPU_ONE_QUEUE");
+
+    return one != NULL && strcmp(one, "1") == 0;
+}
 
 /* One record of an event: a wait holds the record it saw, as CUDA's does,
  * so that the event recorded again meanwhile (the plugin reuses events)
@@ -188,7 +249,7 @@ static void *fstream_main(void *arg)
 __attribute__((visibility("default")))
 void fake_stream_enqueue(void *stream, fake_stream_fn_t fn, void *arg)
 {
-    fstream_t *s  = stream;
+    fstream_t *s  = ((fstream_t *)stream)->queue;
     item_t    *it = calloc(1, sizeof(*it));
 
     if (it == NULL) {
@@ -220,8 +281,10 @@ static void fstream_kernel(fstream_t *s, int ms)
     fake_stream_enqueue(s, kernel_run, (void *)(intptr_t)ms);
 }
 
-static void fstream_hold(fstream_t *s, int held)
+static void fstream_hold(fstream_t *stream, int held)
 {
+    fstream_t *s = stream->queue;
+
     pthread_mutex_lock(&s->mu);
     s->held = held;
     pthread_cond_broadcast(&s->cv);
@@ -229,8 +292,10 @@ static void fstream_hold(fstream_t *s, int held)
 }
 
 /* Until everything queued so far has run. */
-static void fstream_sync(fstream_t *s)
+static void fstream_sync(fstream_t *stream)
 {
+    fstream_t *s = stream->queue;
+
     pthread_mutex_lock(&s->mu);
     while (s->head != NULL || s->busy) {
         pthread_cond_wait(&s->cv, &s->mu);
@@ -238,17 +303,37 @@ static void fstream_sync(fstream_t *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-static sl_status_t f_stream_create(void **out, sl_errbuf_t *eb)
+static fstream_t *fstream_start(int device)
 {
     fstream_t *s = calloc(1, sizeof(*s));
 
-    (void)eb;
-    f_on("stream create", -1);
-    s->device = f_dev();
+    CHECK(s != NULL, "out of memory");
+    s->device = device;
+    s->queue  = s;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_create(&s->thread, NULL, fstream_main, s);
-    *out = s;
+    return s;
+}
+
+static sl_status_t f_stream_create(void **out, sl_errbuf_t *eb)
+{
+    fstream_t *s;
+
+    (void)eb;
+    f_on("stream create", -1);
+    if (!f_one_queue_mode()) {
+        *out = fstream_start(f_dev());
+        return STAGELINK_SUCCESS;
+    }
+    s = calloc(1, sizeof(*s));
+    CHECK(s != NULL, "out of memory");
+    if (f_one_queue == NULL) {
+        f_one_queue = fstream_start(-1); /* the plugin creates streams under its lock */
+    }
+    s->device = f_dev();
+    s->queue  = f_one_queue;
+    *out      = s;
     return STAGELINK_SUCCESS;
 }
 
@@ -256,6 +341,11 @@ static void f_stream_destroy(void *stream)
 {
     fstream_t *s = stream;
 
+    if (s->queue != s) {
+        fstream_sync(s);
+        free(s);
+        return;
+    }
     pthread_mutex_lock(&s->mu);
     s->stop = 1;
     s->held = 0;
@@ -321,6 +411,7 @@ static int f_event_query(void *event, sl_status_t *st, sl_errbuf_t *eb)
     fevent_t *ev = event;
 
     (void)eb;
+    f_on("event query", -1);
     *st = STAGELINK_SUCCESS;
     return ev->last == NULL || atomic_load(&ev->last->done);
 }
@@ -353,61 +444,38 @@ static sl_status_t f_stream_wait_event(void *stream, void *event, sl_errbuf_t *e
     return STAGELINK_SUCCESS;
 }
 
-typedef struct gate {
-    uint32_t *flag;
-    uint32_t  value;
-} gate_t;
+typedef struct fcopy {
+    void       *dst;
+    const void *src;
+    size_t      len;
+} fcopy_t;
 
-static void wait_gate(void *arg)
+static void copy_run(void *arg)
 {
-    gate_t *g   = arg;
-    double  end = now_s() + WAIT_S;
+    fcopy_t *c = arg;
 
-    while ((int32_t)(__atomic_load_n(g->flag, __ATOMIC_ACQUIRE) - g->value) < 0) {
-        if (now_s() > end) {
-            fprintf(stderr, "fake GPU: a stream waited %d s for a flag\n", WAIT_S);
-            _exit(87);
-        }
-        nap();
-    }
-    free(g);
+    memcpy(c->dst, c->src, c->len);
+    free(c);
 }
 
-static sl_status_t f_stream_wait_flag(void *stream, uint32_t *flag,
-                                      uint32_t value, sl_errbuf_t *eb)
-{
-    gate_t *g = malloc(sizeof(*g));
-
-    (void)eb;
-    f_on("stream flag wait", ((fstream_t *)stream)->device);
-    g->flag  = flag;
-    g->value = value;
-    fake_stream_enqueue(stream, wait_gate, g);
-    return STAGELINK_SUCCESS;
-}
-
-static sl_status_t f_flags_alloc(size_t n, uint32_t **flags, sl_errbuf_t *eb)
-{
-    (void)eb;
-    *flags = calloc(n, sizeof(uint32_t));
-    return STAGELINK_SUCCESS;
-}
-
-static void f_flags_free(uint32_t *flags) { free(flags); }
-
+/* Ordered on the stream, as cudaMemcpyAsync is: it runs when the stream
+ * (or the one queue) reaches it. */
 static sl_status_t f_copy(void *dst, const void *src, size_t len, void *stream,
                           sl_errbuf_t *eb)
 {
+    fcopy_t *c = malloc(sizeof(*c));
+
     (void)eb;
+    CHECK(c != NULL, "out of memory");
     f_on("copy on a stream", ((fstream_t *)stream)->device);
     f_on("copy of memory", f_dev_of(dst) >= 0 ? f_dev_of(dst) : f_dev_of(src));
-    memcpy(dst, src, len);
+    *c = (fcopy_t){dst, src, len};
+    fake_stream_enqueue(stream, copy_run, c);
     return STAGELINK_SUCCESS;
 }
 
 static stagelink_mem_type_t f_classify(const void *p, int *device)
 {
-    f_on("pointer query", -1);
     *device = f_dev_of(p);
     return (*device >= 0) ? STAGELINK_MEM_CUDA : STAGELINK_MEM_HOST;
 }
@@ -476,9 +544,6 @@ static const sl_gpu_ops_t fake_gpu = {
     .event_query       = f_event_query,
     .stream_wait_event = f_stream_wait_event,
     .copy_async        = f_copy,
-    .flags_alloc       = f_flags_alloc,
-    .flags_free        = f_flags_free,
-    .stream_wait_flag  = f_stream_wait_flag,
     .thread_on_gpu     = f_thread_on_gpu,
     .device_current    = f_device_current,
     .device_set        = f_device_set,
@@ -592,22 +657,32 @@ static void finish(job_t *j, stagelink_request_t *req, void *buf, size_t n,
     check_done(j, j->h.plugin->wait(j->h.comm, req), buf, n, mb);
 }
 
-/* The same by polling test, napping between calls. */
+/*
+ * By polling test, napping between calls.  A gathered receive's collective
+ * is issued in wait (where the host's program puts it on every TP rank),
+ * so test must never complete one: stage 1 polls a while, then waits.
+ */
 static void finish_test(job_t *j, stagelink_request_t *req, void *buf,
                         size_t n, uint32_t mb)
 {
     stagelink_status_t st;
     double             end = now_s() + WAIT_S;
-    int                done = 0;
+    int                done = 0, polls = 0;
 
     do {
         st = j->h.plugin->test(j->h.comm, req, &done);
+        CHECK(j->stage == 0 || st != STAGELINK_SUCCESS || !done, "rank %d: "
+              "test completed mb %u, whose collective only wait may issue",
+              j->h.info.rank, mb);
         if (st == STAGELINK_SUCCESS && !done) {
             CHECK(now_s() < end, "rank %d: mb %u not done after %d s of test",
                   j->h.info.rank, mb, WAIT_S);
             nap();
         }
-    } while (st == STAGELINK_SUCCESS && !done);
+    } while (st == STAGELINK_SUCCESS && !done && (j->stage == 0 || ++polls < 200));
+    if (st == STAGELINK_SUCCESS && !done) {
+        st = j->h.plugin->wait(j->h.comm, req);
+    }
     check_done(j, st, buf, n, mb);
 }
 
@@ -733,6 +808,7 @@ static void scenario_random(job_t *j, uint64_t seed)
                     fstream_hold(j->stream, 1);
                 }
                 req[i] = post(j, buf[i], n[i], mb[i]);
+                order[i] = i; /* waited in the posts' order */
             }
             fstream_hold(j->stream, 0);
         } else {
@@ -814,9 +890,10 @@ static void scenario_consumer(job_t *j)
     CHECK(bad == SIZE_MAX, "rank %d: the consumer ordered by order_stream "
           "read byte %zu before the gather wrote it", j->h.info.rank, bad);
     bad = consume_after_wait(j, second, 0, 51);
-    CHECK(j->stage == 0 || bad != SIZE_MAX, "rank %d: a consumer not ordered "
-          "after a 1 s gather read the whole tensor: the test cannot tell "
-          "order_stream's effect", j->h.info.rank);
+    /* One queue orders every stream's work: there it cannot read early. */
+    CHECK(j->stage == 0 || f_one_queue_mode() || bad != SIZE_MAX, "rank %d: "
+          "a consumer not ordered after a 1 s gather read the whole tensor: "
+          "the test cannot tell order_stream's effect", j->h.info.rank);
     unsetenv("FAKE_NCCL_DELAY_MS");
     f_stream_destroy(second);
 }
@@ -825,27 +902,27 @@ static void scenario_refused(job_t *j)
 {
     size_t               n = 8 << 10;
     char                *a = dev_alloc(j, n);
-    stagelink_request_t *ra = NULL;
-    stagelink_xfer_t     x;
+    stagelink_request_t *ra;
     stagelink_status_t   st;
     double               t0;
 
     if (j->stage == 1) {
-        x = xfer_of(j, a, n, 40);
+        ra = post(j, a, n, 40);
         setenv("FAKE_NCCL_COLLECTIVE", "fail", 1);
         t0 = now_s();
-        st = j->h.plugin->irecv(j->h.comm, &x, &ra);
+        st = j->h.plugin->wait(j->h.comm, ra);
         unsetenv("FAKE_NCCL_COLLECTIVE");
-        CHECK(st != STAGELINK_SUCCESS && ra == NULL,
-              "rank %d: the post whose collective failed returned %s",
+        CHECK(st != STAGELINK_SUCCESS,
+              "rank %d: the wait whose collective failed returned %s",
               j->h.info.rank, stagelink_status_string(st));
-        CHECK(now_s() - t0 < 5.0, "rank %d: the refused post took %.1f s",
+        CHECK(now_s() - t0 < 5.0, "rank %d: the refused wait took %.1f s",
               j->h.info.rank, now_s() - t0);
         CHECK(strstr(j->h.plugin->last_error(j->h.comm), "NCCL") != NULL,
               "rank %d: the sentence does not name NCCL: %s", j->h.info.rank,
               j->h.plugin->last_error(j->h.comm));
         say(j, j->tp_index == 0 ? "refused.0" : "refused.1");
     } else {
+        finish(j, post(j, a, n, 40), a, n, 40);
         await(j, "refused.0");
         await(j, "refused.1");
     }
@@ -1026,6 +1103,42 @@ static void scenario_device(job_t *j)
           d.after ? d.after->device : -1);
 }
 
+/*
+ * The host, on device 0 in a context of its own, calls while the progress
+ * thread sleeps on UCX's event fd: the call's leave progresses UCX, which
+ * must happen before the caller's context comes back.
+ */
+static void scenario_context(job_t *j)
+{
+    size_t               n = 96 << 10;
+    char                *a = dev_alloc(j, n);
+    sl_comm_t           *comm = (sl_comm_t *)j->h.comm;
+    stagelink_request_t *ra;
+    double               end = now_s() + WAIT_S;
+    int                  done = 0;
+
+    if (j->stage == 0) {
+        await(j, "asleep.0");
+        await(j, "asleep.1");
+        finish(j, post(j, a, n, 80), a, n, 80);
+        return;
+    }
+    f_ctx = &f_own;
+    ra    = post(j, a, n, 80);
+    while (!atomic_load(&comm->pt_sleeping)) {
+        CHECK(now_s() < end, "rank %d: the progress thread never slept",
+              j->h.info.rank);
+        nap();
+    }
+    CHECK(j->h.plugin->test(j->h.comm, ra, &done) == STAGELINK_SUCCESS && !done,
+          "rank %d: test before the send", j->h.info.rank);
+    CHECK(f_ctx == &f_own, "rank %d: test left another context current",
+          j->h.info.rank);
+    say(j, j->tp_index == 0 ? "asleep.0" : "asleep.1");
+    finish(j, ra, a, n, 80);
+    f_use(1);
+}
+
 /* ---- NCCL's failures: nothing may leave a stream hanging ---- */
 
 /* The host's stream runs dry within a bound: the gather it waits for was
@@ -1152,6 +1265,7 @@ int main(int argc, char **argv)
         {"held", scenario_held}, {"skew", scenario_skew},
         {"between", scenario_between}, {"consumer", scenario_consumer},
         {"refused", scenario_refused}, {"device", scenario_device},
+        {"context", scenario_context},
         {"nccl-init-timeout", NULL}, {"nccl-async-error", scenario_async_error},
         {"nccl-peer-death", scenario_peer_death}, {"nccl-abort", scenario_abort}};
     const size_t                 nscenarios = sizeof(scenarios) / sizeof(scenarios[0]);
@@ -1163,7 +1277,7 @@ int main(int argc, char **argv)
     }
     if (!seeded && (argc != 3 || k == nscenarios)) {
         fprintf(stderr, "usage: gather_order FAKE_NCCL.so held|skew|between|"
-                "consumer|refused|device|nccl-init-timeout|nccl-async-error|"
+                "consumer|refused|device|context|nccl-init-timeout|nccl-async-error|"
                 "nccl-peer-death|nccl-abort|random SEED\n");
         return 2;
     }
@@ -1188,6 +1302,10 @@ int main(int argc, char **argv)
      * communicator, its streams and the NCCL gather over the fake NCCL
      * come from comm_init as on a GPU node. */
     sl_device_runtime = &fake_gpu;
+    setenv("STAGELINK_GATHER", "nccl", 1); /* opt-in: see docs/design.md */
+    if (seeded && draw(strtoull(argv[3], NULL, 10), 11, 0) % 2) {
+        setenv("FAKE_GPU_ONE_QUEUE", "1", 1);
+    }
     f_use(1);
     if (strcmp(argv[2], "device") == 0) {
         /* Or the config names device 1 while the host is on device 0. */
@@ -1221,6 +1339,7 @@ int main(int argc, char **argv)
     CHECK(comm->device == 1, "the communicator works on device %d",
           comm->device);
     f_use(1);
+    f_comm_device = comm->device;
     j.h.plugin = p;
     j.h.comm   = (stagelink_comm_t *)comm;
     p->comm_info(j.h.comm, &j.h.info);

@@ -6,12 +6,10 @@
  * (test/plugins/fake_nccl.c) whose ncclGetUniqueId can be made to fail.
  * When it fails on TP index 0 (rank 0), every rank must still take part in
  * the exchange and end the same way, in time, naming rank 0:
- *   STAGELINK_GATHER=nccl  both fail (STAGELINK_ERR_UNSUPPORTED), none by
- *                          waiting out the exchange;
- *   STAGELINK_GATHER=auto  both fall back to UCX (no NCCL state).
- * And when it works, both set up the NCCL gather with rank 0's id; when
- * both drive one GPU (NCCL refuses that), auto falls back to UCX and nccl
- * fails naming the GPU, without asking NCCL.
+ * both fail (STAGELINK_ERR_UNSUPPORTED, STAGELINK_GATHER=nccl being asked
+ * for), none by waiting out the exchange.  And when it works, both set up
+ * the NCCL gather with rank 0's id; when both drive one GPU (NCCL refuses
+ * that), both fail naming the GPU, without asking NCCL.
  *   test_gather_nccl FAKE_NCCL.so
  * SPDX-License-Identifier: MIT
  */
@@ -57,7 +55,7 @@ static int fake_pci_bus_ids(char (*ids)[16], int max, int *current)
     return n;
 }
 
-/* The gather stream and its flags are made, never used here. */
+/* The gather stream is made, never used here. */
 static sl_status_t fake_stream_create(void **s, sl_errbuf_t *eb)
 {
     (void)eb;
@@ -66,22 +64,6 @@ static sl_status_t fake_stream_create(void **s, sl_errbuf_t *eb)
 }
 
 static void fake_stream_destroy(void *s) { free(s); }
-
-static sl_status_t fake_flags_alloc(size_t n, uint32_t **flags, sl_errbuf_t *eb)
-{
-    (void)eb;
-    *flags = calloc(n, sizeof(uint32_t));
-    return STAGELINK_SUCCESS;
-}
-
-static void fake_flags_free(uint32_t *flags) { free(flags); }
-
-static sl_status_t fake_wait_flag(void *s, uint32_t *flag, uint32_t value,
-                                  sl_errbuf_t *eb)
-{
-    (void)s, (void)flag, (void)value, (void)eb;
-    return STAGELINK_SUCCESS;
-}
 
 /* Init's warm-up collective: device memory and an event that is done at
  * once (the fake NCCL's setup communicators move no data). */
@@ -114,9 +96,6 @@ static sl_gpu_ops_t fake_gpu = {
     .event_destroy    = fake_stream_destroy,
     .event_record     = fake_event_record,
     .event_query      = fake_event_query,
-    .flags_alloc      = fake_flags_alloc,
-    .flags_free       = fake_flags_free,
-    .stream_wait_flag = fake_wait_flag,
     .dev_alloc        = fake_dev_alloc,
     .dev_free         = free,
 };
@@ -264,7 +243,7 @@ int main(int argc, char **argv)
 
     /* The fake works: both ranks set up NCCL with rank 0's id. */
     unsetenv("FAKE_NCCL_UNIQUE_ID");
-    run_both(SL_GATHER_AUTO, runs);
+    run_both(SL_GATHER_NCCL, runs);
     for (r = 0; r < WORLD; ++r) {
         CHECK(runs[r].status == STAGELINK_SUCCESS && runs[r].has_state,
               "rank %d, NCCL working: %s (%s)", r,
@@ -290,26 +269,11 @@ int main(int argc, char **argv)
     CHECK(strstr(runs[0].msg, "unhandled system error (fake NCCL)") != NULL,
           "rank 0 does not give NCCL's reason: %s", runs[0].msg);
 
-    /* The same under STAGELINK_GATHER=auto: both fall back to UCX. */
-    run_both(SL_GATHER_AUTO, runs);
-    for (r = 0; r < WORLD; ++r) {
-        CHECK(runs[r].status == STAGELINK_SUCCESS && !runs[r].has_state,
-              "rank %d, GATHER=auto, no id on rank 0: %s, NCCL state %d (%s)",
-              r, stagelink_status_string(runs[r].status), runs[r].has_state,
-              runs[r].msg);
-    }
     unsetenv("FAKE_NCCL_UNIQUE_ID");
 
-    /* Both ranks on one GPU: NCCL would refuse the communicator, so auto
-     * gathers over UCX and nccl says why, before NCCL is asked. */
+    /* Both ranks on one GPU: NCCL would refuse the communicator, so both
+     * say why, before NCCL is asked. */
     shared_gpu = 1;
-    run_both(SL_GATHER_AUTO, runs);
-    for (r = 0; r < WORLD; ++r) {
-        CHECK(runs[r].status == STAGELINK_SUCCESS && !runs[r].has_state,
-              "rank %d, GATHER=auto, one GPU for both: %s, NCCL state %d (%s)",
-              r, stagelink_status_string(runs[r].status), runs[r].has_state,
-              runs[r].msg);
-    }
     run_both(SL_GATHER_NCCL, runs);
     for (r = 0; r < WORLD; ++r) {
         CHECK(runs[r].status == STAGELINK_ERR_UNSUPPORTED && !runs[r].has_state &&
