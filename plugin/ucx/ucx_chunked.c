@@ -559,10 +559,12 @@ sl_status_t sl_chunked_sub_prepare(sl_sub_t *sub, void *buf, size_t len,
 {
     sl_req_t    *req    = sub->req;
     sl_comm_t   *comm   = req->comm;
-    int          direct = !req->device ||
-                          sl_device_buffer_direct(comm, sub->peer, buf);
+    int          direct = 1;
     sl_staged_t *st     = NULL; /* set by sl_staged_get (-O3 cannot tell) */
 
+    if (req->device) {
+        SL_CHECK(sl_device_buffer_path(comm, sub->peer, buf, &direct));
+    }
     if (!direct) {
         SL_CHECK(sl_device_staging_ready(comm));
     }

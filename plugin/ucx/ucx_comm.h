@@ -27,6 +27,26 @@
 struct sl_gather_ops;
 struct sl_topo;
 
+/** How an InfiniBand memory domain registers device memory (ucx_gdr.c). */
+typedef enum sl_gdr_route {
+    SL_GDR_NONE = 0,
+    SL_GDR_PEERMEM, /**< a peer-memory module: the CUDA bit of reg_mem_types */
+    SL_GDR_DMABUF   /**< UCT_MD_FLAG_REG_DMABUF, and a driver that exports */
+} sl_gdr_route_t;
+
+/** UCT_MD_FLAG_REG_DMABUF of UCX 1.14 and later; 1.13's headers lack it
+ *  and its domains leave the bit clear. */
+#define SL_MD_FLAG_REG_DMABUF (UINT64_C(1) << 10)
+
+/**
+ * The route from a domain's attributes (uct_md_attr_t's cap.flags and
+ * cap.reg_mem_types) and the driver's DMA-BUF support of the device
+ * (1, 0, or -1 where it cannot say: UCX's own attempt then decides).
+ */
+sl_gdr_route_t sl_gdr_route(uint64_t md_flags, uint64_t reg_mem_types,
+                            int gpu_dmabuf);
+const char    *sl_gdr_route_name(sl_gdr_route_t route);
+
 #define SL_COMM_MAGIC 0x534c434du /* "SLCM" */
 #define SL_REQ_MAGIC  0x534c5251u /* "SLRQ" */
 
@@ -287,6 +307,7 @@ struct stagelink_comm {
     int                         ucx_cuda;     /**< UCX knows CUDA memory */
     int                         ucx_ipc;      /**< ...and moves it between a node's GPUs (cuda_ipc) */
     int                         ucx_gdr;      /**< ...and its InfiniBand domain registers it (GPU-direct RDMA) */
+    sl_gdr_route_t              gdr_route;    /**< how that domain registers it */
     int                         gpu_direct;   /**< STAGELINK_GPU_DIRECT (sl_settings.h) */
     int                         gdr_flush;    /**< RDMA writes into device memory need a flush (cc < 9.0) */
     char                        gdr_domain[UCT_MD_NAME_MAX]; /**< that domain ("mlx5_0"), "" none */
@@ -585,15 +606,19 @@ int         sl_device_ucx_build(char *out, size_t len);
  *  i on GPU i), -1 when none is known. */
 int         sl_device_topo_gpus(sl_comm_t *comm, const char *root,
                                 struct sl_topo *t);
+/** Which InfiniBand domain of the UCX context registers device memory,
+ *  and how (ucx_gdr.c): sets ucx_ipc, ucx_gdr, gdr_route, gdr_domain. */
+void        sl_gdr_domains(sl_comm_t *comm);
 /** What UCX can do with device memory (after the worker exists). */
 sl_status_t sl_device_init(sl_comm_t *comm);
 /** Whether device memory to or from `peer` goes to UCX as it is (else it
  *  is staged): cuda_ipc on the node, GPU-direct RDMA to other nodes. */
 int         sl_device_path_direct(const sl_comm_t *comm, const sl_ucx_peer_t *peer);
-/** The same for one device buffer: memory cuda_ipc cannot share (the
- *  virtual memory API, pools) is staged to same-node peers. */
-int         sl_device_buffer_direct(sl_comm_t *comm, const sl_ucx_peer_t *peer,
-                                    const void *buf);
+/** The same for one device buffer (*direct): memory cuda_ipc cannot
+ *  share (the virtual memory API, pools) is staged to same-node peers, or
+ *  refused under STAGELINK_GPU_DIRECT=require. */
+sl_status_t sl_device_buffer_path(sl_comm_t *comm, const sl_ucx_peer_t *peer,
+                                  const void *buf, int *direct);
 /** This rank has a GPU and UCX moves its device memory directly on every
  *  path it could have: cuda_ipc, and GPU-direct RDMA unless the job is on
  *  one node (alike on alike nodes: the chunk size follows it). */

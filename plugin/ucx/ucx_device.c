@@ -19,8 +19,6 @@
 #include "sl_settings.h"
 #include "sl_topo.h"
 
-#include <uct/api/uct.h>
-
 #include <dlfcn.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -168,131 +166,6 @@ int sl_device_ucx_build(char *out, size_t len)
 
 static const sl_progress_hook_t sl_device_hook;
 
-/* Whether UCX's memory domain `name` of `component` registers device
- * memory, as UCX decided when it opened it (peer-memory module, DMA-BUF,
- * UCX_IB_GPU_DIRECT_RDMA). */
-static int sl_device_md_regs_cuda(uct_component_h component, const char *name)
-{
-    uct_md_config_t *config;
-    uct_md_attr_t    attr;
-    uct_md_h         md;
-    int              yes = 0;
-
-    if (uct_md_config_read(component, NULL, NULL, &config) != UCS_OK) {
-        return 0;
-    }
-    if (uct_md_open(component, name, config, &md) == UCS_OK) {
-        yes = uct_md_query(md, &attr) == UCS_OK &&
-              (attr.cap.reg_mem_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA));
-        uct_md_close(md);
-    }
-    uct_config_release(config);
-    return yes;
-}
-
-#define SL_DEVICE_MAX_IB_MDS 8
-
-/* The InfiniBand domain of a transport resource ("rc_mlx5" on "mlx5_0:1"
- * is domain "mlx5_0"), or 0 for another transport. */
-static int sl_device_ib_md(const char *tl, size_t tl_len, const char *dev,
-                           char *md, size_t md_len)
-{
-    size_t n = strcspn(dev, ":\n ");
-
-    if (tl_len < 3 || tl[2] != '_' ||
-        (strncmp(tl, "rc", 2) != 0 && strncmp(tl, "dc", 2) != 0 &&
-         strncmp(tl, "ud", 2) != 0) || n == 0 || n >= md_len) {
-        return 0;
-    }
-    memcpy(md, dev, n);
-    md[n] = '\0';
-    return 1;
-}
-
-/* The transports of this context, as UCX lists them ("flags --
- * rc_mlx5/mlx5_0:1"): what UCX_TLS and the rail's NET_DEVICES left it.
- * cuda_ipc found sets ucx_ipc; the InfiniBand domains go to `mds`. */
-static int sl_device_context_tls(sl_comm_t *comm,
-                                 char (*mds)[UCT_MD_NAME_MAX], int max)
-{
-    char   *text = NULL, *line, *save = NULL;
-    size_t  size = 0;
-    FILE   *f    = open_memstream(&text, &size);
-    int     n    = 0, k, seen;
-
-    if (f == NULL) {
-        return 0;
-    }
-    ucp_context_print_info(comm->ucp_ctx, f);
-    fclose(f);
-    for (line = strtok_r(text, "\n", &save); line != NULL;
-         line = strtok_r(NULL, "\n", &save)) {
-        char  *tl = strstr(line, "flags -- "), *slash;
-        size_t tl_len;
-
-        if (tl == NULL || (slash = strchr(tl += 9, '/')) == NULL) {
-            continue;
-        }
-        tl_len = (size_t)(slash - tl);
-        if (tl_len == 8 && strncmp(tl, "cuda_ipc", 8) == 0) {
-            comm->ucx_ipc = 1;
-        } else if (n < max &&
-                   sl_device_ib_md(tl, tl_len, slash + 1, mds[n], sizeof(mds[n]))) {
-            for (k = 0, seen = 0; k < n; ++k) {
-                seen |= strcmp(mds[k], mds[n]) == 0;
-            }
-            n += !seen;
-        }
-    }
-    free(text);
-    return n;
-}
-
-/*
- * What this context's transports do with device memory: cuda_ipc moves it
- * between the GPUs of a node, and an InfiniBand domain of the context that
- * registers it is GPU-direct RDMA.  UCX's CUDA memory type alone promises
- * neither: without them UCX pipelines through host memory of its own,
- * quietly.
- */
-static void sl_device_ucx_domains(sl_comm_t *comm)
-{
-    char                 mds[SL_DEVICE_MAX_IB_MDS][UCT_MD_NAME_MAX];
-    uct_component_h     *components = NULL;
-    uct_component_attr_t attr;
-    unsigned             ncomp = 0, i;
-    int                  nmds, m;
-
-    if (!comm->ucx_cuda) {
-        return;
-    }
-    nmds = sl_device_context_tls(comm, mds, SL_DEVICE_MAX_IB_MDS);
-    if (nmds == 0) {
-        return;
-    }
-    if (uct_query_components(&components, &ncomp) != UCS_OK) {
-        SL_INFO(SL_SUBSYS_INIT, "UCT lists no components: GPU-direct RDMA "
-                "is taken as absent");
-        return;
-    }
-    for (i = 0; i < ncomp; ++i) {
-        memset(&attr, 0, sizeof(attr));
-        attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME;
-        if (uct_component_query(components[i], &attr) != UCS_OK ||
-            strcmp(attr.name, "ib") != 0) {
-            continue;
-        }
-        for (m = 0; m < nmds && !comm->ucx_gdr; ++m) {
-            if (sl_device_md_regs_cuda(components[i], mds[m])) {
-                comm->ucx_gdr = 1;
-                snprintf(comm->gdr_domain, sizeof(comm->gdr_domain), "%.*s",
-                         (int)sizeof(comm->gdr_domain) - 1, mds[m]);
-            }
-        }
-    }
-    uct_release_component_list(components);
-}
-
 static int sl_device_remote(const sl_comm_t *comm, const sl_ucx_peer_t *peer)
 {
     return strcmp(peer->node_id, comm->node_id) != 0;
@@ -304,19 +177,28 @@ int sl_device_path_direct(const sl_comm_t *comm, const sl_ucx_peer_t *peer)
            (sl_device_remote(comm, peer) ? comm->ucx_gdr : comm->ucx_ipc);
 }
 
-int sl_device_buffer_direct(sl_comm_t *comm, const sl_ucx_peer_t *peer,
-                            const void *buf)
+sl_status_t sl_device_buffer_path(sl_comm_t *comm, const sl_ucx_peer_t *peer,
+                                  const void *buf, int *direct)
 {
-    if (!sl_device_path_direct(comm, peer)) {
-        return 0;
-    }
-    if (sl_device_remote(comm, peer) || comm->gpu->ipc_capable == NULL ||
-        comm->gpu->ipc_capable(buf)) {
-        return 1;
+    *direct = sl_device_path_direct(comm, peer) &&
+              (sl_device_remote(comm, peer) || comm->gpu->ipc_capable == NULL ||
+               comm->gpu->ipc_capable(buf));
+    if (*direct || !sl_device_path_direct(comm, peer)) {
+        return STAGELINK_SUCCESS;
     }
     /* UCX's cuda_ipc takes only legacy-IPC memory (1.13 calls
      * cuIpcGetMemHandle on it, and its cache aborts the process on some
      * failures; later ones export only a VMM region's first chunk). */
+    if (comm->gpu_direct == SL_GPU_DIRECT_REQUIRE) {
+        return sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
+                        "STAGELINK_GPU_DIRECT=require, but device memory at "
+                        "%p is not shareable through CUDA's legacy IPC (the "
+                        "virtual memory API, as PyTorch's expandable_segments, "
+                        "or cudaMallocAsync's pools), so to rank %d on this "
+                        "node it would be staged; allocate it with cudaMalloc "
+                        "(PyTorch: leave expandable_segments off), or set "
+                        "STAGELINK_GPU_DIRECT=auto", buf, peer->rank);
+    }
     if (!comm->vmm_logged) {
         comm->vmm_logged = 1;
         SL_INFO(SL_SUBSYS_NET, "device memory at %p is not shareable through "
@@ -324,7 +206,7 @@ int sl_device_buffer_direct(sl_comm_t *comm, const sl_ucx_peer_t *peer,
                 "to same-node peers it is staged, not handed to cuda_ipc",
                 buf);
     }
-    return 0;
+    return STAGELINK_SUCCESS;
 }
 
 int sl_device_all_direct(const sl_comm_t *comm)
@@ -366,10 +248,13 @@ static sl_status_t sl_device_require(sl_comm_t *comm, const char *build)
         return sl_error(&comm->err, STAGELINK_ERR_CONFIG, "STAGELINK_GPU_DIRECT="
                         "require, but no InfiniBand memory domain of UCX %s%s%s "
                         "registers device memory, so device memory to other "
-                        "nodes would go through host memory.  %s.  Load "
-                        "nvidia_peermem (UCX 1.13 sees only nv_peer_mem), or "
-                        "use UCX 1.14 or newer with DMA-BUF; "
-                        "STAGELINK_GPU_DIRECT=auto stages instead",
+                        "nodes would go through host memory.  %s.  Either "
+                        "route gives it: DMA-BUF (UCX 1.14 or newer, Linux "
+                        "5.12 or newer, NVIDIA's open kernel modules; no "
+                        "module to load), or a peer-memory module "
+                        "(nvidia_peermem, which UCX 1.13 sees only as "
+                        "nv_peer_mem); STAGELINK_GPU_DIRECT=auto stages "
+                        "instead",
                         ucp_get_version_string(),
                         comm->rail_nic[0] ? " on the rail " : "",
                         comm->rail_nic, peers);
@@ -390,18 +275,21 @@ sl_status_t sl_device_init(sl_comm_t *comm)
     if (ucp_context_query(comm->ucp_ctx, &attr) == UCS_OK) {
         comm->ucx_cuda = !!(attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA));
     }
-    sl_device_ucx_domains(comm);
+    sl_gdr_domains(comm);
     gdr = comm->ucx_gdr;
     comm->ucx_gdr   = comm->ucx_gdr && mode != SL_GPU_DIRECT_OFF;
     sl_device_place(comm);
     sl_device_ucx_build(build, sizeof(build));
     SL_INFO(SL_SUBSYS_INIT, "GPU runtime %s: %s; UCX %s (%s), memory types "
-            "0x%llx: device memory on this node %s, to other nodes %s%s%s%s",
+            "0x%llx: device memory on this node %s, to other nodes %s%s%s%s%s",
             comm->gpu->name, comm->gpu_why, ucp_get_version_string(), build,
             (unsigned long long)attr.memory_types,
             (comm->ucx_cuda && comm->ucx_ipc) ? "over cuda_ipc" : "staged",
             comm->ucx_gdr ? "GPU-direct RDMA through " : "staged",
             comm->ucx_gdr ? comm->gdr_domain : "",
+            comm->ucx_gdr ? (comm->gdr_route == SL_GDR_DMABUF ? " (DMA-BUF)"
+                                                               : " (peer memory)")
+                          : "",
             (gdr && !comm->ucx_gdr) ? " (STAGELINK_GPU_DIRECT=off)" : "",
             comm->gdr_flush ? ", flushed after each receive (compute "
                               "capability below 9.0)" : "");

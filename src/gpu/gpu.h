@@ -64,6 +64,10 @@ typedef struct sl_gpu_ops {
      *  its kernels read them (below compute capability 9.0, as NCCL does);
      *  NULL: never. */
     int         (*rdma_flush_needed)(int device);
+    /** 1 when `device`'s driver exports its memory as DMA-BUF (UCX 1.14
+     *  and later register that for GPU-direct RDMA), 0 when not, -1 when
+     *  it cannot say (NULL: -1). */
+    int         (*dmabuf_supported)(int device);
     /** Makes RDMA writes so far visible to the current device's work. */
     sl_status_t (*rdma_flush)(sl_errbuf_t *eb);
     /** Device memory on the current device (NCCL's warm-up buffer). */

@@ -89,6 +89,10 @@ static CUresult (*sl_cu_ctx_set_current)(CUcontext ctx);
 static CUresult (*sl_cu_pointer_get_attribute)(void *data,
                                                CUpointer_attribute attr,
                                                CUdeviceptr ptr);
+static CUresult (*sl_cu_device_get)(CUdevice *dev, int ordinal);
+static CUresult (*sl_cu_device_get_attribute)(int *value,
+                                              CUdevice_attribute attr,
+                                              CUdevice dev);
 static pthread_once_t sl_cu_once = PTHREAD_ONCE_INIT;
 
 static void sl_cuda_entry(const char *name, int version, void *out)
@@ -110,6 +114,8 @@ static void sl_cuda_resolve(void)
     sl_cuda_entry("cuCtxGetCurrent", 4000, &sl_cu_ctx_get_current);
     sl_cuda_entry("cuPointerGetAttribute", 4000, &sl_cu_pointer_get_attribute);
     sl_cuda_entry("cuCtxSetCurrent", 4000, &sl_cu_ctx_set_current);
+    sl_cuda_entry("cuDeviceGet", 2000, &sl_cu_device_get);
+    sl_cuda_entry("cuDeviceGetAttribute", 2000, &sl_cu_device_get_attribute);
 }
 
 /*
@@ -221,6 +227,23 @@ static sl_status_t sl_cuda_device_set(int device, sl_errbuf_t *eb)
         return sl_cuda_context_set(NULL, eb);
     }
     return sl_cuda_check(cudaSetDevice(device), "cudaSetDevice", eb);
+}
+
+/* The driver's own answer (CUDA 11.7 and later, open kernel modules): the
+ * runtime names no such attribute. */
+static int sl_cuda_dmabuf_supported(int device)
+{
+    CUdevice dev;
+    int      yes = 0;
+
+    pthread_once(&sl_cu_once, sl_cuda_resolve);
+    if (sl_cu_device_get == NULL || sl_cu_device_get_attribute == NULL ||
+        sl_cu_device_get(&dev, device) != CUDA_SUCCESS ||
+        sl_cu_device_get_attribute(&yes, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
+                                   dev) != CUDA_SUCCESS) {
+        return -1;
+    }
+    return yes != 0;
 }
 
 /* Below Hopper, an RDMA write the NIC completed may not yet be visible to
@@ -380,6 +403,7 @@ const sl_gpu_ops_t sl_gpu_default_ops = {
     .context_set       = sl_cuda_context_set,
     .ipc_capable       = sl_cuda_ipc_capable,
     .rdma_flush_needed = sl_cuda_rdma_flush_needed,
+    .dmabuf_supported  = sl_cuda_dmabuf_supported,
     .rdma_flush        = sl_cuda_rdma_flush,
     .dev_alloc         = sl_cuda_dev_alloc,
     .dev_free          = sl_cuda_dev_free,

@@ -230,6 +230,51 @@ static void run_both(int choice, rank_run_t runs[WORLD])
     pthread_mutex_destroy(&x.lock);
 }
 
+/* What STAGELINK_GATHER picks, before any exchange: NCCL only when asked,
+ * and not under CUDA_DEVICE_MAX_CONNECTIONS=1 (one hardware queue). */
+static void select_checks(void)
+{
+    static const struct {
+        const char *gather, *connections;
+        sl_status_t status;
+        int         choice;
+        const char *says;
+    } cases[] = {
+        {"auto", NULL, STAGELINK_SUCCESS, SL_GATHER_AUTO, NULL},
+        {"nccl", NULL, STAGELINK_SUCCESS, SL_GATHER_NCCL, NULL},
+        {"nccl", "8", STAGELINK_SUCCESS, SL_GATHER_NCCL, NULL},
+        {"nccl", "1", STAGELINK_ERR_UNSUPPORTED, SL_GATHER_NCCL,
+         "CUDA_DEVICE_MAX_CONNECTIONS=1"},
+        {"auto", "1", STAGELINK_SUCCESS, SL_GATHER_AUTO, NULL},
+        {"ucx", "1", STAGELINK_SUCCESS, SL_GATHER_UCX, NULL},
+    };
+    size_t k;
+
+    for (k = 0; k < sizeof(cases) / sizeof(cases[0]); ++k) {
+        sl_comm_t  *comm = calloc(1, sizeof(*comm));
+        sl_status_t st;
+
+        comm->gpu        = &fake_gpu;
+        comm->gpu_usable = 1;
+        setenv("STAGELINK_GATHER", cases[k].gather, 1);
+        if (cases[k].connections != NULL) {
+            setenv("CUDA_DEVICE_MAX_CONNECTIONS", cases[k].connections, 1);
+        } else {
+            unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+        }
+        st = sl_gather_select(comm);
+        CHECK(st == cases[k].status && comm->gather_choice == cases[k].choice &&
+              (cases[k].says == NULL || strstr(comm->err.msg, cases[k].says)),
+              "STAGELINK_GATHER=%s, CUDA_DEVICE_MAX_CONNECTIONS=%s: %s, "
+              "choice %d: %s", cases[k].gather,
+              cases[k].connections ? cases[k].connections : "(unset)",
+              stagelink_status_string(st), comm->gather_choice, comm->err.msg);
+        free(comm);
+    }
+    unsetenv("STAGELINK_GATHER");
+    unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+}
+
 int main(int argc, char **argv)
 {
     rank_run_t runs[WORLD];
@@ -282,5 +327,6 @@ int main(int argc, char **argv)
               stagelink_status_string(runs[r].status), runs[r].msg);
     }
     shared_gpu = 0;
+    select_checks();
     return check_summary();
 }
