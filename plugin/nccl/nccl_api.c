@@ -124,38 +124,59 @@ sl_status_t sl_nccl_settle(const sl_nccl_api_t *api, ncclComm_t comm,
     }
 }
 
-sl_status_t sl_nccl_comm_open(const sl_nccl_api_t *api, ncclComm_t *comm,
-                              int nranks, ncclUniqueId id, int rank,
-                              double deadline, const char *what,
-                              sl_errbuf_t *eb)
+sl_status_t sl_nccl_comms_open(const sl_nccl_api_t *api, sl_nccl_open_t *opens,
+                               int n, double deadline, sl_errbuf_t *eb)
 {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    sl_errbuf_t  later;
     sl_status_t  status;
+    int          i;
 
     config.blocking = 0;
-    *comm           = NULL;
-    status = sl_nccl_check(api, api->CommInitRankConfig(comm, nranks, id, rank,
-                                                        &config),
-                           NULL, what, eb);
-    if (status == STAGELINK_SUCCESS && *comm != NULL) {
-        status = sl_nccl_settle(api, *comm, deadline, what, eb);
+    for (i = 0; i < n; ++i) {
+        *opens[i].comm = NULL;
     }
-    if (status != STAGELINK_SUCCESS && *comm != NULL) {
-        api->CommAbort(*comm);
-        *comm = NULL;
+    SL_CHECK(sl_nccl_check(api, api->GroupStart(), NULL, "ncclGroupStart", eb));
+    status = STAGELINK_SUCCESS;
+    for (i = 0; i < n && status == STAGELINK_SUCCESS; ++i) {
+        status = sl_nccl_check(api, api->CommInitRankConfig(opens[i].comm,
+                                                            opens[i].nranks,
+                                                            opens[i].id,
+                                                            opens[i].rank,
+                                                            &config),
+                               NULL, opens[i].what, eb);
+    }
+    /* The group ends in any case; a failure above keeps its sentence. */
+    if (sl_nccl_check(api, api->GroupEnd(), NULL, "ncclGroupEnd",
+                      (status == STAGELINK_SUCCESS) ? eb : &later) !=
+        STAGELINK_SUCCESS) {
+        status = STAGELINK_ERR_TRANSPORT;
+    }
+    for (i = 0; i < n && status == STAGELINK_SUCCESS; ++i) {
+        if (*opens[i].comm != NULL) {
+            status = sl_nccl_settle(api, *opens[i].comm, deadline,
+                                    opens[i].what, eb);
+        }
+    }
+    for (i = 0; i < n && status != STAGELINK_SUCCESS; ++i) {
+        if (*opens[i].comm != NULL) {
+            api->CommAbort(*opens[i].comm);
+            *opens[i].comm = NULL;
+        }
     }
     return status;
 }
 
 sl_status_t sl_nccl_async_error(const sl_nccl_api_t *api, ncclComm_t comm,
-                                sl_errbuf_t *eb)
+                                const char *what, sl_errbuf_t *eb)
 {
     ncclResult_t state = ncclSuccess;
+    char         name[160];
 
     SL_CHECK(sl_nccl_check(api, api->CommGetAsyncError(comm, &state), comm,
                            "ncclCommGetAsyncError", eb));
-    return sl_nccl_check(api, state, comm, "NCCL (an asynchronous error of "
-                         "the TP group's communicator)", eb);
+    snprintf(name, sizeof(name), "NCCL (an asynchronous error of %s)", what);
+    return sl_nccl_check(api, state, comm, name, eb);
 }
 
 sl_status_t sl_nccl_allgather_inplace(const sl_nccl_api_t *api, ncclComm_t comm,

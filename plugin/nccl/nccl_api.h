@@ -53,26 +53,35 @@ sl_status_t sl_nccl_allgather_inplace(const sl_nccl_api_t *api, ncclComm_t comm,
                                       size_t elem_size, int parts, int index,
                                       cudaStream_t stream, sl_errbuf_t *eb);
 
+/** One communicator for sl_nccl_comms_open: `rank` of `nranks` with `id`. */
+typedef struct sl_nccl_open {
+    ncclComm_t  *comm;
+    int          nranks, rank;
+    ncclUniqueId id;
+    const char  *what; /**< its name in sentences */
+} sl_nccl_open_t;
+
 /**
- * A non-blocking communicator of `nranks` (NCCL's config blocking = 0),
- * its init polled until done: past `deadline` (0: none) it is aborted and
- * the call fails with TIMEOUT, naming `what`, instead of hanging on a TP
+ * Non-blocking communicators (NCCL's config blocking = 0), their inits
+ * started in one group, so that a chain of them (stage boundaries, TP
+ * groups) cannot wait in a cycle, and polled until done: past `deadline`
+ * (0: none) or on any failure every one is aborted and set NULL, and the
+ * call fails (TIMEOUT naming the one not done) instead of hanging on a
  * peer that never joins.
  */
-sl_status_t sl_nccl_comm_open(const sl_nccl_api_t *api, ncclComm_t *comm,
-                              int nranks, ncclUniqueId id, int rank,
-                              double deadline, const char *what,
-                              sl_errbuf_t *eb);
+sl_status_t sl_nccl_comms_open(const sl_nccl_api_t *api, sl_nccl_open_t *opens,
+                               int n, double deadline, sl_errbuf_t *eb);
 
 /** Waits out ncclInProgress after a call on a non-blocking communicator
  *  (NCCL's rule before the next call); its error, or TIMEOUT. */
 sl_status_t sl_nccl_settle(const sl_nccl_api_t *api, ncclComm_t comm,
                            double deadline, const char *what, sl_errbuf_t *eb);
 
-/** The communicator's asynchronous error (a peer died, a network failed)
- *  as a status with NCCL's sentence; SUCCESS while there is none. */
+/** The asynchronous error of `comm` (named `what`: a peer died, a
+ *  network failed) as a status with NCCL's sentence; SUCCESS while there
+ *  is none. */
 sl_status_t sl_nccl_async_error(const sl_nccl_api_t *api, ncclComm_t comm,
-                                sl_errbuf_t *eb);
+                                const char *what, sl_errbuf_t *eb);
 
 /** Turns an NCCL result into a status with NCCL's own sentence. */
 sl_status_t sl_nccl_check(const sl_nccl_api_t *api, ncclResult_t result,

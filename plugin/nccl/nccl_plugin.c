@@ -23,6 +23,7 @@
 #include "sl_settings.h"
 #include "sl_shard.h"
 #include "sl_time.h"
+#include "sl_topo.h"
 #include "sl_xfer_check.h"
 
 #include <stdio.h>
@@ -64,13 +65,17 @@ struct stagelink_comm {
     int                 *peer_ranks; /**< sl_layout_peers */
     int                  npeers;
     stagelink_counters_t counters;
-    atomic_int           aborted;  /**< comm_abort, from any thread */
+    atomic_int           aborted;  /**< comm_abort (any thread) or `fault` */
+    sl_status_t          fault;    /**< NCCL's asynchronous error, if that was it */
+    char                 fault_msg[SL_ERRBUF_LEN + 64];
 };
 
 typedef struct stagelink_comm    sl_ncomm_t;
 typedef struct stagelink_request sl_nreq_t;
 
 static sl_registry_t    sl_live = SL_REGISTRY_INITIALIZER;
+/* The GPU runtime; a test built on this file gives a fake one. */
+static const sl_gpu_ops_t *sl_nccl_runtime = &sl_gpu_default_ops;
 static __thread sl_errbuf_t sl_thread_err;
 
 #define SL_LIVE(_comm, _call) \
@@ -100,8 +105,9 @@ static sl_status_t sl_ncomm_connect(sl_ncomm_t *c)
     const sl_nccl_api_t *api   = c->api;
     sl_ncard_t           mine, *theirs;
     const sl_ncard_t    *card;
+    sl_nccl_open_t       open[3];
     sl_status_t          status;
-    int                  i;
+    int                  i, n;
 
     memset(&mine, 0, sizeof(mine));
     memcpy(mine.node_id, c->node_id, SL_NODE_ID_LEN);
@@ -129,39 +135,84 @@ static sl_status_t sl_ncomm_connect(sl_ncomm_t *c)
         SL_CHECK_GOTO(sl_layout_agrees(&c->layout, c->peer_ranks[i],
                                        &theirs[i].place, &c->err), out);
     }
-    /* One group: communicators of a chain of stages cannot wait in a cycle. */
-    SL_CHECK_GOTO(sl_nccl_check(api, api->GroupStart(), NULL, "ncclGroupStart",
-                                &c->err), out);
-    status = STAGELINK_SUCCESS;
+    /* Non-blocking, in one group (a chain of stages cannot wait in a
+     * cycle), bounded by STAGELINK_TIMEOUT: a peer that never joins fails
+     * init with a sentence instead of hanging it. */
+    n = 0;
     if (c->layout.tp_size > 1) {
-        card   = sl_ncard_of(c, &mine, theirs, c->layout.tp_ranks[0]);
-        status = sl_nccl_check(api, api->CommInitRank(
-                                        &c->tp, c->layout.tp_size,
-                                        card->tp_id, c->layout.tp_index),
-                               NULL, "ncclCommInitRank (TP group)", &c->err);
+        card      = sl_ncard_of(c, &mine, theirs, c->layout.tp_ranks[0]);
+        open[n++] = (sl_nccl_open_t){&c->tp, c->layout.tp_size,
+                                     c->layout.tp_index, card->tp_id,
+                                     "ncclCommInitRankConfig (TP group)"};
     }
-    if (status == STAGELINK_SUCCESS && c->layout.prev_rank >= 0) {
+    if (c->layout.prev_rank >= 0) {
         card          = sl_ncard_of(c, &mine, theirs, c->layout.prev_rank);
         c->prev_inter = strcmp(card->node_id, c->node_id) != 0;
-        status = sl_nccl_check(api, api->CommInitRank(&c->prev, 2,
-                                                      card->next_id, 1),
-                               NULL, "ncclCommInitRank (previous stage)",
-                               &c->err);
+        open[n++]     = (sl_nccl_open_t){&c->prev, 2, 1, card->next_id,
+                                         "ncclCommInitRankConfig (previous "
+                                         "stage)"};
     }
-    if (status == STAGELINK_SUCCESS && c->layout.next_rank >= 0) {
+    if (c->layout.next_rank >= 0) {
         card          = sl_ncard_of(c, &mine, theirs, c->layout.next_rank);
         c->next_inter = strcmp(card->node_id, c->node_id) != 0;
-        status = sl_nccl_check(api, api->CommInitRank(&c->next, 2,
-                                                      mine.next_id, 0),
-                               NULL, "ncclCommInitRank (next stage)", &c->err);
+        open[n++]     = (sl_nccl_open_t){&c->next, 2, 0, mine.next_id,
+                                         "ncclCommInitRankConfig (next stage)"};
     }
-    if (sl_nccl_check(api, api->GroupEnd(), NULL, "ncclGroupEnd", &c->err) !=
-        STAGELINK_SUCCESS) {
-        status = STAGELINK_ERR_TRANSPORT;
-    }
+    status = sl_nccl_comms_open(api, open, n, sl_deadline(c->set.timeout),
+                                &c->err);
 out:
     free(theirs);
     return status;
+}
+
+/*
+ * Ends every NCCL operation in flight, so the streams waiting on a dead
+ * peer run on: comm_abort (from any thread: NCCL allows ncclCommAbort
+ * there, as torch's watchdog calls it) or NCCL's asynchronous error.  A
+ * handle is taken once; later calls see `aborted` before they use one.
+ */
+static void sl_ncomm_fault(sl_ncomm_t *c)
+{
+    ncclComm_t *handles[3] = {&c->tp, &c->prev, &c->next};
+    ncclComm_t  h;
+    int         i;
+
+    atomic_store(&c->aborted, 1);
+    for (i = 0; i < 3 && c->api != NULL; ++i) {
+        h = __atomic_exchange_n(handles[i], NULL, __ATOMIC_ACQ_REL);
+        if (h != NULL) {
+            c->api->CommAbort(h);
+        }
+    }
+}
+
+/* The first asynchronous error of the communicators becomes the
+ * communicator's fault (polled where the host waits, on its thread). */
+static void sl_ncomm_poll_errors(sl_ncomm_t *c)
+{
+    const struct {
+        ncclComm_t  comm;
+        const char *what;
+    } comms[3] = {{c->tp, "the TP group's communicator"},
+                  {c->prev, "the previous stage's communicator"},
+                  {c->next, "the next stage's communicator"}};
+    sl_errbuf_t why;
+    sl_status_t status;
+    int         i;
+
+    for (i = 0; i < 3 && !atomic_load(&c->aborted); ++i) {
+        if (comms[i].comm == NULL) {
+            continue;
+        }
+        status = sl_nccl_async_error(c->api, comms[i].comm, comms[i].what, &why);
+        if (status != STAGELINK_SUCCESS) {
+            c->fault = status;
+            snprintf(c->fault_msg, sizeof(c->fault_msg), "%s; the communicator "
+                     "was aborted: finalize it", why.msg);
+            SL_WARN(SL_SUBSYS_NET, "%s", c->fault_msg);
+            sl_ncomm_fault(c);
+        }
+    }
 }
 
 static void sl_ncomm_destroy(sl_ncomm_t *c)
@@ -196,12 +247,17 @@ static void sl_ncomm_destroy(sl_ncomm_t *c)
 /*
  * The device and context of every call, as the UCX plugin takes them: the
  * config's device (its primary context), else the host's current context
- * at init; where the host has none, device 0 (NCCL's communicators are
- * made at init, so the first tensor comes too late to choose).  Calls
- * make it current and give the caller's back.
+ * at init; where the host has none, the rank's GPU on its node, as NCCL's
+ * users place it (local rank i on GPU i, modulo the GPUs seen): NCCL's
+ * communicators are made at init, so the first tensor comes too late to
+ * choose.  Calls make it current and give the caller's back.
  */
-static sl_status_t sl_nccl_device(sl_ncomm_t *c, const stagelink_config_t *config)
+static sl_status_t sl_nccl_device(sl_ncomm_t *c, const stagelink_config_t *config,
+                                  int local_rank)
 {
+    char ids[SL_TOPO_MAX_GPUS][16];
+    int  current, ngpus;
+
     c->device = -1;
     if (!sl_gpu_has_contexts(c->gpu)) {
         return STAGELINK_SUCCESS;
@@ -217,8 +273,12 @@ static sl_status_t sl_nccl_device(sl_ncomm_t *c, const stagelink_config_t *confi
     }
     c->context = c->gpu->context_current();
     if (c->context == NULL) {
-        c->device = 0; /* NCCL's communicators need one at init */
-        return sl_gpu_context_of(c->gpu, 0, &c->context, &c->err);
+        ngpus     = c->gpu->pci_bus_ids(ids, SL_TOPO_MAX_GPUS, &current);
+        c->device = (local_rank > 0 && ngpus > 0) ? local_rank % ngpus : 0;
+        SL_INFO(SL_SUBSYS_INIT, "no CUDA device was current at comm_init: "
+                "device %d, of local rank %d and %d GPUs", c->device,
+                local_rank, ngpus);
+        return sl_gpu_context_of(c->gpu, c->device, &c->context, &c->err);
     }
     c->device = c->gpu->device_current();
     return STAGELINK_SUCCESS;
@@ -247,7 +307,7 @@ static stagelink_status_t sl_nccl_comm_init(const stagelink_config_t *host_confi
         return sl_error(&sl_thread_err, STAGELINK_ERR_NO_MEMORY,
                         "cannot allocate a communicator");
     }
-    c->gpu               = &sl_gpu_default_ops;
+    c->gpu               = sl_nccl_runtime;
     SL_CHECK_GOTO(sl_config_copy(host_config, &copy, &c->err), err);
     config = &copy;
     SL_CHECK_GOTO(sl_settings_parse(config, &c->set, &c->err), err);
@@ -258,9 +318,9 @@ static stagelink_status_t sl_nccl_comm_init(const stagelink_config_t *host_confi
                           "use STAGELINK_PLUGIN=ucx", why);
         goto err;
     }
-    SL_CHECK_GOTO(sl_nccl_device(c, config), err);
-    SL_CHECK_GOTO(sl_nccl_api_get(&c->api, &c->err), err);
     SL_CHECK_GOTO(sl_launcher_detect(config, &launcher, &c->err), err);
+    SL_CHECK_GOTO(sl_nccl_device(c, config, launcher.local_rank), err);
+    SL_CHECK_GOTO(sl_nccl_api_get(&c->api, &c->err), err);
     sl_log_set_rank(launcher.rank);
     tp = (config->tp_size == 0) ? 1 : config->tp_size;
     SL_CHECK_GOTO(config->topology
@@ -497,8 +557,27 @@ static sl_status_t sl_nccl_aborted(sl_ncomm_t *c)
     if (!atomic_load(&c->aborted)) {
         return STAGELINK_SUCCESS;
     }
+    if (c->fault != STAGELINK_SUCCESS) {
+        return sl_error(&c->err, c->fault, "%s", c->fault_msg);
+    }
     return sl_error(&c->err, STAGELINK_ERR_ABORTED, "the communicator was "
                     "aborted (comm_abort); finalize it");
+}
+
+/* NCCL's rule for non-blocking communicators: a call's ncclInProgress is
+ * waited out before the next call. */
+static sl_status_t sl_nccl_settle_all(sl_ncomm_t *c, const char *what)
+{
+    ncclComm_t comms[3] = {c->tp, c->prev, c->next};
+    double     deadline = sl_deadline(c->set.timeout);
+    int        i;
+
+    for (i = 0; i < 3; ++i) {
+        if (comms[i] != NULL) {
+            SL_CHECK(sl_nccl_settle(c->api, comms[i], deadline, what, &c->err));
+        }
+    }
+    return STAGELINK_SUCCESS;
 }
 
 static sl_status_t sl_nccl_post(sl_ncomm_t *c, const stagelink_op_t *ops,
@@ -551,10 +630,16 @@ static sl_status_t sl_nccl_post(sl_ncomm_t *c, const stagelink_op_t *ops,
             status = STAGELINK_ERR_TRANSPORT;
         }
     }
+    if (status == STAGELINK_SUCCESS) {
+        status = sl_nccl_settle_all(c, "the stage boundary's ncclSend/ncclRecv");
+    }
     sg = (c->set.mode == STAGELINK_MODE_SCATTER_GATHER && c->layout.tp_size > 1);
     for (i = 0; i < n && status == STAGELINK_SUCCESS; ++i) {
         if (sg && ops[i].kind == STAGELINK_OP_RECV) {
             status = sl_nccl_enqueue(c, ops[i].kind, &ops[i].xfer, NULL, 0, 1);
+            if (status == STAGELINK_SUCCESS) {
+                status = sl_nccl_settle_all(c, "the TP group's all-gather");
+            }
         }
         if (status == STAGELINK_SUCCESS) {
             status = c->gpu->event_record(reqs[i]->event, ops[i].xfer.stream,
@@ -642,6 +727,12 @@ static sl_status_t sl_nccl_poll(sl_ncomm_t *c, sl_nreq_t *r, int *done)
         return sl_nccl_aborted(c);
     }
     if (!c->gpu->event_query(r->event, &status, &c->err)) {
+        sl_ncomm_poll_errors(c);
+        if (atomic_load(&c->aborted)) {
+            *done     = 1;
+            r->in_use = 0;
+            return sl_nccl_aborted(c);
+        }
         return STAGELINK_SUCCESS;
     }
     *done     = 1;
@@ -762,7 +853,7 @@ static stagelink_status_t sl_nccl_get_counters(stagelink_comm_t *c,
 static stagelink_status_t sl_nccl_comm_abort(stagelink_comm_t *c)
 {
     SL_LIVE(c, "comm_abort");
-    atomic_store(&c->aborted, 1);
+    sl_ncomm_fault(c);
     return STAGELINK_SUCCESS;
 }
 

@@ -97,7 +97,8 @@ static sl_status_t sl_gather_nccl_drain(sl_gather_nccl_t *g, void *event,
     long        nap    = 0;
 
     while (!comm->gpu->event_query(event, &status, &comm->err)) {
-        SL_CHECK(sl_nccl_async_error(g->api, g->nccl, &comm->err));
+        SL_CHECK(sl_nccl_async_error(g->api, g->nccl, "the TP group's communicator",
+                                     &comm->err));
         if (sl_deadline_passed(deadline)) {
             return sl_error(&comm->err, STAGELINK_ERR_TIMEOUT, "%s did not "
                             "finish within STAGELINK_TIMEOUT (%.0f s): a TP "
@@ -242,6 +243,7 @@ static sl_status_t sl_gather_nccl_open(sl_comm_t *comm,
                                        ncclUniqueId id, sl_gather_nccl_t **out)
 {
     sl_gather_nccl_t *g = calloc(1, sizeof(*g));
+    sl_nccl_open_t    open;
     sl_status_t       status;
     double            deadline = sl_deadline(comm->timeout);
 
@@ -251,10 +253,12 @@ static sl_status_t sl_gather_nccl_open(sl_comm_t *comm,
     }
     g->comm = comm;
     g->api  = api;
-    SL_CHECK_GOTO(sl_nccl_comm_open(api, &g->nccl, comm->layout.tp_size, id,
-                                    comm->layout.tp_index, deadline,
-                                    "ncclCommInitRankConfig of the TP group "
-                                    "(non-blocking)", &comm->err), err);
+    open    = (sl_nccl_open_t){&g->nccl, comm->layout.tp_size,
+                               comm->layout.tp_index, id,
+                               "ncclCommInitRankConfig of the TP group "
+                               "(non-blocking)"};
+    SL_CHECK_GOTO(sl_nccl_comms_open(api, &open, 1, deadline, &comm->err),
+                  err);
     SL_CHECK_GOTO(comm->gpu->stream_create(&g->stream, &comm->err), err);
     SL_CHECK_GOTO(sl_gather_nccl_warm_up(g, deadline), err);
     *out = g;
@@ -471,7 +475,8 @@ static void sl_gather_nccl_round(sl_comm_t *comm)
                 (size_t)--g->nrunning * sizeof(*g->running));
     }
     if (g->nrunning > 0 &&
-        sl_nccl_async_error(g->api, g->nccl, &why) != STAGELINK_SUCCESS) {
+        sl_nccl_async_error(g->api, g->nccl, "the TP group's communicator",
+                            &why) != STAGELINK_SUCCESS) {
         sl_peer_group_failed(comm, "%s", why.msg);
     }
 }

@@ -14,7 +14,9 @@
  *     failed event creation keeps its status;
  *   - a tensor of another device than the communicator's is refused,
  *     naming both; NCCL is called in the communicator's context, and the
- *     caller's own context is current again after each call.
+ *     caller's own context is current again after each call;
+ *   - with no device named or current, the rank's local rank picks its
+ *     GPU (LOCAL_RANK 3 of two GPUs: device 1), not device 0.
  * SPDX-License-Identifier: MIT
  */
 #include "check.h"
@@ -90,9 +92,22 @@ static int f_event_query(void *ev, sl_status_t *status, sl_errbuf_t *eb)
 
 static const sl_gpu_ops_t fake_gpu = {.name = "fake", FAKE_GPU_EVENTS};
 
+/* Two GPUs on the node. */
+static int f_pci_bus_ids(char (*ids)[16], int max, int *current)
+{
+    int d;
+
+    for (d = 0; d < 2 && d < max; ++d) {
+        snprintf(ids[d], 16, "0000:%02x:00.0", d + 1);
+    }
+    *current = f_device_current();
+    return d;
+}
+
 static const sl_gpu_ops_t fake_gpu_ctx = {
     .name            = "fake with contexts",
     FAKE_GPU_EVENTS,
+    .pci_bus_ids     = f_pci_bus_ids,
     .device_current  = f_device_current,
     .device_set      = f_device_set,
     .context_current = f_context_current,
@@ -126,7 +141,16 @@ static ncclResult_t n_recv(void *buf, size_t count, ncclDataType_t type,
 static const char *n_string(ncclResult_t r) { (void)r; return "fake"; }
 static const char *n_last(ncclComm_t comm) { (void)comm; return "fake"; }
 
+/* Every call done at once, no asynchronous error. */
+static ncclResult_t n_async(ncclComm_t comm, ncclResult_t *state)
+{
+    (void)comm;
+    *state = ncclSuccess;
+    return ncclSuccess;
+}
+
 static const sl_nccl_api_t fake_nccl = {
+    .CommGetAsyncError = n_async,
     .CommDestroy    = n_destroy,
     .CommAbort      = n_destroy,
     .Send           = n_send,
@@ -351,8 +375,18 @@ int main(void)
                                   .flags = STAGELINK_CONFIG_DEVICE_SET,
                                   .device = 1};
 
+        stagelink_config_t none = {.struct_size = sizeof(none)};
+
+        /* No device named and none current: local rank 3 of a node of
+         * two GPUs takes GPU 1, not device 0. */
+        f_cur = NULL;
+        CHECK(sl_nccl_device(c, &none, 3) == STAGELINK_SUCCESS &&
+              c->device == 1 && c->context == &f_ctx[1] && f_cur == NULL,
+              "no device current, local rank 3 of 2 GPUs: device %d, "
+              "context %p, the thread's afterwards %p", c->device, c->context,
+              (void *)f_cur);
         f_cur = &f_ctx[2];
-        CHECK(sl_nccl_device(c, &cfg) == STAGELINK_SUCCESS && c->device == 1 &&
+        CHECK(sl_nccl_device(c, &cfg, 0) == STAGELINK_SUCCESS && c->device == 1 &&
               c->context == &f_ctx[1] && f_cur == &f_ctx[2],
               "device of the config: %d, context %p, the host's kept: %d",
               c->device, c->context, f_cur == &f_ctx[2]);
