@@ -186,6 +186,20 @@ static void sl_ncomm_fault(sl_ncomm_t *c)
     }
 }
 
+/* A failure once work is enqueued (which NCCL cannot withdraw): the
+ * communicator's fault, said once, and NCCL aborted. */
+static void sl_ncomm_fail(sl_ncomm_t *c, sl_status_t status, const char *why)
+{
+    if (atomic_load(&c->aborted)) {
+        return;
+    }
+    c->fault = status;
+    snprintf(c->fault_msg, sizeof(c->fault_msg), "%s; the communicator was "
+             "aborted: finalize it", why);
+    SL_WARN(SL_SUBSYS_NET, "%s", c->fault_msg);
+    sl_ncomm_fault(c);
+}
+
 /* The first asynchronous error of the communicators becomes the
  * communicator's fault (polled where the host waits, on its thread). */
 static void sl_ncomm_poll_errors(sl_ncomm_t *c)
@@ -206,11 +220,7 @@ static void sl_ncomm_poll_errors(sl_ncomm_t *c)
         }
         status = sl_nccl_async_error(c->api, comms[i].comm, comms[i].what, &why);
         if (status != STAGELINK_SUCCESS) {
-            c->fault = status;
-            snprintf(c->fault_msg, sizeof(c->fault_msg), "%s; the communicator "
-                     "was aborted: finalize it", why.msg);
-            SL_WARN(SL_SUBSYS_NET, "%s", c->fault_msg);
-            sl_ncomm_fault(c);
+            sl_ncomm_fail(c, status, why.msg);
         }
     }
 }
@@ -647,7 +657,9 @@ static sl_status_t sl_nccl_post(sl_ncomm_t *c, const stagelink_op_t *ops,
         }
     }
     if (status != STAGELINK_SUCCESS) {
-        /* Enqueued work cannot be withdrawn; the communicator is unusable. */
+        /* Enqueued work cannot be withdrawn: the communicator is unusable,
+         * and its streams are released. */
+        sl_ncomm_fail(c, status, c->err.msg);
         for (i = 0; i < n; ++i) {
             reqs[i]->in_use = 0;
             reqs[i]         = NULL;

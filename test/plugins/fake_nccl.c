@@ -16,6 +16,8 @@
  * this one fails loudly instead, naming both ranks' numbers, when ranks
  * issue a communicator's collectives, or one device's collectives across
  * communicators, in different orders, or with different sizes.
+ * ncclSend and ncclRecv, on a communicator of two ranks, are a broadcast
+ * from the sender, numbered like the collectives: one direction at a time.
  * FAKE_NCCL_COLLECTIVE=fail makes a collective fail as it is issued
  * (ncclSystemError), numbering nothing; FAKE_NCCL_DELAY_MS=N makes each
  * issued from then on take N ms more on its stream (a slow collective).
@@ -277,7 +279,7 @@ static void fake_run(void *arg)
     for (r = 0; r < c->nranks; ++r) {
         if (op->is.root < 0) {
             memcpy((char *)op->recv + (size_t)r * n, slot->data[r], n);
-        } else if (r == op->is.root) {
+        } else if (r == op->is.root && op->recv != NULL) {
             memcpy(op->recv, slot->data[r], n);
         }
     }
@@ -518,18 +520,28 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count,
                       stream);
 }
 
+/* A send and its receive on a communicator of two: a broadcast from the
+ * sender, numbered as the collectives are (so one direction at a time). */
 ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t type,
                       int peer, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)buf, (void)count, (void)type, (void)peer, (void)comm, (void)stream;
-    return ncclInvalidUsage;
+    if (comm == NULL || comm == &fake_setup_comm || comm->nranks != 2 ||
+        peer != 1 - comm->rank) {
+        return ncclInvalidUsage;
+    }
+    return fake_issue(comm, buf, NULL, count * fake_type_size(type), comm->rank,
+                      stream);
 }
 
 ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t type, int peer,
                       ncclComm_t comm, cudaStream_t stream)
 {
-    (void)buf, (void)count, (void)type, (void)peer, (void)comm, (void)stream;
-    return ncclInvalidUsage;
+    if (comm == NULL || comm == &fake_setup_comm || comm->nranks != 2 ||
+        peer != 1 - comm->rank) {
+        return ncclInvalidUsage;
+    }
+    return fake_issue(comm, NULL, buf, count * fake_type_size(type), peer,
+                      stream);
 }
 
 ncclResult_t ncclGroupStart(void)
