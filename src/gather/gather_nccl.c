@@ -88,7 +88,9 @@ static int sl_nccl_shared_gpu(const sl_comm_t *comm, const sl_nccl_card_t *cards
 static void sl_gather_nccl_cleanup(void *state);
 static void sl_gather_nccl_fault(void *state);
 
-/* Until `event` completes, NCCL's asynchronous errors polled meanwhile. */
+/* Until `event` completes, NCCL's asynchronous errors polled meanwhile,
+ * and UCX progressed, so that a peer's death is seen (and what the peers'
+ * UCX operations need of this rank goes on). */
 static sl_status_t sl_gather_nccl_drain(sl_gather_nccl_t *g, void *event,
                                         double deadline, const char *what)
 {
@@ -99,6 +101,11 @@ static sl_status_t sl_gather_nccl_drain(sl_gather_nccl_t *g, void *event,
     while (!comm->gpu->event_query(event, &status, &comm->err)) {
         SL_CHECK(sl_nccl_async_error(g->api, g->nccl, "the TP group's communicator",
                                      &comm->err));
+        sl_ucx_progress(comm);
+        if (comm->fault != STAGELINK_SUCCESS) {
+            return sl_error(&comm->err, comm->fault, "%s did not finish: %s",
+                            what, comm->fault_err.msg);
+        }
         if (sl_deadline_passed(deadline)) {
             return sl_error(&comm->err, STAGELINK_ERR_TIMEOUT, "%s did not "
                             "finish within STAGELINK_TIMEOUT (%.0f s): a TP "
@@ -110,36 +117,45 @@ static sl_status_t sl_gather_nccl_drain(sl_gather_nccl_t *g, void *event,
 }
 
 /*
- * One all-gather of a byte a rank at init: NCCL connects the group's
- * channels on a communicator's first collective, which would otherwise
- * happen inside the host's first receive, holding the communicator for as
- * long as the slowest TP peer takes to get there.
+ * All-gathers at init of a byte, 64 KiB and 1 MiB a rank: NCCL (2.22 and
+ * later) connects an algorithm's channels at its first use, and picks the
+ * algorithm and protocol by size, so a single small warm-up would leave the
+ * first large gather to connect inside the host's wait.  Each is drained
+ * with UCX progressing and faults seen (sl_gather_nccl_drain); no lock is
+ * held at init.
  */
 static sl_status_t sl_gather_nccl_warm_up(sl_gather_nccl_t *g, double deadline)
 {
+    static const size_t sizes[] = {1, (size_t)64 << 10, (size_t)1 << 20};
     sl_comm_t  *comm = g->comm;
     void       *buf = NULL, *event = NULL;
-    sl_status_t status;
+    sl_status_t status = STAGELINK_SUCCESS;
+    size_t      i, n;
     int         tp = comm->layout.tp_size;
 
-    SL_CHECK(comm->gpu->dev_alloc((size_t)tp, &buf, &comm->err));
-    SL_CHECK_GOTO(sl_nccl_allgather_inplace(g->api, g->nccl, buf, (size_t)tp,
-                                            1, tp, comm->layout.tp_index,
-                                            (cudaStream_t)g->stream,
-                                            &comm->err), out);
-    SL_CHECK_GOTO(sl_nccl_settle(g->api, g->nccl, deadline, "the NCCL "
-                                 "gather's warm-up all-gather", &comm->err),
-                  out);
+    SL_CHECK(comm->gpu->dev_alloc(sizes[SL_ARRAY_SIZE(sizes) - 1] * (size_t)tp,
+                                  &buf, &comm->err));
     SL_CHECK_GOTO(sl_device_event_get(comm, &event), out);
-    SL_CHECK_GOTO(comm->gpu->event_record(event, g->stream, &comm->err), out);
-    status = sl_gather_nccl_drain(g, event, deadline, "the NCCL gather's "
-                                  "warm-up all-gather");
+    for (i = 0; i < SL_ARRAY_SIZE(sizes) && status == STAGELINK_SUCCESS; ++i) {
+        n = sizes[i] * (size_t)tp;
+        SL_CHECK_GOTO(sl_nccl_allgather_inplace(g->api, g->nccl, buf, n, 1, tp,
+                                                comm->layout.tp_index,
+                                                (cudaStream_t)g->stream,
+                                                &comm->err), out);
+        SL_CHECK_GOTO(sl_nccl_settle(g->api, g->nccl, deadline, "the NCCL "
+                                     "gather's warm-up all-gather", &comm->err),
+                      out);
+        SL_CHECK_GOTO(comm->gpu->event_record(event, g->stream, &comm->err),
+                      out);
+        status = sl_gather_nccl_drain(g, event, deadline, "the NCCL gather's "
+                                      "warm-up all-gather");
+    }
 out:
     if (event != NULL) {
         sl_device_event_put(comm, event);
     }
     /* After a failure the stream may still hold it: NCCL's abort ends it
-     * first (cleanup), and the few bytes stay. */
+     * first (cleanup), and the buffer stays. */
     if (status == STAGELINK_SUCCESS) {
         comm->gpu->dev_free(buf);
     }

@@ -718,7 +718,7 @@ static void scenario_async_error(job_t *j)
     stagelink_status_t   st;
     int                  failed = -2;
 
-    /* Collective 0 was init's warm-up, 1 is a's gather, 2 (b's) fails. */
+    /* Collectives 0-2 were init's warm-ups, 3 is a's gather, 4 (b's) fails. */
     finish(j, post(j, a, n, 50), a, n, 50);
     req = post(j, b, n, 51);
     st  = j->h.plugin->wait(j->h.comm, req);
@@ -843,7 +843,7 @@ int main(int argc, char **argv)
         setenv("FAKE_NCCL_INIT", "hang", 1);
         setenv("STAGELINK_TIMEOUT", "10", 1); /* also the bootstrap's */
     } else if (strcmp(argv[2], "nccl-async-error") == 0) {
-        setenv("FAKE_NCCL_ASYNC_ERROR", "2", 1);
+        setenv("FAKE_NCCL_ASYNC_ERROR", "4", 1);
     }
     memset(&j, 0, sizeof(j));
     f_arena = aligned_alloc(4096, ARENA);
