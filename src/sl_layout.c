@@ -24,7 +24,7 @@ static sl_status_t sl_layout_check_sizes(int rank, int world_size, int tp_size,
                         "rank %d is outside world size %d; check the "
                         "launcher's rank variables", rank, world_size);
     }
-    /* A TP index is the 8-bit source field of a tag (sl_tag.h). */
+    /* A TP index is the 8-bit source field of a tag (plugin/ucx/ucx_wire.h). */
     if (tp_size < 1 || tp_size > world_size || tp_size > 256) {
         return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
                         "tensor-parallel size %d must be in [1, world size %d] "

@@ -15,7 +15,6 @@
 
 #include "sl_log.h"
 #include "sl_settings.h"
-#include "sl_tag.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -242,7 +241,7 @@ static void sl_chunk_recv_cb(void *request, ucs_status_t status,
             /* A framed sender met a receive of one chunk: its chunks are
              * drained, as a plain receive drains them (sl_sub_drain), so
              * none is left for a later transfer with the tag. */
-            st->hdr[1]     = value;
+            st->hdr.value     = value;
             st->draining   = 1;
             st->drain_left = sl_chunked_count(st->sub->req->comm, value);
             s              = STAGELINK_ERR_SIZE_MISMATCH;
@@ -395,7 +394,7 @@ static void sl_hdr_recv_cb(void *request, ucs_status_t status,
     st->ctl_busy = 0;
     st->waiting  = 0;
     kind = (status == UCS_OK)
-               ? sl_msg_classify(st->sub->tag, info, st->hdr, &value)
+               ? sl_msg_classify(st->sub->tag, info, &st->hdr, &value)
                : SL_MSG_DATA;
     if (kind == SL_MSG_NOTICE) {
         /* The sender gave up before its first chunk: none will follow. */
@@ -404,7 +403,7 @@ static void sl_hdr_recv_cb(void *request, ucs_status_t status,
         return;
     }
     if (kind == SL_MSG_HEADER) {
-        st->hdr[1] = value;
+        st->hdr.value = value;
         if (value == st->x.len) {
             sl_staging_progress(&st->x); /* start the chunks at once */
             return;
@@ -413,7 +412,7 @@ static void sl_hdr_recv_cb(void *request, ucs_status_t status,
     } else if (kind == SL_MSG_DATA &&
                (status == UCS_OK || status == UCS_ERR_MESSAGE_TRUNCATED)) {
         /* A plain message: the sender's part fits one chunk. */
-        st->hdr[1] = (status == UCS_OK) ? info->length : UINT64_MAX;
+        st->hdr.value = (status == UCS_OK) ? info->length : UINT64_MAX;
     } else {
         st->x.status = (kind == SL_MSG_BAD) ? STAGELINK_ERR_INTERNAL
                                             : sl_chunk_status(st, status);
@@ -459,7 +458,7 @@ static int sl_drain_progress(sl_comm_t *comm, sl_staged_t *st)
         /* In order: chunk (total - left) of the sender's. */
         ptr = ucp_tag_recv_nbx(comm->worker, comm->scratch, comm->chunk,
                                sl_tag_chunk(st->sub->tag,
-                                            sl_chunked_count(comm, st->hdr[1]) -
+                                            sl_chunked_count(comm, st->hdr.value) -
                                                 st->drain_left),
                                SL_TAG_MASK_HEADER, &param);
         if (UCS_PTR_IS_PTR(ptr)) {
@@ -488,8 +487,8 @@ static void sl_hdr_post(sl_comm_t *comm, sl_staged_t *st)
     } else if (st->sub->peer->failed) {
         ptr = UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET);
     } else {
-        st->hdr[0]    = SL_HEADER_MAGIC;
-        st->hdr[1]    = st->x.len;
+        st->hdr.magic    = SL_HEADER_MAGIC;
+        st->hdr.value    = st->x.len;
         param.cb.send = sl_hdr_send_cb;
         ptr = ucp_tag_send_nbx(st->sub->peer->ep, &st->hdr, sizeof(st->hdr),
                                st->sub->tag | SL_TAG_HEADER, &param);
@@ -595,7 +594,7 @@ sl_status_t sl_chunked_drain(sl_sub_t *sub, uint64_t len, sl_chunked_end_t end,
 
     SL_CHECK(sl_staged_get(comm, sub, 1, 1, NULL, 0, &st));
     st->end        = end;
-    st->hdr[1]     = len;
+    st->hdr.value     = len;
     st->framed     = 1;
     st->draining   = 1;
     st->drain_left = sl_chunked_count(comm, len);
@@ -668,7 +667,7 @@ static void sl_chunked_progress(sl_comm_t *comm)
         st->next          = comm->staged_free;
         comm->staged_free = st;
         if (st->draining && st->x.status == STAGELINK_ERR_SIZE_MISMATCH) {
-            if (st->hdr[1] == UINT64_MAX) {
+            if (st->hdr.value == UINT64_MAX) {
                 snprintf(why, sizeof(why), "the sender's part went as one "
                          "message (a smaller part, at most one chunk), this "
                          "one is %zu bytes; both sides must pass the same "
@@ -677,7 +676,7 @@ static void sl_chunked_progress(sl_comm_t *comm)
                 snprintf(why, sizeof(why), "the sender's part is %llu bytes, "
                          "this one %zu; both sides must pass the same nbytes and "
                          "elem_size",
-                         (unsigned long long)st->hdr[1], sub->expected);
+                         (unsigned long long)st->hdr.value, sub->expected);
             }
             st->end(sub, st->x.status, STAGELINK_SUCCESS, 0, why);
             continue;

@@ -18,6 +18,8 @@
 #include <ucp/api/ucp.h>
 #include <uct/api/uct_def.h>
 
+#include "ucx_wire.h"
+
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -133,7 +135,7 @@ typedef struct sl_staged {
     int                framed;     /**< a length header precedes the chunks */
     int                waiting;    /**< receiver: chunks wait for the header */
     int                draining;   /**< sizes differ: discard the sender's chunks */
-    uint64_t           hdr[2];     /**< on the wire: SL_HEADER_MAGIC, length */
+    sl_ctl_msg_t       hdr;        /**< on the wire: SL_HEADER_MAGIC, length */
     void              *hdr_req;
     int                ctl_busy;   /**< the header or a drain receive is in flight
                                         (cleared by its callback, which UCX may
@@ -350,7 +352,7 @@ struct stagelink_comm {
     struct sl_fault_report     *reports;     /**< one listening receive per
                                                   neighbour rank */
     int                         nreports;
-    uint64_t                    fault_msg[2]; /**< the report this rank sends */
+    sl_ctl_msg_t                fault_msg; /**< the report this rank sends */
     int                         reports_inflight; /**< its sends not yet done */
     double                      reported_at;  /**< when it sent them, 0: never */
     struct pollfd              *pfds;        /**< UCX event fd, then peers' pidfds */
@@ -579,8 +581,8 @@ typedef enum sl_msg_kind {
 } sl_msg_kind_t;
 sl_msg_kind_t sl_msg_classify(uint64_t posted, const ucp_tag_recv_info_t *info,
                               const void *msg, uint64_t *value);
-/** Writes the notice of `status` into msg[2]. */
-void        sl_notice_make(uint64_t msg[2], sl_status_t status);
+/** Writes the notice of `status` (an sl_ctl_msg_t) at `msg`. */
+void        sl_notice_make(void *msg, sl_status_t status);
 /** The status a received notice stands for (never SUCCESS). */
 sl_status_t sl_notice_status(uint64_t value);
 /** The status of one UCX operation with `peer` ("a transfer", "a chunk"):

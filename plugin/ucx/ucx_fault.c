@@ -33,7 +33,6 @@
 #include "ucx_comm.h"
 
 #include "sl_log.h"
-#include "sl_tag.h"
 #include "sl_time.h"
 
 #include <errno.h>
@@ -50,7 +49,6 @@
  * same-node peers' pidfds looked at. */
 #define SL_FAULT_LIVENESS_PERIOD 1e-3
 
-#define SL_FAULT_MAGIC 0x534c4641494c4544ull /* "SLFAILED" */
 
 
 /* How long finalize lets fault reports still queued go out (seconds). */
@@ -69,7 +67,7 @@ typedef struct sl_fault_report {
     sl_ucx_peer_t *peer;   /**< an endpoint to the neighbour rank */
     int            done;
     void          *req;
-    uint64_t       msg[2]; /**< SL_FAULT_MAGIC, the failed rank */
+    sl_ctl_msg_t   msg; /**< SL_FAULT_MAGIC, the failed rank */
 } sl_fault_report_t;
 
 static uint64_t sl_fault_tag(int sender)
@@ -130,8 +128,8 @@ static void sl_fault_report_cb(void *request, ucs_status_t status,
     r->req  = NULL;
     r->done = 1;
     if (status == UCS_OK && info->length == sizeof(r->msg) &&
-        r->msg[0] == SL_FAULT_MAGIC) {
-        sl_fault_reported(r->comm, (int)r->msg[1], r->peer->rank);
+        r->msg.magic == SL_FAULT_MAGIC) {
+        sl_fault_reported(r->comm, (int)r->msg.value, r->peer->rank);
     }
 }
 
@@ -178,7 +176,7 @@ static sl_status_t sl_fault_listen(sl_comm_t *comm)
                              UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
         param.user_data    = r;
         param.cb.recv      = sl_fault_report_cb;
-        ptr = ucp_tag_recv_nbx(comm->worker, r->msg, sizeof(r->msg),
+        ptr = ucp_tag_recv_nbx(comm->worker, &r->msg, sizeof(r->msg),
                                sl_fault_tag(peer->rank), SL_TAG_MASK_ALL,
                                &param);
         if (UCS_PTR_IS_ERR(ptr)) {
@@ -202,8 +200,8 @@ static void sl_fault_report(sl_comm_t *comm)
     ucs_status_ptr_t    ptr;
     int                 i;
 
-    comm->fault_msg[0] = SL_FAULT_MAGIC;
-    comm->fault_msg[1] = (uint64_t)comm->failed_rank;
+    comm->fault_msg.magic = SL_FAULT_MAGIC;
+    comm->fault_msg.value = (uint64_t)comm->failed_rank;
     for (i = 0; i < comm->nreports; ++i) {
         sl_ucx_peer_t *peer = comm->reports[i].peer;
 
@@ -216,7 +214,7 @@ static void sl_fault_report(sl_comm_t *comm)
                              UCP_OP_ATTR_FIELD_USER_DATA;
         param.cb.send      = sl_fault_report_sent;
         param.user_data    = comm;
-        ptr = ucp_tag_send_nbx(peer->ep, comm->fault_msg,
+        ptr = ucp_tag_send_nbx(peer->ep, &comm->fault_msg,
                                sizeof(comm->fault_msg),
                                sl_fault_tag(comm->layout.rank), &param);
         /* Its callback releases it; an error is no news. */

@@ -12,7 +12,6 @@
 #include "gather.h"
 
 #include "sl_log.h"
-#include "sl_tag.h"
 #include "sl_time.h"
 #include "sl_xfer_check.h"
 

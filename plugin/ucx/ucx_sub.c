@@ -9,7 +9,6 @@
  */
 #include "ucx_comm.h"
 
-#include "sl_tag.h"
 #include "sl_time.h"
 
 #include <stdio.h>

@@ -12,20 +12,11 @@
 #include "sl_env.h"
 #include "sl_log.h"
 #include "sl_time.h"
-#include "sl_tag.h"
 #include "sl_topo.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* A rank's part of the address exchange: this card, then the addresses. */
-typedef struct sl_rank_card {
-    uint32_t full_len; /**< worker address with every transport */
-    uint32_t net_len;  /**< network-only worker address */
-    uint32_t direct;   /**< sl_device_all_direct */
-    int32_t  rail;     /**< its NIC's rail, -1 unknown */
-    char     nic[SL_TOPO_DEVICES_LEN]; /**< that NIC, "" UCX chose */
-} sl_rank_card_t;
 
 /* The rail: the NIC nearest this rank's GPU, unless the user chose. */
 static sl_status_t sl_ucx_rail(sl_comm_t *comm, sl_topo_choice_t *c)
@@ -285,6 +276,13 @@ static sl_status_t sl_ucx_part_check(sl_comm_t *comm, int rank,
                         sizeof(card));
     }
     memcpy(&card, part->data, sizeof(card));
+    if (card.version != SL_WIRE_VERSION) {
+        return sl_error(&comm->err, STAGELINK_ERR_CONFIG,
+                        "rank %d speaks stagelink's UCX wire version %u, this "
+                        "rank %u (stagelink %s): every rank of a job must run "
+                        "the same stagelink release", rank, card.version,
+                        SL_WIRE_VERSION, STAGELINK_VERSION_STRING);
+    }
     if (part->len != sizeof(card) + (size_t)card.full_len + card.net_len ||
         card.full_len == 0) {
         return sl_error(&comm->err, STAGELINK_ERR_BOOTSTRAP,
@@ -374,6 +372,7 @@ sl_status_t sl_ucx_connect(sl_comm_t *comm, sl_bootstrap_t *bs)
         net_len = 0;
     }
     memset(&card, 0, sizeof(card));
+    card.version  = SL_WIRE_VERSION;
     card.full_len = (uint32_t)full_len;
     card.net_len  = (uint32_t)net_len;
     card.direct   = (uint32_t)sl_device_all_direct(comm);

@@ -9,7 +9,6 @@
  */
 #include "gather.h"
 
-#include "sl_tag.h"
 
 uint64_t sl_gather_tag(const sl_req_t *req, int source)
 {
@@ -43,7 +42,7 @@ sl_status_t sl_gather_status_post(sl_comm_t *comm, sl_req_t *req)
 sl_status_t sl_gather_status_send(sl_comm_t *comm, sl_req_t *req,
                                   sl_status_t own)
 {
-    static const unsigned char arrived = 1;
+    static const unsigned char arrived = SL_STATUS_ARRIVED;
     sl_status_t status = STAGELINK_SUCCESS, s;
     uint64_t    tag    = sl_gather_tag(req, comm->layout.tp_index);
     int         k, good = (own == STAGELINK_SUCCESS);
@@ -73,7 +72,7 @@ int sl_gather_status_all_arrived(const sl_comm_t *comm, const sl_req_t *req)
         return 0;
     }
     for (k = 0; k < comm->layout.tp_size; ++k) {
-        if (k != comm->layout.tp_index && req->flags[k] != 1) {
+        if (k != comm->layout.tp_index && req->flags[k] != SL_STATUS_ARRIVED) {
             return 0;
         }
     }
