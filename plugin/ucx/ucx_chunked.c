@@ -12,6 +12,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "ucx_comm.h"
+#include "gather.h"
 
 #include "sl_log.h"
 #include "sl_settings.h"
@@ -171,22 +172,22 @@ static void sl_chunk_send_cb(void *request, ucs_status_t status, void *user)
 }
 
 /*
- * The own shard landed further: relay what is now in place at once, from
- * this callback (posting is allowed there), not after progress returns.
+ * The own shard landed further: the gather hears it at once, through its
+ * own callback, from this one (posting is allowed there), not after
+ * progress returns.
  */
-static void sl_chunk_relay(sl_req_t *req, const sl_staging_xfer_t *shard)
+static void sl_chunk_landed(sl_req_t *req, const sl_staging_xfer_t *shard)
 {
-    int i;
-
-    if (shard->status != STAGELINK_SUCCESS) {
-        return;
+    if (shard->status == STAGELINK_SUCCESS && req->gather != NULL &&
+        req->gather->landed != NULL) {
+        req->gather->landed(req->gather_state, req, sl_staging_landed(shard));
     }
-    req->stage_landed = sl_staging_landed(shard);
-    for (i = 0; i < req->nsubs; ++i) {
-        if (req->subs[i].kind == SL_SUB_GATHER_SEND &&
-            req->subs[i].staged != NULL) {
-            sl_staging_progress(&req->subs[i].staged->x);
-        }
+}
+
+void sl_chunked_relay(sl_sub_t *sub)
+{
+    if (sub->staged != NULL) {
+        sl_staging_progress(&sub->staged->x);
     }
 }
 
@@ -268,13 +269,13 @@ static void sl_chunk_recv_cb(void *request, ucs_status_t status,
     /* A relayed chunk leaves before its sub ends: flushed first where RDMA
      * writes need it (the sub's end flushes the rest). */
     if (s == STAGELINK_SUCCESS && slot->x->direct && st->sub->req->device &&
-        st->sub->kind == SL_SUB_STAGE_RECV && st->sub->req->forwarding) {
+        st->sub->kind == SL_SUB_STAGE_RECV && st->sub->req->gather_part.forwarding) {
         s = sl_device_rdma_landed(st->sub->req->comm, st->sub->peer);
     }
     sl_staging_net_done(slot, s);
     sl_staging_progress(slot->x); /* the next receive, at once */
-    if (st->sub->kind == SL_SUB_STAGE_RECV && st->sub->req->forwarding) {
-        sl_chunk_relay(st->sub->req, slot->x);
+    if (st->sub->kind == SL_SUB_STAGE_RECV) {
+        sl_chunk_landed(st->sub->req, slot->x);
     }
 }
 
@@ -569,8 +570,8 @@ sl_status_t sl_chunked_sub_prepare(sl_sub_t *sub, void *buf, size_t len,
     }
     SL_CHECK(sl_staged_get(comm, sub, recv, direct, buf, len, &st));
     st->end = end;
-    if (!recv && sub->kind == SL_SUB_GATHER_SEND && req->forwarding) {
-        st->x.avail = &req->stage_landed; /* relay: each chunk as it lands */
+    if (!recv && sub->kind == SL_SUB_GATHER_SEND && req->gather_part.forwarding) {
+        st->x.avail = &req->gather_part.stage_landed; /* relay: each chunk as it lands */
     }
     *out = st;
     return STAGELINK_SUCCESS;
@@ -655,8 +656,8 @@ static void sl_chunked_progress(sl_comm_t *comm)
             done = sl_drain_progress(comm, st);
         }
 
-        if (st->sub->kind == SL_SUB_STAGE_RECV && st->sub->req->forwarding) {
-            sl_chunk_relay(st->sub->req, &st->x); /* staged chunks land here */
+        if (st->sub->kind == SL_SUB_STAGE_RECV) {
+            sl_chunk_landed(st->sub->req, &st->x); /* staged chunks land here */
         }
         if (!done) {
             link = &st->next;

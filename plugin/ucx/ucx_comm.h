@@ -177,6 +177,30 @@ typedef enum sl_req_state {
     SL_REQ_RETIRED
 } sl_req_state_t;
 
+/** A request's subs: ucx_sub.c writes them. */
+typedef struct sl_req_subs {
+    sl_sub_t *slot;     /**< 2 * tp_size slots */
+    int       n;        /**< posted */
+    int       pending;  /**< in flight */
+    int       detached; /**< UCX may still call back */
+} sl_req_subs_t;
+
+/** A device request's start behind the host's stream: ucx_device.c
+ *  writes it. */
+typedef struct sl_req_stream {
+    void                     *event; /**< recorded on xfer.stream at post */
+    struct stagelink_request *deferred_next;
+} sl_req_stream_t;
+
+/** The gather backend's part of a gathered receive: src/gather writes it. */
+typedef struct sl_req_gather {
+    int            shard_state;  /**< 0 pending, 1 arrived, -1 failed */
+    sl_status_t    shard_status; /**< why the own shard failed */
+    unsigned char *flags;        /**< tp_size status bytes */
+    int            forwarding;   /**< gather sends relay chunks as they land */
+    size_t         stage_landed; /**< bytes of the own shard in place */
+} sl_req_gather_t;
+
 struct stagelink_request {
     uint32_t                  magic;
     sl_req_state_t            state;
@@ -187,15 +211,12 @@ struct stagelink_request {
     int                       backward;
     sl_ucx_peer_t            *peer;
     sl_shard_t                shard;        /**< bytes of buf on the stage path */
-    int                       pending;      /**< subs in flight (ucx_sub.c counts) */
-    int                       nsubs;
     int                       needs_gather;
     int                       shard_passed; /**< own shard handed to the gather */
     int                       nesting;      /**< events in progress (ucx_request.c) */
     sl_status_t               status;       /**< first error */
     int                       peer_failed;  /**< status only echoes a peer's */
     int                       device;       /**< buffer in device memory */
-    int                       detached_subs;/**< UCX may still call back */
     double                    wait_deadline;/**< of wait_for's slices; 0: none started */
     /** Called once as each sub ends (from ucx_sub.c, maybe inside a UCX
      *  callback). */
@@ -204,20 +225,14 @@ struct stagelink_request {
     /** Called once the host's stream is past the post (ucx_device.c):
      *  SUCCESS, or the stream's failure (its sentence in comm->err). */
     void (*stream_ready)(struct stagelink_request *req, sl_status_t status);
-    /* ucx_device.c's: the event and its list of deferred requests */
-    void                     *stream_event; /**< recorded on xfer.stream at post */
-    struct stagelink_request *deferred_next;
-    /* the gather backend's */
+    sl_req_stream_t           stream;
+    /* the gather backend and its state, chosen at post */
     const struct sl_gather_ops *gather;
     void                     *gather_state;
-    int                       shard_state;  /**< 0 pending, 1 arrived, -1 failed */
-    sl_status_t               shard_status; /**< why the own shard failed */
+    sl_req_gather_t           gather_part;
     void                     *order_stream; /**< the host's other stream to order at completion */
-    unsigned char            *flags;        /**< tp_size status bytes */
-    int                       forwarding;   /**< gather sends relay chunks as they land */
-    size_t                    stage_landed; /**< bytes of the own shard in place */
     char                      error[SL_ERRBUF_LEN];
-    sl_sub_t                 *subs;         /**< 2 * tp_size slots */
+    sl_req_subs_t             subs;
 };
 
 /**
@@ -301,6 +316,7 @@ struct stagelink_comm {
     stagelink_gather_fn_t       host_gather;   /**< the config's gather callback */
     void                       *host_gather_ctx;
     sl_req_pool_t               pool;
+    int                         max_requests; /**< STAGELINK_MAX_REQUESTS: the pool's size */
     stagelink_counters_t        counters;
     /* Device memory (plugin/ucx/ucx_device.c). */
     const sl_gpu_ops_t         *gpu;
@@ -455,6 +471,12 @@ void        sl_peer_init(sl_comm_t *comm);
  *  fill two (prev and next when p = 2 wraps around). */
 int            sl_peer_count(const sl_comm_t *comm);
 sl_ucx_peer_t *sl_peer_at(sl_comm_t *comm, int i);
+/** Each slot's rank, from the layout (tp_peers allocated). */
+void           sl_peer_place(sl_comm_t *comm);
+/** What init's facts say of `rank`, in every slot of it: its node and
+ *  its process (watched for its death). */
+void           sl_peer_learn(sl_comm_t *comm, int rank, const char *node_id,
+                             const sl_peer_process_t *proc);
 /** Records that `peer` died (callable from UCX callbacks); ucx_fault.c
  *  applies it: its subs fail, its endpoint is closed by force.
  *  `direct`: its death was seen (pidfd, a report), not only a UCX error. */
@@ -494,6 +516,15 @@ void        sl_req_pool_cleanup(sl_req_pool_t *pool);
 sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
                        const stagelink_xfer_t *xfer, int backward,
                        sl_req_t **req_out);
+/** Where a request being posted goes, as its post decided (ucx_xfer.c):
+ *  its peer, its shard, whether the buffer is device memory, and the
+ *  gather backend that rebuilds it (NULL: none). */
+void        sl_req_route(sl_req_t *req, sl_ucx_peer_t *peer, sl_shard_t shard,
+                         int device, const struct sl_gather_ops *gather,
+                         void *gather_state);
+/** wait_for: until done, the request's deadline (set at the first call,
+ *  kept across slices), or `timeout_ms` (IN_PROGRESS; < 0: none). */
+sl_status_t sl_req_wait_for(sl_comm_t *comm, sl_req_t *req, int timeout_ms);
 void        sl_req_put(sl_comm_t *comm, sl_req_t *req);
 sl_status_t sl_req_check(sl_comm_t *comm, sl_req_t *req);
 /** Starts a request its poster filled in (POSTING): a device buffer's
@@ -653,6 +684,9 @@ sl_status_t sl_chunked_sub_prepare(sl_sub_t *sub, void *buf, size_t len,
                                    int recv, sl_chunked_end_t end,
                                    sl_staged_t **out);
 void        sl_chunked_sub_kick(sl_staged_t *st);
+/** A relaying send's source grew (gather.h's landed): it sends what is in
+ *  place now. */
+void        sl_chunked_relay(sl_sub_t *sub);
 void        sl_chunked_cancel(sl_comm_t *comm, sl_staged_t *st);
 /** Gives up a chunked transfer whose peer died with operations in flight
  *  that UCX will not complete; the caller finishes the sub. */

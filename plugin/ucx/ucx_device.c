@@ -367,14 +367,14 @@ sl_status_t sl_device_prepare(sl_req_t *req)
                   "memory type (built without CUDA, or UCX_TLS leaves out "
                   "cuda)");
     }
-    SL_CHECK(sl_device_event_get(comm, &req->stream_event));
-    if (comm->gpu->event_record(req->stream_event, req->xfer.stream,
+    SL_CHECK(sl_device_event_get(comm, &req->stream.event));
+    if (comm->gpu->event_record(req->stream.event, req->xfer.stream,
                                 &comm->err) != STAGELINK_SUCCESS) {
-        sl_device_event_put(comm, req->stream_event);
-        req->stream_event = NULL;
+        sl_device_event_put(comm, req->stream.event);
+        req->stream.event = NULL;
         return STAGELINK_ERR_TRANSPORT;
     }
-    req->deferred_next = comm->deferred;
+    req->stream.deferred_next = comm->deferred;
     comm->deferred     = req;
     return STAGELINK_SUCCESS;
 }
@@ -479,13 +479,13 @@ static void sl_device_progress_deferred(sl_comm_t *comm)
 
     while ((req = *link) != NULL) {
         status = req->status;
-        if (!comm->gpu->event_query(req->stream_event, &status, &comm->err)) {
-            link = &req->deferred_next;
+        if (!comm->gpu->event_query(req->stream.event, &status, &comm->err)) {
+            link = &req->stream.deferred_next;
             continue;
         }
-        *link = req->deferred_next;
-        sl_device_event_put(comm, req->stream_event);
-        req->stream_event = NULL;
+        *link = req->stream.deferred_next;
+        sl_device_event_put(comm, req->stream.event);
+        req->stream.event = NULL;
         req->stream_ready(req, status); /* its owner starts it, or fails it */
     }
 }

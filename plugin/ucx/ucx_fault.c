@@ -356,9 +356,9 @@ static void sl_fault_detach(sl_comm_t *comm, const sl_ucx_peer_t *peer,
     int       i;
 
     for (req = comm->pool.active; req != NULL; req = req->next) {
-        for (i = 0; i < req->nsubs; ++i) {
-            if (peer == NULL || req->subs[i].peer == peer) {
-                sl_sub_detach(comm, &req->subs[i], status, why);
+        for (i = 0; i < req->subs.n; ++i) {
+            if (peer == NULL || req->subs.slot[i].peer == peer) {
+                sl_sub_detach(comm, &req->subs.slot[i], status, why);
             }
         }
     }

@@ -12,6 +12,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 /* How long a fault known only from a UCX error waits for a direct
  * sighting of the death before it is applied (seconds). */
@@ -37,8 +38,36 @@ sl_ucx_peer_t *sl_peer_at(sl_comm_t *comm, int i)
                     : &comm->tp_peers[i - 2];
 }
 
+void sl_peer_place(sl_comm_t *comm)
+{
+    int k;
+
+    for (k = 0; k < comm->layout.tp_size; ++k) {
+        comm->tp_peers[k].rank = comm->layout.tp_ranks[k];
+    }
+    comm->prev.rank = comm->layout.prev_rank;
+    comm->next.rank = comm->layout.next_rank;
+}
+
+void sl_peer_learn(sl_comm_t *comm, int rank, const char *node_id,
+                   const sl_peer_process_t *proc)
+{
+    int k;
+
+    for (k = 0; k < sl_peer_count(comm); ++k) {
+        sl_ucx_peer_t *slot = sl_peer_at(comm, k);
+
+        if (slot->rank == rank) {
+            memcpy(slot->node_id, node_id, SL_NODE_ID_LEN);
+            slot->proc = *proc;
+        }
+    }
+}
+
 void sl_peer_init(sl_comm_t *comm)
 {
+    comm->prev.rank      = -1;
+    comm->next.rank      = -1;
     comm->failed_rank    = -1;
     comm->fault          = STAGELINK_SUCCESS;
     comm->fault_indirect = 0;

@@ -94,7 +94,7 @@ static sl_status_t sl_comm_settings(sl_comm_t *comm,
     comm->mode          = s.mode;
     comm->timeout       = s.timeout;
     comm->spin          = s.spin;
-    comm->pool.capacity = s.max_requests;
+    comm->max_requests  = s.max_requests;
     comm->progress_thread = s.progress_thread;
     comm->grace         = s.grace;
     comm->chunk         = s.chunk;
@@ -141,8 +141,7 @@ static void sl_chunk_text(uint64_t chunk, char *buf, size_t len)
 static sl_status_t sl_comm_peer_facts(sl_comm_t *comm, int rank,
                                       const sl_rank_facts_t *f)
 {
-    char           theirs[24], ours[24];
-    int            k;
+    char theirs[24], ours[24];
 
     if (f->mode != (uint32_t)comm->mode) {
         return sl_error(&comm->err, STAGELINK_ERR_CONFIG,
@@ -168,14 +167,7 @@ static sl_status_t sl_comm_peer_facts(sl_comm_t *comm, int rank,
                         f->host_gather ? "does not" : "does");
     }
     SL_CHECK(sl_layout_agrees(&comm->layout, rank, &f->place, &comm->err));
-    for (k = 0; k < sl_peer_count(comm); ++k) {
-        sl_ucx_peer_t *slot = sl_peer_at(comm, k);
-
-        if (slot->rank == rank) {
-            memcpy(slot->node_id, f->node_id, SL_NODE_ID_LEN);
-            slot->proc = f->proc;
-        }
-    }
+    sl_peer_learn(comm, rank, f->node_id, &f->proc);
     return STAGELINK_SUCCESS;
 }
 
@@ -302,7 +294,6 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *host_config
     sl_comm_t    *comm;
     sl_status_t   status;
     sl_gpu_entry_t    device = {.gpu = NULL};
-    int           k;
 
     if (config == NULL || comm_out == NULL) {
         return sl_error(&sl_thread_err, STAGELINK_ERR_INVALID_ARG,
@@ -316,9 +307,8 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *host_config
         return sl_error(&sl_thread_err, STAGELINK_ERR_NO_MEMORY,
                         "cannot allocate a communicator");
     }
-    comm->magic     = SL_COMM_MAGIC;
-    comm->prev.rank = comm->next.rank = -1;
-    comm->device    = -1;
+    comm->magic  = SL_COMM_MAGIC;
+    comm->device = -1;
     sl_peer_init(comm);
     if (sl_progress_init(comm) != STAGELINK_SUCCESS) {
         sl_thread_err = comm->err;
@@ -347,18 +337,14 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *host_config
                           "cannot allocate %d TP peers", comm->layout.tp_size);
         goto err_destroy;
     }
-    for (k = 0; k < comm->layout.tp_size; ++k) {
-        comm->tp_peers[k].rank = comm->layout.tp_ranks[k];
-    }
-    comm->prev.rank = comm->layout.prev_rank;
-    comm->next.rank = comm->layout.next_rank;
+    sl_peer_place(comm);
     SL_CHECK_GOTO(sl_device_probe(comm, config), err_destroy);
     /* Init's own GPU work (streams, NCCL) runs on the device too. */
     sl_device_enter(comm, &device);
     comm->host_gather     = config->gather;
     comm->host_gather_ctx = config->gather_ctx;
     SL_CHECK_GOTO(sl_gather_select(comm), err_destroy);
-    SL_CHECK_GOTO(sl_req_pool_init(&comm->pool, comm->pool.capacity,
+    SL_CHECK_GOTO(sl_req_pool_init(&comm->pool, comm->max_requests,
                                    comm->layout.tp_size, &comm->err),
                   err_destroy);
     SL_CHECK_GOTO(sl_bootstrap_init(comm->bootstrap, config, &launcher,
@@ -598,16 +584,10 @@ static stagelink_status_t sl_ucx_wait_for(stagelink_comm_t *comm,
 
     SL_ENTER(comm, "wait_for");
     SL_CHECK(sl_req_check(comm, request));
-    if (request->wait_deadline == 0.0) {
-        request->wait_deadline = sl_deadline(comm->timeout);
-    }
-    status = sl_req_wait_until(comm, request, request->wait_deadline,
-                               (timeout_ms < 0) ? 0.0
-                                   : sl_time_now() + timeout_ms * 1e-3);
+    status = sl_req_wait_for(comm, request, timeout_ms);
     if (status == STAGELINK_IN_PROGRESS) {
         return status;
     }
-    request->wait_deadline = 0.0;
     SL_CHECK(status);
     return sl_req_finish(comm, request);
 }

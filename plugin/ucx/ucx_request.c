@@ -67,7 +67,7 @@ static void sl_req_begin(sl_req_t *req)
 static void sl_req_end(sl_req_t *req)
 {
     if (--req->nesting == 0 && req->state == SL_REQ_ACTIVE &&
-        req->pending == 0 &&
+        req->subs.pending == 0 &&
         (!req->needs_gather || req->shard_passed ||
          req->status != STAGELINK_SUCCESS)) {
         req->state = SL_REQ_ENDED;
@@ -258,7 +258,9 @@ sl_status_t sl_req_start_gather(sl_req_t *req)
     req->state = SL_REQ_ACTIVE;
     status     = req->gather->post(req->gather_state, req);
     if (status == STAGELINK_SUCCESS) {
-        req->stage_landed = req->shard.length;
+        if (req->gather->landed != NULL) {
+            req->gather->landed(req->gather_state, req, req->shard.length);
+        }
         sl_req_shard_arrived(req, STAGELINK_SUCCESS);
     }
     sl_req_end(req);
@@ -283,8 +285,11 @@ sl_status_t sl_req_pool_init(sl_req_pool_t *pool, int capacity, int tp_size,
     }
     pool->capacity = capacity;
     for (i = capacity - 1; i >= 0; --i) {
-        pool->slots[i].subs  = &pool->subs[(size_t)i * 2 * (size_t)tp_size];
-        pool->slots[i].flags = &pool->flags[(size_t)i * (size_t)tp_size];
+        /* Each part is set whole here; its owner writes its fields. */
+        pool->slots[i].subs = (sl_req_subs_t){
+            .slot = &pool->subs[(size_t)i * 2 * (size_t)tp_size]};
+        pool->slots[i].gather_part = (sl_req_gather_t){
+            .flags = &pool->flags[(size_t)i * (size_t)tp_size]};
         pool->slots[i].next = pool->free_list;
         pool->free_list     = &pool->slots[i];
     }
@@ -327,8 +332,7 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->kind          = kind;
     req->xfer          = *xfer;
     req->backward      = backward;
-    req->pending       = 0;
-    req->nsubs         = 0;
+    req->subs          = (sl_req_subs_t){.slot = req->subs.slot};
     req->needs_gather  = 0;
     req->shard_passed  = 0;
     req->nesting       = 0;
@@ -337,16 +341,12 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->device        = 0;
     req->sub_done      = sl_req_sub_done;
     req->stream_ready  = sl_req_stream_ready;
-    req->stream_event  = NULL;
+    req->stream        = (sl_req_stream_t){NULL, NULL};
     req->gather        = NULL;
     req->gather_state  = NULL;
-    req->shard_state   = 0;
-    req->shard_status  = STAGELINK_SUCCESS;
-    memset(req->flags, 0, (size_t)comm->layout.tp_size);
+    req->gather_part   = (sl_req_gather_t){.flags = req->gather_part.flags};
+    memset(req->gather_part.flags, 0, (size_t)comm->layout.tp_size);
     req->order_stream  = NULL;
-    req->forwarding    = 0;
-    req->stage_landed  = 0;
-    req->detached_subs = 0;
     req->wait_deadline = 0.0;
     req->error[0]      = '\0';
 
@@ -375,7 +375,7 @@ void sl_req_put(sl_comm_t *comm, sl_req_t *req)
     }
     req->magic = 0;
     --pool->in_use;
-    if (req->detached_subs > 0) {
+    if (req->subs.detached > 0) {
         req->state = SL_REQ_RETIRED; /* UCX may still call back its subs */
         return;
     }
@@ -399,6 +399,18 @@ sl_status_t sl_req_check(sl_comm_t *comm, sl_req_t *req)
                         (void *)req);
     }
     return STAGELINK_SUCCESS;
+}
+
+void sl_req_route(sl_req_t *req, sl_ucx_peer_t *peer, sl_shard_t shard,
+                  int device, const sl_gather_ops_t *gather,
+                  void *gather_state)
+{
+    req->peer         = peer;
+    req->shard        = shard;
+    req->device       = device;
+    req->needs_gather = (gather != NULL);
+    req->gather       = gather;
+    req->gather_state = gather_state;
 }
 
 int sl_req_done(const sl_req_t *req)
@@ -463,8 +475,8 @@ void sl_req_cancel(sl_comm_t *comm, sl_req_t *req)
                     "chunk %u was canceled before it started",
                     req->xfer.tag.microbatch, req->xfer.tag.chunk);
     }
-    for (i = 0; i < req->nsubs; ++i) {
-        sl_sub_cancel(comm, &req->subs[i]);
+    for (i = 0; i < req->subs.n; ++i) {
+        sl_sub_cancel(comm, &req->subs.slot[i]);
     }
     sl_req_end(req);
 }
@@ -487,8 +499,8 @@ void sl_req_describe_pending(const sl_req_t *req, char *out, size_t len)
     int    i;
 
     out[0] = '\0';
-    for (i = 0; i < req->nsubs && used + 1 < len; ++i) {
-        if (sl_sub_describe(&req->subs[i], one, sizeof(one))) {
+    for (i = 0; i < req->subs.n && used + 1 < len; ++i) {
+        if (sl_sub_describe(&req->subs.slot[i], one, sizeof(one))) {
             used += (size_t)snprintf(out + used, len - used, "%s%s",
                                      used ? ", " : "", one);
         }
@@ -530,6 +542,22 @@ sl_status_t sl_req_wait_until(sl_comm_t *comm, sl_req_t *req,
         SL_CHECK(sl_progress_sleep(comm, &s,
                                    sl_deadline_earlier(deadline, slice_end)));
     }
+}
+
+sl_status_t sl_req_wait_for(sl_comm_t *comm, sl_req_t *req, int timeout_ms)
+{
+    sl_status_t status;
+
+    if (req->wait_deadline == 0.0) {
+        req->wait_deadline = sl_deadline(comm->timeout);
+    }
+    status = sl_req_wait_until(comm, req, req->wait_deadline,
+                               (timeout_ms < 0) ? 0.0
+                                   : sl_time_now() + timeout_ms * 1e-3);
+    if (status != STAGELINK_IN_PROGRESS) {
+        req->wait_deadline = 0.0;
+    }
+    return status;
 }
 
 sl_status_t sl_req_wait(sl_comm_t *comm, sl_req_t *req)
@@ -606,10 +634,10 @@ sl_status_t sl_req_abandon_all(sl_comm_t *comm, double deadline)
                         "abandoned it", sl_req_what(req),
                         req->xfer.tag.microbatch, req->xfer.tag.chunk,
                         comm->grace);
-            for (i = 0; i < req->nsubs; ++i) {
-                if (sl_sub_in_flight(&req->subs[i])) {
-                    sl_ucx_ep_force_close(req->subs[i].peer);
-                    sl_sub_detach(comm, &req->subs[i], STAGELINK_ERR_ABANDONED,
+            for (i = 0; i < req->subs.n; ++i) {
+                if (sl_sub_in_flight(&req->subs.slot[i])) {
+                    sl_ucx_ep_force_close(req->subs.slot[i].peer);
+                    sl_sub_detach(comm, &req->subs.slot[i], STAGELINK_ERR_ABANDONED,
                                   "abandoned by comm_finalize");
                 }
             }

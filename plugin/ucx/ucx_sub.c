@@ -54,7 +54,7 @@ static void sl_sub_finish(sl_sub_t *sub, sl_status_t status, size_t length,
     sub->state   = SL_SUB_DONE;
     sub->ucx_req = NULL;
     sub->staged  = NULL;
-    --req->pending;
+    --req->subs.pending;
     if (sl_sub_on_net(sub)) {
         --comm->net_sends;
         comm->net_quiet_at = sl_time_now() + SL_NET_QUIET;
@@ -188,7 +188,7 @@ static void sl_sub_recv_cb(void *request, ucs_status_t status,
 static sl_sub_t *sl_sub_new(sl_req_t *req, sl_ucx_peer_t *peer,
                             sl_sub_kind_t kind, uint64_t tag, size_t len)
 {
-    sl_sub_t *sub = &req->subs[req->nsubs++];
+    sl_sub_t *sub = &req->subs.slot[req->subs.n++];
 
     sub->req      = req;
     sub->state    = SL_SUB_POSTING;
@@ -200,7 +200,7 @@ static sl_sub_t *sl_sub_new(sl_req_t *req, sl_ucx_peer_t *peer,
     sub->buf      = NULL;
     sub->expected = len;
     sub->notice   = STAGELINK_SUCCESS;
-    ++req->pending;
+    ++req->subs.pending;
     req->comm->net_sends += sl_sub_on_net(sub);
     return sub;
 }
@@ -389,7 +389,7 @@ void sl_sub_detach(sl_comm_t *comm, sl_sub_t *sub, sl_status_t status,
         /* Its UCX operation stays, pointing at this sub: the request is
          * never reused, so a late callback finds it detached. */
         sub->state = SL_SUB_DETACHED;
-        ++sub->req->detached_subs;
+        ++sub->req->subs.detached;
     }
 }
 

@@ -44,27 +44,26 @@ static sl_status_t sl_xfer_post_one(sl_comm_t *comm, stagelink_op_kind_t kind,
     sl_req_t            *req;
     sl_status_t          status;
     sl_errbuf_t          saved;
-    int                  backward;
+    sl_shard_t           shard;
+    int                  backward, device, gathered;
 
     SL_CHECK(sl_xfer_validate(comm, kind, xfer, may_ask, &backward, &mem_type));
     SL_CHECK(sl_req_get(comm, kind, xfer, backward, &req));
 
-    req->device = (mem_type == STAGELINK_MEM_CUDA);
-    req->peer   = (xfer->peer == STAGELINK_PEER_NEXT) ? &comm->next : &comm->prev;
-    if (comm->mode == STAGELINK_MODE_FULL) {
-        req->shard = (sl_shard_t){0, xfer->nbytes};
-    } else {
-        req->shard = sl_shard_get(xfer->nbytes, xfer->elem_size,
-                                  comm->layout.tp_size, comm->layout.tp_index);
-    }
-    req->needs_gather = (kind == STAGELINK_OP_RECV &&
-                         comm->mode == STAGELINK_MODE_SCATTER_GATHER &&
-                         comm->layout.tp_size > 1);
-    if (req->needs_gather) {
-        req->gather       = req->device ? comm->gather_dev : comm->gather;
-        req->gather_state = req->device ? comm->gather_dev_state
-                                        : comm->gather_state;
-    }
+    device = (mem_type == STAGELINK_MEM_CUDA);
+    shard  = (comm->mode == STAGELINK_MODE_FULL)
+                 ? (sl_shard_t){0, xfer->nbytes}
+                 : sl_shard_get(xfer->nbytes, xfer->elem_size,
+                                comm->layout.tp_size, comm->layout.tp_index);
+    gathered = (kind == STAGELINK_OP_RECV &&
+                comm->mode == STAGELINK_MODE_SCATTER_GATHER &&
+                comm->layout.tp_size > 1);
+    sl_req_route(req, (xfer->peer == STAGELINK_PEER_NEXT) ? &comm->next
+                                                          : &comm->prev,
+                 shard, device,
+                 !gathered ? NULL : device ? comm->gather_dev : comm->gather,
+                 !gathered ? NULL : device ? comm->gather_dev_state
+                                           : comm->gather_state);
     SL_TRACE(SL_SUBSYS_NET, "%s %s mb %u chunk %u: %zu of %zu %s bytes at %zu "
              "with rank %d", (kind == STAGELINK_OP_SEND) ? "send" : "recv",
              backward ? "bwd" : "fwd", xfer->tag.microbatch, xfer->tag.chunk,

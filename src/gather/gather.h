@@ -46,6 +46,12 @@ typedef struct sl_gather_ops {
      */
     sl_status_t (*shard_ready)(void *state, sl_req_t *req, sl_status_t status);
     /**
+     * `bytes` of the own shard are in place, counted from its start (a
+     * shard in chunks lands chunk by chunk; maybe inside a UCX callback):
+     * a backend that relays chunks sends what is there (NULL: none).
+     */
+    void        (*landed)(void *state, sl_req_t *req, size_t bytes);
+    /**
      * The host completes the request (wait, or test where in_wait is 0),
      * or finalize ends it, on the host's thread: a collective backend
      * issues its collective here and orders the host's stream after it

@@ -32,7 +32,7 @@ sl_status_t sl_gather_status_post(sl_comm_t *comm, sl_req_t *req)
         if (k != comm->layout.tp_index) {
             SL_CHECK(sl_sub_post_host(req, &comm->tp_peers[k],
                                       SL_SUB_STATUS_RECV, sl_gather_tag(req, k),
-                                      &req->flags[k], 1, 1));
+                                      &req->gather_part.flags[k], 1, 1));
         }
     }
     return STAGELINK_SUCCESS;
@@ -47,8 +47,8 @@ sl_status_t sl_gather_status_send(sl_comm_t *comm, sl_req_t *req,
     uint64_t    tag    = sl_gather_tag(req, comm->layout.tp_index);
     int         k, good = (own == STAGELINK_SUCCESS);
 
-    req->shard_state  = good ? 1 : -1;
-    req->shard_status = own;
+    req->gather_part.shard_state  = good ? 1 : -1;
+    req->gather_part.shard_status = own;
     for (k = 0; k < comm->layout.tp_size; ++k) {
         if (k == comm->layout.tp_index) {
             continue;
@@ -68,11 +68,11 @@ int sl_gather_status_all_arrived(const sl_comm_t *comm, const sl_req_t *req)
 {
     int k;
 
-    if (req->shard_state != 1) {
+    if (req->gather_part.shard_state != 1) {
         return 0;
     }
     for (k = 0; k < comm->layout.tp_size; ++k) {
-        if (k != comm->layout.tp_index && req->flags[k] != SL_STATUS_ARRIVED) {
+        if (k != comm->layout.tp_index && req->gather_part.flags[k] != SL_STATUS_ARRIVED) {
             return 0;
         }
     }

@@ -63,8 +63,8 @@ static sl_status_t sl_gather_ucx_post(void *state, sl_req_t *req)
     }
     /* A shard in chunks is relayed as it lands: the sends start now. */
     if (sl_chunked_framed(comm, req->shard.length)) {
-        req->forwarding   = 1;
-        req->stage_landed = 0;
+        req->gather_part.forwarding   = 1;
+        req->gather_part.stage_landed = 0;
         SL_CHECK(sl_gather_ucx_send(comm, req, STAGELINK_SUCCESS));
     }
     return STAGELINK_SUCCESS;
@@ -77,18 +77,35 @@ static sl_status_t sl_gather_ucx_shard_ready(void *state, sl_req_t *req,
     sl_status_t status = STAGELINK_SUCCESS;
     int         i;
 
-    if (!req->forwarding) {
+    if (!req->gather_part.forwarding) {
         status = sl_gather_ucx_send(comm, req, own);
     } else if (own != STAGELINK_SUCCESS) {
         /* The relays send notices of `own` for the chunks not yet gone:
          * the peers fail too, with the root cause. */
-        for (i = 0; i < req->nsubs; ++i) {
-            if (req->subs[i].kind == SL_SUB_GATHER_SEND) {
-                sl_chunked_give_up(&req->subs[i], own);
+        for (i = 0; i < req->subs.n; ++i) {
+            if (req->subs.slot[i].kind == SL_SUB_GATHER_SEND) {
+                sl_chunked_give_up(&req->subs.slot[i], own);
             }
         }
     }
     return status;
+}
+
+/* More of the own shard is in place: the relays send it now. */
+static void sl_gather_ucx_landed(void *state, sl_req_t *req, size_t bytes)
+{
+    int i;
+
+    (void)state;
+    if (!req->gather_part.forwarding) {
+        return;
+    }
+    req->gather_part.stage_landed = bytes;
+    for (i = 0; i < req->subs.n; ++i) {
+        if (req->subs.slot[i].kind == SL_SUB_GATHER_SEND) {
+            sl_chunked_relay(&req->subs.slot[i]);
+        }
+    }
 }
 
 const sl_gather_ops_t sl_gather_ucx_ops = {
@@ -97,4 +114,5 @@ const sl_gather_ops_t sl_gather_ucx_ops = {
     .cleanup     = sl_gather_ucx_cleanup,
     .post        = sl_gather_ucx_post,
     .shard_ready = sl_gather_ucx_shard_ready,
+    .landed      = sl_gather_ucx_landed,
 };

@@ -15,9 +15,18 @@ pointers handed down (UCX's callbacks, progress hooks, a gather backend's
 ops) are how a lower layer reports upward.  Every .c file of plugin/*/
 and src/*/ must be in the table.
 
+And each object's fields are written only by its owner: the table
+between <!-- owners --> and <!-- /owners --> in docs/design.md names, for
+each struct, the files that may write its fields (| `struct` | files |).
+A write is an assignment (=, +=, ...), ++ or -- of a member reached from a
+variable whose declared type is known (`req->subs.n++` writes sl_req_subs's
+n); a part set whole (`req->subs = ...`) is a write of the outer struct's
+field.  Writes through pointers handed to functions are not seen.
+
   check_layers.py SOURCE_DIR             check the tree
   check_layers.py SOURCE_DIR --selftest  also check that an injected upward
-                                         call and an injected circle fail
+                                         call, an injected circle and a
+                                         planted write outside its owner fail
 SPDX-License-Identifier: MIT
 """
 
@@ -43,8 +52,27 @@ def layers_of(design):
     return layer
 
 
+def owners_of(design):
+    """{struct: [files that may write its fields]}."""
+    text = open(design).read()
+    m = re.search(r"<!-- owners -->(.*?)<!-- /owners -->", text, re.S)
+    if not m:
+        sys.exit("%s has no <!-- owners --> table" % design)
+    owners = {}
+    for row in m.group(1).splitlines():
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`"):
+            owners[cells[0].strip("`")] = [f.strip().strip("`")
+                                           for f in cells[1].split(",")]
+    if not owners:
+        sys.exit("the owners table of %s lists no struct" % design)
+    return owners
+
+
 def strip(code):
-    code = re.sub(r"/\*.*?\*/", " ", code, flags=re.S)
+    """Comments and strings out, lines kept (writes are named by line)."""
+    code = re.sub(r"/\*.*?\*/", lambda m: " " + "\n" * m.group(0).count("\n"),
+                  code, flags=re.S)
     code = re.sub(r"//[^\n]*", " ", code)
     return re.sub(r'"(\\.|[^"\\])*"', '""', code)
 
@@ -96,7 +124,78 @@ def edges_of(top, patterns):
                 target = defined[fn]
                 if target != name:
                     edges.setdefault((name, target), set()).add(fn)
-    return sorted(code), edges
+    return sorted(code), edges, code, headers
+
+
+BODY = re.compile(r"\bstruct\s+(\w+)\s*\{(.*?)\}\s*(\w*)\s*;", re.S)
+MEMBER = re.compile(r"(?:const\s+)?(?:struct\s+|enum\s+)?(\w+)\s*[\s*]\s*"
+                    r"(?:const\s+)?(\w+)\s*(?:\[[^\]]*\])?$")
+ALIAS = re.compile(r"typedef\s+struct\s+(\w+)\s+(\w+)\s*;")
+
+
+def structs_of(headers):
+    """({struct: {member: type}}, {typedef name: struct})."""
+    fields, alias = {}, {}
+    for path in headers:
+        text = strip(open(path).read())
+        for m in BODY.finditer(text):
+            members = {}
+            for decl in m.group(2).split(";"):
+                decl = re.sub(r"\(\s*\*\s*(\w+)\s*\)\s*\(.*", r"void *\1",
+                              " ".join(decl.split()))
+                first = decl.split(",")[0]
+                mm = MEMBER.search(first)
+                if mm:
+                    members[mm.group(2)] = mm.group(1)
+                    for extra in decl.split(",")[1:]:
+                        name = re.sub(r"[\s*]|\[.*", "", extra)
+                        if name:
+                            members[name] = mm.group(1)
+            fields[m.group(1)] = members
+            if m.group(3):
+                alias[m.group(3)] = m.group(1)
+        for m in ALIAS.finditer(text):
+            alias[m.group(2)] = m.group(1)
+    return fields, alias
+
+
+CHAIN = r"(\w+(?:(?:->|\.)\w+(?:\[[^\]]*\])?)+)"
+WRITE = re.compile(r"(?<![\w>.])" + CHAIN +
+                   r"\s*(?:(?:[-+*/%|&^]|<<|>>)?=(?!=)|\+\+|--)")
+PRE = re.compile(r"(?:\+\+|--)\s*" + CHAIN)
+DECL = re.compile(r"\b(?:struct\s+)?((?:sl|stagelink)_\w+)\s*\*+\s*(?:const\s+)?(\w+)")
+
+
+def writes_of(text, fields, alias):
+    """[(struct, member, line)] of each write `text` makes."""
+    def struct(name):
+        name = alias.get(name, name)
+        return name if name in fields else None
+
+    types = {}
+    for m in DECL.finditer(text):
+        if struct(m.group(1)):
+            types[m.group(2)] = struct(m.group(1))
+    found = []
+    for rx in (WRITE, PRE):
+        for m in rx.finditer(text):
+            hops = re.split(r"->|\.", re.sub(r"\[[^\]]*\]", "", m.group(1)))
+            t = types.get(hops[0])
+            for hop in hops[1:-1]:
+                t = t and struct(fields[t].get(hop, ""))
+            if t:
+                found.append((t, hops[-1], text[:m.start()].count("\n") + 1))
+    return found
+
+
+def owner_problems(code, fields, alias, owners):
+    found = []
+    for name, text in sorted(code.items()):
+        for t, member, line in writes_of(text, fields, alias):
+            if t in owners and name not in owners[t]:
+                found.append("%s:%d writes %s's %s, which only %s write" %
+                             (name, line, t, member, ", ".join(owners[t])))
+    return found
 
 
 def problems(files, edges, layer):
@@ -139,16 +238,25 @@ def main():
     layer = layers_of(os.path.join(src, "docs", "design.md"))
     # The plugins and the layers under them (src/gather, src/gpu,
     # src/staging), by the table; the core (src/*.c) for circles alone.
-    files, edges = edges_of(src, [os.path.join("plugin", "*", "*.c"),
-                                  os.path.join("src", "*", "*.c")])
+    files, edges, code, headers = edges_of(src, [os.path.join("plugin", "*", "*.c"),
+                                                 os.path.join("src", "*", "*.c")])
     found = problems(files, edges, layer)
-    core, core_edges = edges_of(src, [os.path.join("src", "*.c")])
+    owners = owners_of(os.path.join(src, "docs", "design.md"))
+    fields, alias = structs_of(headers)
+    for t in owners:
+        if t not in fields:
+            found.append("the owners table names %s, which no header of "
+                         "plugin/ or src/ defines" % t)
+    nwrites = sum(len(writes_of(text, fields, alias)) for text in code.values())
+    found += owner_problems(code, fields, alias, owners)
+    core, core_edges, _, _ = edges_of(src, [os.path.join("src", "*.c")])
     found += problems(core, core_edges, {})
     for p in found:
         print("FAIL: " + p)
     print("%d files in %d layers, %d calls between files checked; src/: %d "
-          "files, %d calls" % (len(files), len(set(layer.values())),
-                               len(edges), len(core), len(core_edges)))
+          "files, %d calls; %d field writes of %d owned structs" %
+          (len(files), len(set(layer.values())), len(edges), len(core),
+           len(core_edges), nwrites, len(owners)))
     if "--selftest" in sys.argv:
         low = max(layer, key=layer.get)
         high = min(layer, key=layer.get)
@@ -165,7 +273,19 @@ def main():
             if not any("circle" in p for p in problems(files, circ, layer)):
                 print("FAIL: an injected circle %s <-> %s passed" % (low, same[0]))
                 found.append("selftest")
-        print("selftest: an injected upward call and circle are caught")
+        # A request's field written from a file that does not own it.
+        planted = dict(code)
+        outsider = next(f for f in sorted(code)
+                        if f not in owners["stagelink_request"])
+        planted[outsider] += ("\nstatic void sl_planted(sl_req_t *req)\n"
+                              "{\n    req->status = 0;\n}\n")
+        if not any("sl_planted" in p or "status" in p
+                   for p in owner_problems(planted, fields, alias, owners)):
+            print("FAIL: a write of stagelink_request's status planted in %s "
+                  "passed" % outsider)
+            found.append("selftest")
+        print("selftest: an injected upward call and circle, and a planted "
+              "write outside its owner, are caught")
     return 1 if found else 0
 
 
