@@ -41,6 +41,36 @@ static void sl_staged_free_list(sl_comm_t *comm, sl_staged_t *s)
 }
 
 /* The tag of chunk `index` (a message of one chunk has the plain tag). */
+/* Every transition of sl_chunked_state_t (ucx_comm.h); one that the
+ * machine does not make is a bug, said at once. */
+static void sl_chunked_to(sl_staged_t *st, sl_chunked_state_t to)
+{
+    static const char *const names[] = {"moving", "awaiting the header",
+                                        "draining", "detached"};
+    int ok;
+
+    switch (st->state) {
+    case SL_CHUNKED_MOVING:
+        ok = (to == SL_CHUNKED_AWAITING || to == SL_CHUNKED_DRAINING ||
+              to == SL_CHUNKED_DETACHED);
+        break;
+    case SL_CHUNKED_AWAITING:
+        ok = (to != SL_CHUNKED_AWAITING);
+        break;
+    case SL_CHUNKED_DRAINING:
+        ok = (to == SL_CHUNKED_DETACHED);
+        break;
+    default:
+        ok = 0;
+        break;
+    }
+    if (!ok) {
+        SL_WARN(SL_SUBSYS_NET, "internal: a chunked transfer went from %s to "
+                "%s, which it never should", names[st->state], names[to]);
+    }
+    st->state = to;
+}
+
 static uint64_t sl_chunk_tag(const sl_staged_t *st, size_t index)
 {
     return st->framed ? sl_tag_chunk(st->sub->tag, index) : st->sub->tag;
@@ -161,7 +191,7 @@ static void sl_chunk_send_cb(void *request, ucs_status_t status, void *user)
 
     sl_ucx_callback_ran(st->sub->req->comm);
     ucp_request_free(request);
-    if (st->detached) {
+    if (st->state == SL_CHUNKED_DETACHED) {
         return;
     }
     slot->net = NULL;
@@ -217,7 +247,7 @@ static void sl_chunk_recv_cb(void *request, ucs_status_t status,
 
     sl_ucx_callback_ran(st->sub->req->comm);
     ucp_request_free(request);
-    if (st->detached) {
+    if (st->state == SL_CHUNKED_DETACHED) {
         return;
     }
     slot->net = NULL;
@@ -242,9 +272,9 @@ static void sl_chunk_recv_cb(void *request, ucs_status_t status,
             /* A framed sender met a receive of one chunk: its chunks are
              * drained, as a plain receive drains them (sl_sub_drain), so
              * none is left for a later transfer with the tag. */
-            st->hdr.value     = value;
-            st->draining   = 1;
+            st->hdr.value  = value;
             st->drain_left = sl_chunked_count(st->sub->req->comm, value);
+            sl_chunked_to(st, SL_CHUNKED_DRAINING);
             s              = STAGELINK_ERR_SIZE_MISMATCH;
         } else if (kind == SL_MSG_NOTICE) {
             /* The sender gave up: each chunk it did not send is a notice. */
@@ -367,7 +397,7 @@ static void sl_hdr_send_cb(void *request, ucs_status_t status, void *user)
 
     sl_ucx_callback_ran(st->sub->req->comm);
     ucp_request_free(request);
-    if (st->detached) {
+    if (st->state == SL_CHUNKED_DETACHED) {
         return;
     }
     st->hdr_req  = NULL;
@@ -388,12 +418,11 @@ static void sl_hdr_recv_cb(void *request, ucs_status_t status,
 
     sl_ucx_callback_ran(st->sub->req->comm);
     ucp_request_free(request);
-    if (st->detached) {
+    if (st->state == SL_CHUNKED_DETACHED) {
         return;
     }
     st->hdr_req  = NULL;
     st->ctl_busy = 0;
-    st->waiting  = 0;
     kind = (status == UCS_OK)
                ? sl_msg_classify(st->sub->tag, info, &st->hdr, &value)
                : SL_MSG_DATA;
@@ -401,11 +430,13 @@ static void sl_hdr_recv_cb(void *request, ucs_status_t status,
         /* The sender gave up before its first chunk: none will follow. */
         st->notice = sl_notice_status(value);
         sl_staging_abandon(&st->x, st->notice);
+        sl_chunked_to(st, SL_CHUNKED_MOVING);
         return;
     }
     if (kind == SL_MSG_HEADER) {
         st->hdr.value = value;
         if (value == st->x.len) {
+            sl_chunked_to(st, SL_CHUNKED_MOVING);
             sl_staging_progress(&st->x); /* start the chunks at once */
             return;
         }
@@ -417,11 +448,11 @@ static void sl_hdr_recv_cb(void *request, ucs_status_t status,
     } else {
         st->x.status = (kind == SL_MSG_BAD) ? STAGELINK_ERR_INTERNAL
                                             : sl_chunk_status(st, status);
-        st->draining = 1;
+        sl_chunked_to(st, SL_CHUNKED_DRAINING);
         return;
     }
     st->x.status = STAGELINK_ERR_SIZE_MISMATCH;
-    st->draining = 1;
+    sl_chunked_to(st, SL_CHUNKED_DRAINING);
 }
 
 static void sl_drain_cb(void *request, ucs_status_t status,
@@ -432,7 +463,7 @@ static void sl_drain_cb(void *request, ucs_status_t status,
     (void)info;
     sl_ucx_callback_ran(st->sub->req->comm);
     ucp_request_free(request);
-    if (st->detached) {
+    if (st->state == SL_CHUNKED_DETACHED) {
         return;
     }
     st->drain_req  = NULL;
@@ -480,7 +511,7 @@ static void sl_hdr_post(sl_comm_t *comm, sl_staged_t *st)
     sl_ucx_param_init(&param, st, UCS_MEMORY_TYPE_HOST, NULL);
     st->ctl_busy = 1;
     if (st->x.recv) {
-        st->waiting         = 1;
+        sl_chunked_to(st, SL_CHUNKED_AWAITING);
         param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
         param.cb.recv       = sl_hdr_recv_cb;
         ptr = ucp_tag_recv_nbx(comm->worker, &st->hdr, sizeof(st->hdr),
@@ -500,8 +531,9 @@ static void sl_hdr_post(sl_comm_t *comm, sl_staged_t *st)
         st->ctl_busy = 0;
     } else {
         st->x.status = STAGELINK_ERR_TRANSPORT;
-        st->waiting  = 0;
-        st->draining = st->x.recv;
+        if (st->x.recv) {
+            sl_chunked_to(st, SL_CHUNKED_DRAINING);
+        }
     }
 }
 
@@ -542,7 +574,7 @@ static sl_status_t sl_staged_get(sl_comm_t *comm, sl_sub_t *sub, int recv,
     st->x.user          = st;
     st->sub             = sub;
     st->framed          = sl_chunked_framed(comm, len);
-    st->waiting         = st->draining = 0;
+    st->state           = SL_CHUNKED_MOVING;
     st->hdr_req         = st->drain_req = NULL;
     st->ctl_busy        = 0;
     st->drain_left      = 0;
@@ -582,7 +614,7 @@ void sl_chunked_sub_kick(sl_staged_t *st)
     if (st->framed) {
         sl_hdr_post(st->sub->req->comm, st);
     }
-    if (!st->waiting && !st->draining) {
+    if (st->state == SL_CHUNKED_MOVING) {
         sl_staging_progress(&st->x);
     }
 }
@@ -595,10 +627,10 @@ sl_status_t sl_chunked_drain(sl_sub_t *sub, uint64_t len, sl_chunked_end_t end,
 
     SL_CHECK(sl_staged_get(comm, sub, 1, 1, NULL, 0, &st));
     st->end        = end;
-    st->hdr.value     = len;
+    st->hdr.value  = len;
     st->framed     = 1;
-    st->draining   = 1;
     st->drain_left = sl_chunked_count(comm, len);
+    sl_chunked_to(st, SL_CHUNKED_DRAINING);
     st->x.status   = STAGELINK_ERR_SIZE_MISMATCH;
     *out           = st;
     return STAGELINK_SUCCESS;
@@ -647,10 +679,10 @@ static void sl_chunked_progress(sl_comm_t *comm)
         char why[192];
 
         done = 0;
-        if (!st->draining && !st->waiting) {
+        if (st->state == SL_CHUNKED_MOVING) {
             done = sl_staging_progress(&st->x) && st->hdr_req == NULL;
         }
-        if (st->draining) {
+        if (st->state == SL_CHUNKED_DRAINING) {
             /* Also one that a chunk's callback turned into a drain, maybe
              * inside the progress call above. */
             done = sl_drain_progress(comm, st);
@@ -667,7 +699,8 @@ static void sl_chunked_progress(sl_comm_t *comm)
         sub               = st->sub;
         st->next          = comm->staged_free;
         comm->staged_free = st;
-        if (st->draining && st->x.status == STAGELINK_ERR_SIZE_MISMATCH) {
+        if (st->state == SL_CHUNKED_DRAINING &&
+            st->x.status == STAGELINK_ERR_SIZE_MISMATCH) {
             if (st->hdr.value == UINT64_MAX) {
                 snprintf(why, sizeof(why), "the sender's part went as one "
                          "message (a smaller part, at most one chunk), this "
@@ -728,7 +761,7 @@ void sl_chunked_detach(sl_comm_t *comm, sl_staged_t *st)
         link = &(*link)->next;
     }
     *link                 = st->next;
-    st->detached          = 1;
+    sl_chunked_to(st, SL_CHUNKED_DETACHED);
     st->next              = comm->staged_detached;
     comm->staged_detached = st;
 }

@@ -125,6 +125,21 @@ static inline int sl_sub_is_recv(const sl_sub_t *sub)
            sub->kind == SL_SUB_STATUS_RECV;
 }
 
+/**
+ * A chunked transfer's state; ucx_chunked.c makes every transition
+ * (sl_chunked_to):
+ *   AWAITING -> MOVING    the sender's length header matches
+ *   AWAITING -> DRAINING  it does not, or the header failed
+ *   MOVING   -> DRAINING  a plain receive met a framed sender, or a failure
+ *   any      -> DETACHED  given up with operations in flight
+ */
+typedef enum sl_chunked_state {
+    SL_CHUNKED_MOVING,   /**< chunks move (sender, or a receiver that knows) */
+    SL_CHUNKED_AWAITING, /**< receiver: chunks wait for the length header */
+    SL_CHUNKED_DRAINING, /**< sizes differ: the sender's chunks are discarded */
+    SL_CHUNKED_DETACHED  /**< kept, inert, until the worker is destroyed */
+} sl_chunked_state_t;
+
 /** A transfer in chunks (staged, or in place), or the drain of a mismatch. */
 typedef struct sl_staged {
     sl_staging_xfer_t  x;
@@ -132,9 +147,8 @@ typedef struct sl_staged {
     sl_sub_t          *sub;
     sl_chunked_end_t   end;        /**< reports the end to the sub's owner */
     struct sl_staged  *next;       /**< active list or free list */
+    sl_chunked_state_t state;
     int                framed;     /**< a length header precedes the chunks */
-    int                waiting;    /**< receiver: chunks wait for the header */
-    int                draining;   /**< sizes differ: discard the sender's chunks */
     sl_ctl_msg_t       hdr;        /**< on the wire: SL_HEADER_MAGIC, length */
     void              *hdr_req;
     int                ctl_busy;   /**< the header or a drain receive is in flight
@@ -142,8 +156,6 @@ typedef struct sl_staged {
                                         run inside the posting call) */
     uint64_t           drain_left; /**< chunks of the sender still to discard */
     void              *drain_req;
-    int                detached;   /**< given up with operations in flight:
-                                        kept until the worker is destroyed */
     sl_status_t        notice;     /**< receiver: the sender's failure notice */
     uint64_t           notice_msg[3]; /**< sender: the notice it sends in
                                            place of each chunk not sent

@@ -406,16 +406,16 @@ int sl_sub_describe(const sl_sub_t *sub, char *out, size_t len)
         if (st->x.avail != NULL) {
             snprintf(relay, sizeof(relay), ", %zu bytes of the own shard "
                      "landed", *st->x.avail);
-        } else if (st->draining) {
+        } else if (st->state == SL_CHUNKED_DRAINING) {
             snprintf(relay, sizeof(relay), ", %zu of the sender's chunks "
                      "left to drain%s", (size_t)st->drain_left,
                      (st->drain_req != NULL) ? ", one posted" : "");
         }
         snprintf(state, sizeof(state), " (%s, %zu of %zu chunks done, %zu "
                  "posted%s%s%s)",
-                 st->waiting ? "awaiting the length header"
-                 : st->draining ? "draining a mismatched sender"
-                                : "in chunks",
+                 st->state == SL_CHUNKED_AWAITING ? "awaiting the length header"
+                 : st->state == SL_CHUNKED_DRAINING ? "draining a mismatched sender"
+                                                    : "in chunks",
                  (size_t)st->x.done, (size_t)st->x.nchunks,
                  (size_t)st->x.next_post, relay,
                  (st->x.status != STAGELINK_SUCCESS) ? ", failed: " : "",
