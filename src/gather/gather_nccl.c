@@ -89,22 +89,29 @@ static void sl_gather_nccl_cleanup(void *state);
 static void sl_gather_nccl_fault(void *state);
 
 /* Until `event` completes, NCCL's asynchronous errors polled meanwhile,
- * and UCX progressed, so that a peer's death is seen (and what the peers'
- * UCX operations need of this rank goes on). */
+ * and UCX progressed, so that a TP peer's death is seen (the collective
+ * waits for it alone; a neighbour stage's rank that has finished and left
+ * is none of its business) and what the peers' UCX operations need of
+ * this rank goes on. */
 static sl_status_t sl_gather_nccl_drain(sl_gather_nccl_t *g, void *event,
                                         double deadline, const char *what)
 {
     sl_comm_t  *comm   = g->comm;
     sl_status_t status = STAGELINK_SUCCESS;
     long        nap    = 0;
+    char        why[256];
+    int         k;
 
     while (!comm->gpu->event_query(event, &status, &comm->err)) {
         SL_CHECK(sl_nccl_async_error(g->api, g->nccl, "the TP group's communicator",
                                      &comm->err));
         sl_ucx_progress(comm);
-        if (comm->fault != STAGELINK_SUCCESS) {
-            return sl_error(&comm->err, comm->fault, "%s did not finish: %s",
-                            what, comm->fault_err.msg);
+        for (k = 0; k < comm->layout.tp_size; ++k) {
+            if (comm->tp_peers[k].failed) {
+                sl_peer_describe(&comm->tp_peers[k], why, sizeof(why));
+                return sl_error(&comm->err, STAGELINK_ERR_PEER_FAILED,
+                                "%s did not finish: %s", what, why);
+            }
         }
         if (sl_deadline_passed(deadline)) {
             return sl_error(&comm->err, STAGELINK_ERR_TIMEOUT, "%s did not "
