@@ -36,37 +36,32 @@ import re
 import sys
 
 
-def layers_of(design):
+def rows_of(design, marker):
+    """(key, [names]) of each row | key | `a`, `b` | of the table between
+    <!-- marker --> and <!-- /marker --> (the header rows left out)."""
     text = open(design).read()
-    m = re.search(r"<!-- layers -->(.*?)<!-- /layers -->", text, re.S)
+    m = re.search(r"<!-- %s -->(.*?)<!-- /%s -->" % (marker, marker), text, re.S)
     if not m:
-        sys.exit("%s has no <!-- layers --> table" % design)
-    layer = {}
+        sys.exit("%s has no <!-- %s --> table" % (design, marker))
+    rows = []
     for row in m.group(1).splitlines():
         cells = [c.strip() for c in row.strip().strip("|").split("|")]
-        if len(cells) == 2 and cells[0].isdigit():
-            for f in cells[1].split(","):
-                layer[f.strip().strip("`")] = int(cells[0])
-    if not layer:
-        sys.exit("the layers table of %s lists no file" % design)
-    return layer
+        if len(cells) == 2 and (cells[0].isdigit() or cells[0].startswith("`")):
+            rows.append((cells[0].strip("`"),
+                         [f.strip().strip("`") for f in cells[1].split(",")]))
+    if not rows:
+        sys.exit("the %s table of %s lists nothing" % (marker, design))
+    return rows
+
+
+def layers_of(design):
+    """{file: its layer, 1 on top}."""
+    return {f: int(n) for n, files in rows_of(design, "layers") for f in files}
 
 
 def owners_of(design):
     """{struct: [files that may write its fields]}."""
-    text = open(design).read()
-    m = re.search(r"<!-- owners -->(.*?)<!-- /owners -->", text, re.S)
-    if not m:
-        sys.exit("%s has no <!-- owners --> table" % design)
-    owners = {}
-    for row in m.group(1).splitlines():
-        cells = [c.strip() for c in row.strip().strip("|").split("|")]
-        if len(cells) == 2 and cells[0].startswith("`"):
-            owners[cells[0].strip("`")] = [f.strip().strip("`")
-                                           for f in cells[1].split(",")]
-    if not owners:
-        sys.exit("the owners table of %s lists no struct" % design)
-    return owners
+    return dict(rows_of(design, "owners"))
 
 
 def strip(code):
