@@ -321,7 +321,9 @@ typedef struct stagelink_op {
  * existing entries, needs a new ABI (`stagelink_plugin_v2`).
  *
  * Requests: every post returns a request that must be completed by `test`
- * (until it reports done) or `wait`; completion releases it.  Every call
+ * (until it reports done) or `wait`; completion releases it.  A receive
+ * whose gather NCCL runs (STAGELINK_GATHER=nccl, below) is completed only
+ * by `wait` or a `wait_for` of a timeout other than 0.  Every call
  * returning an error leaves a sentence in `last_error(comm)`.
  *
  * Threads: a host calls a communicator from one thread at a time (any

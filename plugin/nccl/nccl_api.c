@@ -103,7 +103,8 @@ sl_status_t sl_nccl_check(const sl_nccl_api_t *api, ncclResult_t result,
 }
 
 sl_status_t sl_nccl_settle(const sl_nccl_api_t *api, ncclComm_t comm,
-                           double deadline, const char *what, sl_errbuf_t *eb)
+                           double deadline, const atomic_int *stop,
+                           const char *what, sl_errbuf_t *eb)
 {
     ncclResult_t state;
     long         nap = 0;
@@ -113,6 +114,10 @@ sl_status_t sl_nccl_settle(const sl_nccl_api_t *api, ncclComm_t comm,
                                "ncclCommGetAsyncError", eb));
         if (state != ncclInProgress) {
             return sl_nccl_check(api, state, comm, what, eb);
+        }
+        if (stop != NULL && atomic_load(stop)) {
+            return sl_error(eb, STAGELINK_ERR_ABORTED, "%s was given up: the "
+                            "communicator was aborted", what);
         }
         if (sl_deadline_passed(deadline)) {
             return sl_error(eb, STAGELINK_ERR_TIMEOUT, "%s did not finish "
@@ -154,7 +159,7 @@ sl_status_t sl_nccl_comms_open(const sl_nccl_api_t *api, sl_nccl_open_t *opens,
     }
     for (i = 0; i < n && status == STAGELINK_SUCCESS; ++i) {
         if (*opens[i].comm != NULL) {
-            status = sl_nccl_settle(api, *opens[i].comm, deadline,
+            status = sl_nccl_settle(api, *opens[i].comm, deadline, NULL,
                                     opens[i].what, eb);
         }
     }

@@ -11,6 +11,7 @@
 #include "sl_error.h"
 
 #include <nccl.h>
+#include <stdatomic.h>
 
 typedef struct sl_nccl_api {
     ncclResult_t (*GetVersion)(int *version);
@@ -73,9 +74,11 @@ sl_status_t sl_nccl_comms_open(const sl_nccl_api_t *api, sl_nccl_open_t *opens,
                                int n, double deadline, sl_errbuf_t *eb);
 
 /** Waits out ncclInProgress after a call on a non-blocking communicator
- *  (NCCL's rule before the next call); its error, or TIMEOUT. */
+ *  (NCCL's rule before the next call); its error, TIMEOUT, or ABORTED as
+ *  soon as *stop (another thread's abort; NULL: none) is set. */
 sl_status_t sl_nccl_settle(const sl_nccl_api_t *api, ncclComm_t comm,
-                           double deadline, const char *what, sl_errbuf_t *eb);
+                           double deadline, const atomic_int *stop,
+                           const char *what, sl_errbuf_t *eb);
 
 /** The asynchronous error of `comm` (named `what`: a peer died, a
  *  network failed) as a status with NCCL's sentence; SUCCESS while there

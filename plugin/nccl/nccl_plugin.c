@@ -584,7 +584,8 @@ static sl_status_t sl_nccl_settle_all(sl_ncomm_t *c, const char *what)
 
     for (i = 0; i < 3; ++i) {
         if (comms[i] != NULL) {
-            SL_CHECK(sl_nccl_settle(c->api, comms[i], deadline, what, &c->err));
+            SL_CHECK(sl_nccl_settle(c->api, comms[i], deadline, &c->aborted,
+                                    what, &c->err));
         }
     }
     return STAGELINK_SUCCESS;

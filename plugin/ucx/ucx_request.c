@@ -420,19 +420,21 @@ int sl_req_done(const sl_req_t *req)
 
 int sl_req_wait_only(const sl_req_t *req)
 {
-    /* A failure anywhere in the TP group reached every rank's status, and
-     * none issues the collective: test may complete that one. */
-    return req->needs_gather && req->gather != NULL && req->gather->in_wait &&
-           req->status == STAGELINK_SUCCESS && req->xfer.nbytes > 0;
+    return req->needs_gather && req->gather != NULL &&
+           req->gather->due != NULL &&
+           req->gather->due(req->gather_state, req);
 }
 
 /* The gather backend's end of a request the host completes or finalize
  * ends: the host's stream waits for its collective. */
 static void sl_req_gather_complete(sl_req_t *req)
 {
+    sl_status_t status;
+
     if (req->gather != NULL && req->gather->complete != NULL &&
-        req->gather->complete(req->gather_state, req) != STAGELINK_SUCCESS) {
-        sl_req_fail(req, STAGELINK_ERR_TRANSPORT, "%s", req->comm->err.msg);
+        (status = req->gather->complete(req->gather_state, req)) !=
+            STAGELINK_SUCCESS) {
+        sl_req_fail(req, status, "%s", req->comm->err.msg);
     }
 }
 
@@ -476,7 +478,13 @@ void sl_req_cancel(sl_comm_t *comm, sl_req_t *req)
                     req->xfer.tag.microbatch, req->xfer.tag.chunk);
     }
     for (i = 0; i < req->subs.n; ++i) {
-        sl_sub_cancel(comm, &req->subs.slot[i]);
+        /* Once this rank told its TP peers its shard arrived, they may
+         * issue a collective this one must join: it still hears them. */
+        if (req->subs.slot[i].kind != SL_SUB_STATUS_RECV ||
+            req->gather == NULL || req->gather->due == NULL ||
+            req->gather_part.shard_state != 1) {
+            sl_sub_cancel(comm, &req->subs.slot[i]);
+        }
     }
     sl_req_end(req);
 }
@@ -596,6 +604,7 @@ sl_status_t sl_req_abandon_all(sl_comm_t *comm, double deadline)
     char       names[SL_ERRBUF_LEN - 256];
     size_t     used = 0;
     int        nrecv = 0, nsend = 0, listed = 0, more = 0, waiting, i;
+    int        unwaited = 0;
 
     if (comm->pool.active == NULL) {
         return STAGELINK_SUCCESS;
@@ -642,6 +651,13 @@ sl_status_t sl_req_abandon_all(sl_comm_t *comm, double deadline)
                 }
             }
         }
+        if (sl_req_done(req) && sl_req_wait_only(req)) {
+            ++unwaited;
+            sl_req_fail(req, STAGELINK_ERR_ABANDONED, "%s of microbatch %u "
+                        "chunk %u ended but was never waited for",
+                        sl_req_what(req), req->xfer.tag.microbatch,
+                        req->xfer.tag.chunk);
+        }
         sl_req_gather_complete(req);
         if (req->status == STAGELINK_SUCCESS && sl_req_done(req)) {
             sl_req_put(comm, req); /* completed within the grace */
@@ -662,6 +678,10 @@ sl_status_t sl_req_abandon_all(sl_comm_t *comm, double deadline)
                     "completed: %d receives canceled, %d sends not done "
                     "within the %.1f s grace (STAGELINK_FINALIZE_GRACE) "
                     "abandoned: %s%s; complete every request with wait or "
-                    "test before comm_finalize", nrecv + nsend, nrecv, nsend,
-                    comm->grace, names, more ? " and more" : "");
+                    "test before comm_finalize%s", nrecv + nsend, nrecv, nsend,
+                    comm->grace, names, more ? " and more" : "",
+                    unwaited ? " (receives gathered by NCCL by wait alone: "
+                               "their collective, due in wait, was never "
+                               "issued here, and TP peers that waited ran "
+                               "theirs without this rank)" : "");
 }

@@ -25,13 +25,13 @@ typedef struct sl_gather_ops {
     sl_status_t (*init)(sl_comm_t *comm, void **state);
     void        (*cleanup)(void *state);
     /**
-     * 1: the backend issues its collective where the host waits for the
-     * receive (the NCCL gather), so `test` does not complete one whose
-     * collective is due: whether `test` finds a shard landed depends on
-     * the network, and the collective's place among the host's own must
-     * not (docs/design.md, "Gather").
+     * Whether the ended receive has its collective due where the host
+     * waits for it (NULL: never, the backend issues none there): `test`
+     * then leaves it not done, since whether `test` finds a shard landed
+     * depends on the network, and the collective's place among the host's
+     * own must not (docs/design.md, "Gather").
      */
-    int         in_wait;
+    int         (*due)(void *state, const sl_req_t *req);
     /**
      * The receive starts (after its stream event): prepare to take the
      * peers' shards (they may arrive before our own).  Adds subs to `req`.
@@ -52,7 +52,7 @@ typedef struct sl_gather_ops {
      */
     void        (*landed)(void *state, sl_req_t *req, size_t bytes);
     /**
-     * The host completes the request (wait, or test where in_wait is 0),
+     * The host completes the request (wait, or test where nothing is due),
      * or finalize ends it, on the host's thread: a collective backend
      * issues its collective here and orders the host's stream after it
      * (NULL: nothing to do).  A failure becomes the request's (its

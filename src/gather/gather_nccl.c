@@ -26,12 +26,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A collective issued: the event behind it, and when. */
+typedef struct sl_nccl_run {
+    void  *event;
+    double issued;
+} sl_nccl_run_t;
+
 typedef struct sl_gather_nccl {
     sl_comm_t           *comm;
     const sl_nccl_api_t *api;
     ncclComm_t           nccl;    /**< non-blocking; NULL once aborted */
     void                *stream;  /**< the gather stream */
-    void               **running; /**< events of collectives the GPU may still run */
+    sl_nccl_run_t       *running; /**< collectives the GPU may still run */
     int                  nrunning, running_cap;
     double               next_look; /**< of the progress hook at them */
 } sl_gather_nccl_t;
@@ -149,7 +155,7 @@ static sl_status_t sl_gather_nccl_warm_up(sl_gather_nccl_t *g, double deadline)
                                                 comm->layout.tp_index,
                                                 (cudaStream_t)g->stream,
                                                 &comm->err), out);
-        SL_CHECK_GOTO(sl_nccl_settle(g->api, g->nccl, deadline, "the NCCL "
+        SL_CHECK_GOTO(sl_nccl_settle(g->api, g->nccl, deadline, NULL, "the NCCL "
                                      "gather's warm-up all-gather", &comm->err),
                       out);
         SL_CHECK_GOTO(comm->gpu->event_record(event, g->stream, &comm->err),
@@ -348,7 +354,7 @@ static void sl_gather_nccl_cleanup(void *state)
         return;
     }
     for (i = 0; i < g->nrunning; ++i) {
-        g->comm->gpu->event_destroy(g->running[i]);
+        g->comm->gpu->event_destroy(g->running[i].event);
     }
     free(g->running);
     if (g->nccl != NULL) {
@@ -366,12 +372,13 @@ static void sl_gather_nccl_cleanup(void *state)
     free(g);
 }
 
-/* An event behind the collective just issued: while it is pending the
- * progress hook polls NCCL's asynchronous errors. */
-static sl_status_t sl_gather_nccl_track(sl_gather_nccl_t *g)
+/* The event recorded behind the collective just issued (the list takes
+ * it): while it is pending the progress hook polls NCCL's asynchronous
+ * errors, and bounds its wait for the TP peers. */
+static sl_status_t sl_gather_nccl_track(sl_gather_nccl_t *g, void *event)
 {
-    sl_comm_t *comm = g->comm;
-    void     **grown, *event;
+    sl_comm_t     *comm = g->comm;
+    sl_nccl_run_t *grown;
 
     if (g->nrunning == g->running_cap) {
         grown = realloc(g->running, (size_t)(g->running_cap * 2 + 8) *
@@ -383,16 +390,10 @@ static sl_status_t sl_gather_nccl_track(sl_gather_nccl_t *g)
         g->running     = grown;
         g->running_cap = g->running_cap * 2 + 8;
     }
-    SL_CHECK(sl_device_event_get(comm, &event));
-    if (comm->gpu->event_record(event, g->stream, &comm->err) !=
-        STAGELINK_SUCCESS) {
-        sl_device_event_put(comm, event);
-        return STAGELINK_ERR_TRANSPORT;
-    }
     if (g->nrunning == 0) {
         g->next_look = sl_time_now() + SL_NCCL_LOOK_S;
     }
-    g->running[g->nrunning++] = event;
+    g->running[g->nrunning++] = (sl_nccl_run_t){event, sl_time_now()};
     return STAGELINK_SUCCESS;
 }
 
@@ -413,6 +414,16 @@ static sl_status_t sl_gather_nccl_shard_ready(void *state, sl_req_t *req,
     return sl_gather_status_send(g->comm, req, own);
 }
 
+/* Due where the host waits: the receive ended with every TP rank's shard
+ * in, so every rank of the group issues the collective. */
+static int sl_gather_nccl_due(void *state, const sl_req_t *req)
+{
+    const sl_gather_nccl_t *g = state;
+
+    return g->nccl != NULL && req->xfer.nbytes > 0 &&
+           sl_gather_status_all_arrived(g->comm, req);
+}
+
 /*
  * Where the host waits, on its thread, once the receive has ended: the
  * shard is in device memory (its copies done, or UCX's transfer complete)
@@ -427,31 +438,33 @@ static sl_status_t sl_gather_nccl_complete(void *state, sl_req_t *req)
     void             *event = NULL;
     sl_status_t       status;
 
-    if (comm->closing || g->nccl == NULL || req->xfer.nbytes == 0 ||
-        !sl_gather_status_all_arrived(comm, req)) {
+    if (comm->closing || !sl_gather_nccl_due(g, req)) {
         return STAGELINK_SUCCESS; /* no rank of the group issues it */
     }
-    SL_CHECK(sl_nccl_allgather_inplace(g->api, g->nccl, req->xfer.buf,
+    status = sl_nccl_allgather_inplace(g->api, g->nccl, req->xfer.buf,
                                        req->xfer.nbytes, req->xfer.elem_size,
                                        comm->layout.tp_size,
                                        comm->layout.tp_index,
-                                       (cudaStream_t)g->stream, &comm->err));
-    status = sl_nccl_settle(g->api, g->nccl, sl_deadline(comm->timeout),
-                            "the NCCL gather's collective", &comm->err);
+                                       (cudaStream_t)g->stream, &comm->err);
+    if (status == STAGELINK_SUCCESS) {
+        status = sl_nccl_settle(g->api, g->nccl, sl_deadline(comm->timeout),
+                                &comm->aborting, "the NCCL gather's "
+                                "collective", &comm->err);
+    }
     if (status != STAGELINK_SUCCESS) {
-        /* The communicator is broken or stuck for the whole group: the
-         * fault path aborts it, so no TP peer waits for this one. */
+        /* The TP peers issued theirs, or NCCL is stuck for the group: the
+         * fault path aborts the communicator, so none waits for this one. */
         sl_peer_group_failed(comm, "%s", comm->err.msg);
         return status;
     }
     SL_CHECK(sl_device_event_get(comm, &event));
-    SL_CHECK_GOTO(comm->gpu->event_record(event, g->stream, &comm->err), out);
+    SL_CHECK_GOTO(comm->gpu->event_record(event, g->stream, &comm->err), err);
     SL_CHECK_GOTO(comm->gpu->stream_wait_event(req->xfer.stream, event,
-                                               &comm->err), out);
-    SL_CHECK_GOTO(sl_gather_nccl_track(g), out);
+                                               &comm->err), err);
+    SL_CHECK_GOTO(sl_gather_nccl_track(g, event), err);
     sl_gather_count(comm, req);
-out:
-    /* The stream holds what it waits for: the event can be reused. */
+    return STAGELINK_SUCCESS;
+err:
     sl_device_event_put(comm, event);
     return status;
 }
@@ -492,8 +505,8 @@ static void sl_gather_nccl_round(sl_comm_t *comm)
     }
     g->next_look = now + SL_NCCL_LOOK_S;
     while (g->nrunning > 0 &&
-           comm->gpu->event_query(g->running[0], &status, &why)) {
-        sl_device_event_put(comm, g->running[0]);
+           comm->gpu->event_query(g->running[0].event, &status, &why)) {
+        sl_device_event_put(comm, g->running[0].event);
         memmove(g->running, g->running + 1,
                 (size_t)--g->nrunning * sizeof(*g->running));
     }
@@ -501,6 +514,15 @@ static void sl_gather_nccl_round(sl_comm_t *comm)
         sl_nccl_async_error(g->api, g->nccl, "the TP group's communicator",
                             &why) != STAGELINK_SUCCESS) {
         sl_peer_group_failed(comm, "%s", why.msg);
+    } else if (g->nrunning > 0 && now - g->running[0].issued > comm->timeout) {
+        /* A live TP peer that never issues raises no NCCL error: only a
+         * bound ends the wait of this rank's GPU for it. */
+        sl_peer_group_failed(comm, "the NCCL gather's collective issued "
+                             "%.1f s ago has not finished (STAGELINK_TIMEOUT "
+                             "%.1f s): a TP peer never issued it; every TP "
+                             "rank must wait for its gathered receives, in "
+                             "the same order", now - g->running[0].issued,
+                             comm->timeout);
     }
 }
 
@@ -521,7 +543,7 @@ const sl_gather_ops_t sl_gather_nccl_ops = {
     .name        = "nccl",
     .init        = sl_gather_nccl_init,
     .cleanup     = sl_gather_nccl_cleanup,
-    .in_wait     = 1,
+    .due         = sl_gather_nccl_due,
     .post        = sl_gather_nccl_post,
     .shard_ready = sl_gather_nccl_shard_ready,
     .complete    = sl_gather_nccl_complete,

@@ -21,9 +21,9 @@
  *            on a second stream of the host's, queued as the wait returns:
  *            ordered by order_stream it reads the whole tensor; without,
  *            it runs before the gather (which shows the order is needed);
- *   refused  stage 1's NCCL fails the collective its receive issues at the
- *            wait: the wait fails at once with that sentence, nothing is
- *            left in flight, and the same tag then works;
+ *   refused  stage 1's NCCL refuses the collective its receive issues at
+ *            the wait: the wait fails at once with that sentence, and the
+ *            communicator with it (a TP peer may be in the collective);
  *   device   the communicator works on device 1 of a fake GPU of two (the
  *            config's, named while the host is on device 0),
  *            whose every call checks the current device: a tensor of
@@ -42,6 +42,11 @@
  *   nccl-peer-death    a TP peer dies while the collective waits for it;
  *   nccl-abort         comm_abort while the collective waits for a peer:
  *            each time the host's stream is released;
+ *   unwaited a TP rank never waits for a gathered receive (test, which
+ *            issues nothing, leaves it not done): its peer's collective
+ *            is ended at STAGELINK_TIMEOUT (5 s), the communicator failed
+ *            and the stream released, and finalize tells the rank that
+ *            never waited;
  *   random   drawn from SEED (stagelink_stress -G runs it): rounds of 2-6
  *            receives in flight of drawn sizes, posted in one order on
  *            both TP ranks (the header's rule) with a kernel or a held
@@ -119,6 +124,7 @@ typedef struct job {
     char       dir[256];
     char      *next;   /* free f_arena */
     const char *nccl;  /* the fake NCCL's path */
+    int        finalized; /* the scenario finalized the communicator */
 } job_t;
 
 static void *dev_alloc(job_t *j, size_t n)
@@ -460,6 +466,7 @@ static void scenario_refused(job_t *j)
     size_t               n = 8 << 10;
     char                *a = dev_alloc(j, n);
     stagelink_request_t *ra;
+    stagelink_xfer_t     x;
     stagelink_status_t   st;
     double               t0;
 
@@ -477,14 +484,18 @@ static void scenario_refused(job_t *j)
         CHECK(strstr(j->h.plugin->last_error(j->h.comm), "NCCL") != NULL,
               "rank %d: the sentence does not name NCCL: %s", j->h.info.rank,
               j->h.plugin->last_error(j->h.comm));
-        say(j, j->tp_index == 0 ? "refused.0" : "refused.1");
+        /* Its TP peer may have issued the collective: the communicator
+         * failed with NCCL's sentence, as NCCL's rule has it. */
+        x  = xfer_of(j, a, n, 41);
+        st = j->h.plugin->irecv(j->h.comm, &x, &ra);
+        CHECK(st == STAGELINK_ERR_TRANSPORT &&
+              strstr(j->h.plugin->last_error(j->h.comm), "NCCL") != NULL,
+              "rank %d: a post after the refused collective: %s: %s",
+              j->h.info.rank, stagelink_status_string(st),
+              j->h.plugin->last_error(j->h.comm));
     } else {
         finish(j, post(j, a, n, 40), a, n, 40);
-        await(j, "refused.0");
-        await(j, "refused.1");
     }
-    ra = post(j, a, n, 40); /* the same tag: nothing of the first is left */
-    finish(j, ra, a, n, 40);
 }
 
 typedef ncclResult_t (*id_fn_t)(ncclUniqueId *);
@@ -804,6 +815,60 @@ static void scenario_abort(job_t *j)
     say(j, "aborted.0");
 }
 
+/*
+ * One TP rank never waits for a gathered receive: its TP peer's
+ * collective, issued in its wait, is ended at STAGELINK_TIMEOUT (the
+ * communicator fails, NCCL aborted, the stream released), and the rank
+ * that never waited is told so at finalize.
+ */
+static void scenario_unwaited(job_t *j)
+{
+    size_t               n = 64 << 10;
+    char                *a = dev_alloc(j, n);
+    stagelink_request_t *req = post(j, a, n, 90);
+    stagelink_status_t   st;
+    double               end = now_s() + WAIT_S;
+    int                  done = 0;
+
+    j->finalized = 1;
+    if (j->stage == 0) {
+        finish(j, req, a, n, 90);
+        await(j, "released.0"); /* not gone before the collective's bound */
+        j->h.plugin->comm_finalize(j->h.comm);
+        return;
+    }
+    if (j->tp_index == 0) {
+        st = j->h.plugin->wait(j->h.comm, req);
+        CHECK(st == STAGELINK_SUCCESS, "rank %d: the wait issuing the "
+              "collective: %s", j->h.info.rank, stagelink_status_string(st));
+        stream_released(j, "a TP peer that never issued its collective");
+        CHECK(j->h.plugin->comm_get_error(j->h.comm, &done) ==
+                  STAGELINK_ERR_TRANSPORT &&
+              strstr(j->h.plugin->last_error(j->h.comm), "never issued"),
+              "rank %d: the communicator after the unfinished collective: %s",
+              j->h.info.rank, j->h.plugin->last_error(j->h.comm));
+        say(j, "released.0");
+        j->h.plugin->comm_finalize(j->h.comm);
+        return;
+    }
+    /* Ended, by test's progress, but never waited: test completes none. */
+    while (!sl_req_done((sl_req_t *)req)) {
+        CHECK(now_s() < end, "rank %d: the receive never ended",
+              j->h.info.rank);
+        CHECK(j->h.plugin->test(j->h.comm, req, &done) == STAGELINK_SUCCESS &&
+              !done, "rank %d: test completed a receive whose collective is "
+              "due in wait", j->h.info.rank);
+        nap();
+    }
+    await(j, "released.0");
+    st = j->h.plugin->comm_finalize(j->h.comm);
+    CHECK(st == STAGELINK_ERR_ABANDONED &&
+          strstr(j->h.plugin->last_error(NULL), "never issued here"),
+          "rank %d: finalize with a receive never waited: %s: %s",
+          j->h.info.rank, stagelink_status_string(st),
+          j->h.plugin->last_error(NULL));
+}
+
 int main(int argc, char **argv)
 {
     const stagelink_plugin_v1_t *p = &stagelink_plugin_v1;
@@ -824,7 +889,8 @@ int main(int argc, char **argv)
         {"refused", scenario_refused}, {"device", scenario_device},
         {"context", scenario_context},
         {"nccl-init-timeout", NULL}, {"nccl-async-error", scenario_async_error},
-        {"nccl-peer-death", scenario_peer_death}, {"nccl-abort", scenario_abort}};
+        {"nccl-peer-death", scenario_peer_death}, {"nccl-abort", scenario_abort},
+        {"unwaited", scenario_unwaited}};
     const size_t                 nscenarios = sizeof(scenarios) / sizeof(scenarios[0]);
     size_t                       k;
     double                       start;
@@ -835,7 +901,7 @@ int main(int argc, char **argv)
     if (!seeded && (argc != 3 || k == nscenarios)) {
         fprintf(stderr, "usage: gather_order FAKE_NCCL.so held|skew|between|"
                 "consumer|refused|device|context|nccl-init-timeout|nccl-async-error|"
-                "nccl-peer-death|nccl-abort|random SEED\n");
+                "nccl-peer-death|nccl-abort|unwaited|random SEED\n");
         return 2;
     }
     /* The fake NCCL's failures (it reads them when called). */
@@ -844,6 +910,8 @@ int main(int argc, char **argv)
         setenv("STAGELINK_TIMEOUT", "10", 1); /* also the bootstrap's */
     } else if (strcmp(argv[2], "nccl-async-error") == 0) {
         setenv("FAKE_NCCL_ASYNC_ERROR", "4", 1);
+    } else if (strcmp(argv[2], "unwaited") == 0) {
+        setenv("STAGELINK_TIMEOUT", "5", 1); /* the collective's bound */
     }
     memset(&j, 0, sizeof(j));
     f_arena = aligned_alloc(4096, ARENA);
@@ -912,7 +980,9 @@ int main(int argc, char **argv)
     }
     printf("rank %d: %s: done\n", j.h.info.rank, argv[2]);
 
-    p->comm_finalize(j.h.comm);
+    if (!j.finalized) {
+        p->comm_finalize(j.h.comm);
+    }
     CHECK(f_dev() == 1, "comm_finalize left device %d current", f_dev());
     f_stream_destroy(j.stream);
     CHECK(atomic_load(&f_wrong) == 0, "rank %d: %d GPU calls on another "
