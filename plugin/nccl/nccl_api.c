@@ -104,20 +104,31 @@ sl_status_t sl_nccl_check(const sl_nccl_api_t *api, ncclResult_t result,
 
 sl_status_t sl_nccl_settle(const sl_nccl_api_t *api, ncclComm_t comm,
                            double deadline, const atomic_int *stop,
-                           const char *what, sl_errbuf_t *eb)
+                           pthread_mutex_t *mu, const char *what,
+                           sl_errbuf_t *eb)
 {
-    ncclResult_t state;
-    long         nap = 0;
+    ncclResult_t state = ncclSuccess, got = ncclSuccess;
+    long         nap   = 0;
+    int          stopped;
 
     for (;;) {
-        SL_CHECK(sl_nccl_check(api, api->CommGetAsyncError(comm, &state), comm,
-                               "ncclCommGetAsyncError", eb));
-        if (state != ncclInProgress) {
-            return sl_nccl_check(api, state, comm, what, eb);
+        if (mu != NULL) {
+            pthread_mutex_lock(mu);
         }
-        if (stop != NULL && atomic_load(stop)) {
+        stopped = (stop != NULL && atomic_load(stop));
+        if (!stopped) {
+            got = api->CommGetAsyncError(comm, &state);
+        }
+        if (mu != NULL) {
+            pthread_mutex_unlock(mu);
+        }
+        if (stopped) {
             return sl_error(eb, STAGELINK_ERR_ABORTED, "%s was given up: the "
                             "communicator was aborted", what);
+        }
+        SL_CHECK(sl_nccl_check(api, got, comm, "ncclCommGetAsyncError", eb));
+        if (state != ncclInProgress) {
+            return sl_nccl_check(api, state, comm, what, eb);
         }
         if (sl_deadline_passed(deadline)) {
             return sl_error(eb, STAGELINK_ERR_TIMEOUT, "%s did not finish "
@@ -160,7 +171,7 @@ sl_status_t sl_nccl_comms_open(const sl_nccl_api_t *api, sl_nccl_open_t *opens,
     for (i = 0; i < n && status == STAGELINK_SUCCESS; ++i) {
         if (*opens[i].comm != NULL) {
             status = sl_nccl_settle(api, *opens[i].comm, deadline, NULL,
-                                    opens[i].what, eb);
+                                    NULL, opens[i].what, eb);
         }
     }
     for (i = 0; i < n && status != STAGELINK_SUCCESS; ++i) {

@@ -11,6 +11,7 @@
 #include "sl_error.h"
 
 #include <nccl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 
 typedef struct sl_nccl_api {
@@ -75,10 +76,13 @@ sl_status_t sl_nccl_comms_open(const sl_nccl_api_t *api, sl_nccl_open_t *opens,
 
 /** Waits out ncclInProgress after a call on a non-blocking communicator
  *  (NCCL's rule before the next call); its error, TIMEOUT, or ABORTED as
- *  soon as *stop (another thread's abort; NULL: none) is set. */
+ *  soon as *stop (another thread's abort; NULL: none) is set.  Each look
+ *  holds `mu` (NULL: none), under which an abort sets *stop before it
+ *  takes the handle away, so a look never uses a handle NCCL freed. */
 sl_status_t sl_nccl_settle(const sl_nccl_api_t *api, ncclComm_t comm,
                            double deadline, const atomic_int *stop,
-                           const char *what, sl_errbuf_t *eb);
+                           pthread_mutex_t *mu, const char *what,
+                           sl_errbuf_t *eb);
 
 /** The asynchronous error of `comm` (named `what`: a peer died, a
  *  network failed) as a status with NCCL's sentence; SUCCESS while there

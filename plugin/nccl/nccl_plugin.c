@@ -26,6 +26,7 @@
 #include "sl_topo.h"
 #include "sl_xfer_check.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -66,6 +67,9 @@ struct stagelink_comm {
     int                  npeers;
     stagelink_counters_t counters;
     atomic_int           aborted;  /**< comm_abort (any thread) or `fault` */
+    /** Held across each NCCL call on tp, prev and next: comm_abort takes
+     *  them away under it, so no call uses a handle its abort freed. */
+    pthread_mutex_t      nccl_mu;
     sl_status_t          fault;    /**< NCCL's asynchronous error, if that was it */
     char                 fault_msg[SL_ERRBUF_LEN + 64];
 };
@@ -168,20 +172,25 @@ out:
 /*
  * Ends every NCCL operation in flight, so the streams waiting on a dead
  * peer run on: comm_abort (from any thread: NCCL allows ncclCommAbort
- * there, as torch's watchdog calls it) or NCCL's asynchronous error.  A
- * handle is taken once; later calls see `aborted` before they use one.
+ * there, as torch's watchdog calls it) or NCCL's asynchronous error.  The
+ * handles are taken away under nccl_mu, after `aborted` is set, and
+ * aborted outside it (an abort may wait for NCCL's proxy).
  */
 static void sl_ncomm_fault(sl_ncomm_t *c)
 {
-    ncclComm_t *handles[3] = {&c->tp, &c->prev, &c->next};
-    ncclComm_t  h;
-    int         i;
+    ncclComm_t taken[3];
+    int        i;
 
+    pthread_mutex_lock(&c->nccl_mu);
     atomic_store(&c->aborted, 1);
+    taken[0] = c->tp;
+    taken[1] = c->prev;
+    taken[2] = c->next;
+    c->tp = c->prev = c->next = NULL;
+    pthread_mutex_unlock(&c->nccl_mu);
     for (i = 0; i < 3 && c->api != NULL; ++i) {
-        h = __atomic_exchange_n(handles[i], NULL, __ATOMIC_ACQ_REL);
-        if (h != NULL) {
-            c->api->CommAbort(h);
+        if (taken[i] != NULL) {
+            c->api->CommAbort(taken[i]);
         }
     }
 }
@@ -204,23 +213,23 @@ static void sl_ncomm_fail(sl_ncomm_t *c, sl_status_t status, const char *why)
  * communicator's fault (polled where the host waits, on its thread). */
 static void sl_ncomm_poll_errors(sl_ncomm_t *c)
 {
-    const struct {
-        ncclComm_t  comm;
-        const char *what;
-    } comms[3] = {{c->tp, "the TP group's communicator"},
-                  {c->prev, "the previous stage's communicator"},
-                  {c->next, "the next stage's communicator"}};
+    static const char *const what[3] = {"the TP group's communicator",
+                                        "the previous stage's communicator",
+                                        "the next stage's communicator"};
+    ncclComm_t *handles[3] = {&c->tp, &c->prev, &c->next};
     sl_errbuf_t why;
     sl_status_t status;
     int         i;
 
-    for (i = 0; i < 3 && !atomic_load(&c->aborted); ++i) {
-        if (comms[i].comm == NULL) {
-            continue;
-        }
-        status = sl_nccl_async_error(c->api, comms[i].comm, comms[i].what, &why);
+    for (i = 0; i < 3; ++i) {
+        pthread_mutex_lock(&c->nccl_mu);
+        status = (*handles[i] != NULL && !atomic_load(&c->aborted))
+                     ? sl_nccl_async_error(c->api, *handles[i], what[i], &why)
+                     : STAGELINK_SUCCESS;
+        pthread_mutex_unlock(&c->nccl_mu);
         if (status != STAGELINK_SUCCESS) {
             sl_ncomm_fail(c, status, why.msg);
+            return;
         }
     }
 }
@@ -237,10 +246,14 @@ static void sl_ncomm_destroy(sl_ncomm_t *c)
         ncclResult_t (*close)(ncclComm_t) =
             atomic_load(&c->aborted) ? c->api->CommAbort : c->api->CommDestroy;
 
+        pthread_mutex_lock(&c->nccl_mu);
         if (c->tp) close(c->tp);
         if (c->prev) close(c->prev);
         if (c->next) close(c->next);
+        c->tp = c->prev = c->next = NULL;
+        pthread_mutex_unlock(&c->nccl_mu);
     }
+    pthread_mutex_destroy(&c->nccl_mu);
     for (i = 0; c->reqs != NULL && i < c->set.max_requests; ++i) {
         if (c->reqs[i].event != NULL) {
             c->gpu->event_destroy(c->reqs[i].event);
@@ -317,6 +330,7 @@ static stagelink_status_t sl_nccl_comm_init(const stagelink_config_t *host_confi
         return sl_error(&sl_thread_err, STAGELINK_ERR_NO_MEMORY,
                         "cannot allocate a communicator");
     }
+    pthread_mutex_init(&c->nccl_mu, NULL);
     c->gpu               = sl_nccl_runtime;
     SL_CHECK_GOTO(sl_config_copy(host_config, &copy, &c->err), err);
     config = &copy;
@@ -578,14 +592,19 @@ static sl_status_t sl_nccl_aborted(sl_ncomm_t *c)
  * waited out before the next call. */
 static sl_status_t sl_nccl_settle_all(sl_ncomm_t *c, const char *what)
 {
-    ncclComm_t comms[3] = {c->tp, c->prev, c->next};
+    ncclComm_t comms[3];
     double     deadline = sl_deadline(c->set.timeout);
     int        i;
 
+    pthread_mutex_lock(&c->nccl_mu);
+    comms[0] = c->tp;
+    comms[1] = c->prev;
+    comms[2] = c->next;
+    pthread_mutex_unlock(&c->nccl_mu);
     for (i = 0; i < 3; ++i) {
         if (comms[i] != NULL) {
             SL_CHECK(sl_nccl_settle(c->api, comms[i], deadline, &c->aborted,
-                                    what, &c->err));
+                                    &c->nccl_mu, what, &c->err));
         }
     }
     return STAGELINK_SUCCESS;
@@ -597,7 +616,7 @@ static sl_status_t sl_nccl_post(sl_ncomm_t *c, const stagelink_op_t *ops,
     const sl_nccl_api_t *api;
     ncclComm_t           pair;
     sl_status_t          status = STAGELINK_SUCCESS;
-    int                  peer, sg;
+    int                  peer, sg, started = 0;
     size_t               i, j;
 
     SL_CHECK(sl_nccl_aborted(c));
@@ -628,9 +647,13 @@ static sl_status_t sl_nccl_post(sl_ncomm_t *c, const stagelink_op_t *ops,
     }
     /* The point-to-point part in one group, as batch_isend_irecv does; if
      * the group cannot start, the slots are given back below. */
-    status = sl_nccl_check(api, api->GroupStart(), NULL, "ncclGroupStart",
-                           &c->err);
+    pthread_mutex_lock(&c->nccl_mu);
+    status = atomic_load(&c->aborted)
+                 ? sl_nccl_aborted(c)
+                 : sl_nccl_check(api, api->GroupStart(), NULL,
+                                 "ncclGroupStart", &c->err);
     if (status == STAGELINK_SUCCESS) {
+        started = 1;
         for (i = 0; i < n && status == STAGELINK_SUCCESS; ++i) {
             sl_nccl_route(c, &ops[i].xfer, &pair, &peer);
             status = sl_nccl_enqueue(c, ops[i].kind, &ops[i].xfer, pair, peer,
@@ -641,13 +664,19 @@ static sl_status_t sl_nccl_post(sl_ncomm_t *c, const stagelink_op_t *ops,
             status = STAGELINK_ERR_TRANSPORT;
         }
     }
+    pthread_mutex_unlock(&c->nccl_mu);
     if (status == STAGELINK_SUCCESS) {
         status = sl_nccl_settle_all(c, "the stage boundary's ncclSend/ncclRecv");
     }
     sg = (c->set.mode == STAGELINK_MODE_SCATTER_GATHER && c->layout.tp_size > 1);
     for (i = 0; i < n && status == STAGELINK_SUCCESS; ++i) {
         if (sg && ops[i].kind == STAGELINK_OP_RECV) {
-            status = sl_nccl_enqueue(c, ops[i].kind, &ops[i].xfer, NULL, 0, 1);
+            pthread_mutex_lock(&c->nccl_mu);
+            status = atomic_load(&c->aborted)
+                         ? sl_nccl_aborted(c)
+                         : sl_nccl_enqueue(c, ops[i].kind, &ops[i].xfer, NULL,
+                                           0, 1);
+            pthread_mutex_unlock(&c->nccl_mu);
             if (status == STAGELINK_SUCCESS) {
                 status = sl_nccl_settle_all(c, "the TP group's all-gather");
             }
@@ -660,7 +689,9 @@ static sl_status_t sl_nccl_post(sl_ncomm_t *c, const stagelink_op_t *ops,
     if (status != STAGELINK_SUCCESS) {
         /* Enqueued work cannot be withdrawn: the communicator is unusable,
          * and its streams are released. */
-        sl_ncomm_fail(c, status, c->err.msg);
+        if (started) {
+            sl_ncomm_fail(c, status, c->err.msg);
+        }
         for (i = 0; i < n; ++i) {
             reqs[i]->in_use = 0;
             reqs[i]         = NULL;

@@ -155,9 +155,9 @@ static sl_status_t sl_gather_nccl_warm_up(sl_gather_nccl_t *g, double deadline)
                                                 comm->layout.tp_index,
                                                 (cudaStream_t)g->stream,
                                                 &comm->err), out);
-        SL_CHECK_GOTO(sl_nccl_settle(g->api, g->nccl, deadline, NULL, "the NCCL "
-                                     "gather's warm-up all-gather", &comm->err),
-                      out);
+        SL_CHECK_GOTO(sl_nccl_settle(g->api, g->nccl, deadline, NULL, NULL,
+                                     "the NCCL gather's warm-up all-gather",
+                                     &comm->err), out);
         SL_CHECK_GOTO(comm->gpu->event_record(event, g->stream, &comm->err),
                       out);
         status = sl_gather_nccl_drain(g, event, deadline, "the NCCL gather's "
@@ -448,7 +448,7 @@ static sl_status_t sl_gather_nccl_complete(void *state, sl_req_t *req)
                                        (cudaStream_t)g->stream, &comm->err);
     if (status == STAGELINK_SUCCESS) {
         status = sl_nccl_settle(g->api, g->nccl, sl_deadline(comm->timeout),
-                                &comm->aborting, "the NCCL gather's "
+                                &comm->aborting, NULL, "the NCCL gather's "
                                 "collective", &comm->err);
     }
     if (status != STAGELINK_SUCCESS) {

@@ -166,6 +166,7 @@ static sl_ncomm_t *make_comm(int max_requests)
 {
     sl_ncomm_t *c = calloc(1, sizeof(*c));
 
+    pthread_mutex_init(&c->nccl_mu, NULL);
     c->gpu               = &fake_gpu;
     c->api               = &fake_nccl;
     c->set.mode          = STAGELINK_MODE_FULL;
