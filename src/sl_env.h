@@ -59,6 +59,7 @@ typedef enum sl_env_id {
     SL_ENV_UCX_NET_DEVICES,
     SL_ENV_NCCL_IB_HCA,
     SL_ENV_CUDA_DEVICE_MAX_CONNECTIONS,
+    SL_ENV_NCCL_MULTI_RANK_GPU_ENABLE,
     /* Read from launchers, in the order tried. */
     SL_ENV_RANK,
     SL_ENV_WORLD_SIZE,

@@ -19,6 +19,7 @@
 
 #include "nccl_api.h"
 #include "sl_bootstrap.h"
+#include "sl_env.h"
 #include "sl_log.h"
 #include "sl_time.h"
 #include "sl_topo.h"
@@ -61,7 +62,12 @@ typedef struct sl_nccl_card {
     int32_t      use;    /**< this rank will use NCCL */
     int32_t      failed; /**< TP index 0: NCCL usable, but no id (ncclGetUniqueId failed) */
     char         gpu[16]; /**< PCI address of this rank's current device */
+    int32_t      shares;  /**< NCCL >= 2.30.3 with NCCL_MULTI_RANK_GPU_ENABLE
+                               here: several ranks may share a GPU */
 } sl_nccl_card_t;
+
+/* NCCL_MULTI_RANK_GPU_ENABLE's first release. */
+#define SL_NCCL_MULTI_RANK_VERSION 23003
 
 /*
  * Two TP ranks on one GPU (several processes sharing a device, as on a
@@ -180,8 +186,9 @@ out:
 static void sl_gather_nccl_probe(sl_comm_t *comm, const sl_nccl_api_t **api,
                                  sl_nccl_card_t *mine, sl_errbuf_t *why)
 {
-    char ids[SL_TOPO_MAX_GPUS][16];
-    int  current = -1, n;
+    char           ids[SL_TOPO_MAX_GPUS][16];
+    int            current = -1, n, version = 0;
+    sl_env_value_t multi;
 
     memset(mine, 0, sizeof(*mine));
     why->msg[0] = '\0';
@@ -207,6 +214,12 @@ static void sl_gather_nccl_probe(sl_comm_t *comm, const sl_nccl_api_t **api,
         return;
     }
     mine->use = 1;
+    if ((*api)->GetVersion(&version) == ncclSuccess &&
+        version >= SL_NCCL_MULTI_RANK_VERSION &&
+        sl_env_parse(SL_ENV_NCCL_MULTI_RANK_GPU_ENABLE, &multi, why) ==
+            STAGELINK_SUCCESS && multi.flag) {
+        mine->shares = 1;
+    }
     n = comm->gpu->pci_bus_ids(ids, SL_TOPO_MAX_GPUS, &current);
     if (comm->device < n) {
         memcpy(mine->gpu, ids[comm->device], sizeof(mine->gpu));
@@ -228,7 +241,7 @@ static sl_status_t sl_gather_nccl_verdict(sl_comm_t *comm,
                                           const sl_nccl_card_t *mine,
                                           const sl_errbuf_t *why)
 {
-    int root = comm->layout.tp_ranks[0], k, a, b;
+    int root = comm->layout.tp_ranks[0], k, a, b, shares;
 
     if (cards[0].failed) {
         /* The rank that failed has NCCL's reason; the others point there. */
@@ -255,12 +268,17 @@ static sl_status_t sl_gather_nccl_verdict(sl_comm_t *comm,
                             comm->layout.tp_ranks[k]);
         }
     }
-    if (sl_nccl_shared_gpu(comm, cards, &a, &b)) {
+    for (k = 0, shares = 1; k < comm->layout.tp_size; ++k) {
+        shares = shares && cards[k].shares;
+    }
+    if (!shares && sl_nccl_shared_gpu(comm, cards, &a, &b)) {
         return sl_error(&comm->err, STAGELINK_ERR_UNSUPPORTED,
                         "STAGELINK_GATHER=nccl but ranks %d and %d of this TP "
                         "group share GPU %s, and NCCL allows one rank per GPU "
-                        "in a communicator; give each TP rank its own GPU, or "
-                        "use STAGELINK_GATHER=ucx", comm->layout.tp_ranks[a],
+                        "in a communicator (before 2.30.3, or without "
+                        "NCCL_MULTI_RANK_GPU_ENABLE=1 on every rank); give "
+                        "each TP rank its own GPU, or use STAGELINK_GATHER=ucx",
+                        comm->layout.tp_ranks[a],
                         comm->layout.tp_ranks[b], cards[a].gpu);
     }
     return STAGELINK_SUCCESS;

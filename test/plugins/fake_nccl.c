@@ -18,6 +18,7 @@
  * communicators, in different orders, or with different sizes.
  * ncclSend and ncclRecv, on a communicator of two ranks, are a broadcast
  * from the sender, numbered like the collectives: one direction at a time.
+ * ncclGetVersion says 2.28.0, or FAKE_NCCL_VERSION (NCCL's number: 23003).
  * FAKE_NCCL_COLLECTIVE=fail makes a collective fail as it is issued
  * (ncclSystemError), numbering nothing; FAKE_NCCL_DELAY_MS=N makes each
  * issued from then on take N ms more on its stream (a slow collective).
@@ -347,7 +348,9 @@ static ncclResult_t fake_issue(struct ncclComm *c, const void *send,
 
 ncclResult_t ncclGetVersion(int *version)
 {
-    *version = 22800;
+    const char *v = getenv("FAKE_NCCL_VERSION");
+
+    *version = (v != NULL) ? atoi(v) : 22800;
     return ncclSuccess;
 }
 

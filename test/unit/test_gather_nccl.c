@@ -326,6 +326,18 @@ int main(int argc, char **argv)
               "rank %d, GATHER=nccl, one GPU for both: %s (%s)", r,
               stagelink_status_string(runs[r].status), runs[r].msg);
     }
+    /* ... unless NCCL 2.30.3+ and NCCL_MULTI_RANK_GPU_ENABLE=1 let them. */
+    setenv("FAKE_NCCL_VERSION", "23003", 1);
+    setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 1);
+    run_both(SL_GATHER_NCCL, runs);
+    for (r = 0; r < WORLD; ++r) {
+        CHECK(runs[r].status == STAGELINK_SUCCESS && runs[r].has_state,
+              "rank %d, one GPU, NCCL 2.30.3 with NCCL_MULTI_RANK_GPU_ENABLE: "
+              "%s (%s)", r, stagelink_status_string(runs[r].status),
+              runs[r].msg);
+    }
+    unsetenv("FAKE_NCCL_VERSION");
+    unsetenv("NCCL_MULTI_RANK_GPU_ENABLE");
     shared_gpu = 0;
     select_checks();
     return check_summary();
