@@ -57,6 +57,9 @@ typedef struct sl_req_gather {
     sl_status_t    shard_status; /**< why the own shard failed */
     unsigned char *flags;        /**< tp_size status bytes */
     int            forwarding;   /**< gather sends relay chunks as they land */
+    int            relay_first;  /**< its relaying sends, posted in a row from
+                                      subs.slot[relay_first] (a chunk may
+                                      land while they are posted) */
     size_t         stage_landed; /**< bytes of the own shard in place */
 } sl_req_gather_t;
 

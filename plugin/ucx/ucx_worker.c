@@ -277,10 +277,13 @@ static sl_status_t sl_ucx_part_check(sl_comm_t *comm, int rank,
     }
     memcpy(&card, part->data, sizeof(card));
     if (card.version != SL_WIRE_VERSION) {
+        /* Before wire versions the card began with an address length. */
         return sl_error(&comm->err, STAGELINK_ERR_CONFIG,
-                        "rank %d speaks stagelink's UCX wire version %u, this "
-                        "rank %u (stagelink %s): every rank of a job must run "
-                        "the same stagelink release", rank, card.version,
+                        "rank %d speaks %s stagelink UCX wire than this rank's "
+                        "(version %u, stagelink %s): every rank of a job must "
+                        "run the same stagelink release", rank,
+                        (card.version > 0 && card.version < 256)
+                            ? "another version of the" : "an older",
                         SL_WIRE_VERSION, STAGELINK_VERSION_STRING);
     }
     if (part->len != sizeof(card) + (size_t)card.full_len + card.net_len ||

@@ -653,9 +653,9 @@ class Communicator:
             self._queue.put(_REAP)
 
     def _reaped(self, req):
-        if getattr(self, "_gather", None) is not None and \
-                req._what.startswith("irecv") and \
-                not getattr(self, "_gather_dropped", False):
+        if req._what.startswith("irecv") and \
+                not getattr(self, "_gather_dropped", False) and \
+                getattr(self, "_gather", None) is not None:
             # Its gather is the TP group's collective, entered where the
             # background completes it: not at the point its peers do.
             _log.warning("stagelink: %s was dropped; with tp_group= its "
@@ -663,6 +663,16 @@ class Communicator:
                          "when the background completes it, out of the order "
                          "its TP peers follow (a hang, or another tensor's "
                          "data): wait() for every receive", req._what)
+            self._gather_dropped = True
+        elif req._what.startswith("irecv") and \
+                not getattr(self, "_gather_dropped", False) and \
+                self.info["gather_backend"] == "nccl":
+            # Its NCCL collective is issued in wait() alone: test() never
+            # completes it, so it holds its slot until close().
+            _log.warning("stagelink: %s was dropped; with STAGELINK_GATHER="
+                         "nccl a gathered receive completes only in wait(), "
+                         "which issues its collective: it stays in flight "
+                         "until close(); wait() for every receive", req._what)
             self._gather_dropped = True
         try:
             return self._test(req)

@@ -490,9 +490,9 @@ err:
 /*
  * The communicator failed (a peer died, comm_abort, NCCL's own error):
  * NCCL's abort ends the collectives that wait for a peer, so the host's
- * streams run on instead of hanging.  ncclCommAbort is the one NCCL call
- * made off the host's thread (NCCL allows it from any thread, as torch's
- * watchdog makes it).
+ * streams run on instead of hanging.  It and the progress hook's
+ * ncclCommGetAsyncError are the NCCL calls made off the host's thread
+ * (NCCL allows both from any thread, as torch's watchdog makes them).
  */
 static void sl_gather_nccl_fault(void *state)
 {

@@ -44,6 +44,12 @@ static sl_status_t sl_gather_ucx_send(sl_comm_t *comm, sl_req_t *req,
     return STAGELINK_SUCCESS;
 }
 
+/* Whether sub i is one of the request's relays (posted in a row). */
+static int sl_gather_ucx_relay(const sl_req_t *req, int i)
+{
+    return i < req->subs.n && req->subs.slot[i].kind == SL_SUB_GATHER_SEND;
+}
+
 static sl_status_t sl_gather_ucx_post(void *state, sl_req_t *req)
 {
     sl_comm_t *comm = state;
@@ -65,6 +71,7 @@ static sl_status_t sl_gather_ucx_post(void *state, sl_req_t *req)
     if (sl_chunked_framed(comm, req->shard.length)) {
         req->gather_part.forwarding   = 1;
         req->gather_part.stage_landed = 0;
+        req->gather_part.relay_first  = req->subs.n;
         SL_CHECK(sl_gather_ucx_send(comm, req, STAGELINK_SUCCESS));
     }
     return STAGELINK_SUCCESS;
@@ -82,10 +89,9 @@ static sl_status_t sl_gather_ucx_shard_ready(void *state, sl_req_t *req,
     } else if (own != STAGELINK_SUCCESS) {
         /* The relays send notices of `own` for the chunks not yet gone:
          * the peers fail too, with the root cause. */
-        for (i = 0; i < req->subs.n; ++i) {
-            if (req->subs.slot[i].kind == SL_SUB_GATHER_SEND) {
-                sl_chunked_give_up(&req->subs.slot[i], own);
-            }
+        for (i = req->gather_part.relay_first; sl_gather_ucx_relay(req, i);
+             ++i) {
+            sl_chunked_give_up(&req->subs.slot[i], own);
         }
     }
     return status;
@@ -101,10 +107,8 @@ static void sl_gather_ucx_landed(void *state, sl_req_t *req, size_t bytes)
         return;
     }
     req->gather_part.stage_landed = bytes;
-    for (i = 0; i < req->subs.n; ++i) {
-        if (req->subs.slot[i].kind == SL_SUB_GATHER_SEND) {
-            sl_chunked_relay(&req->subs.slot[i]);
-        }
+    for (i = req->gather_part.relay_first; sl_gather_ucx_relay(req, i); ++i) {
+        sl_chunked_relay(&req->subs.slot[i]);
     }
 }
 
