@@ -133,7 +133,7 @@ sl_status_t sl_req_start(sl_req_t *req);
 sl_status_t sl_req_start_gather(sl_req_t *req);
 /** ENDED: nothing in flight; the host may complete it. */
 int         sl_req_done(const sl_req_t *req);
-/** Its gather's collective is due in wait (gather.h's in_wait): test
+/** Its gather's collective is due in wait (gather.h's due): test
  *  does not complete it. */
 int         sl_req_wait_only(const sl_req_t *req);
 /** "forward send", "backward receive", ... for sentences. */
