@@ -51,6 +51,10 @@
 
 
 
+/* At most this many UCX progress calls take in what a dead peer had sent
+ * before its death is applied. */
+#define SL_FAULT_DRAIN_ROUNDS 64
+
 /* How long finalize lets fault reports still queued go out (seconds). */
 #define SL_FAULT_REPORT_DRAIN 0.2
 
@@ -364,13 +368,18 @@ static void sl_fault_detach(sl_comm_t *comm, const sl_ucx_peer_t *peer,
     }
 }
 
-/* Every request in flight fails with `status` and the sentence `why`. */
+/* Every request in flight fails with `status` and the sentence `why`.  One
+ * that ended keeps its result (its bytes are where they belong), unless a
+ * collective it still needs is due in wait. */
 static void sl_fault_fail_all(sl_comm_t *comm, sl_status_t status,
                               const char *why)
 {
     sl_req_t *req;
 
     for (req = comm->pool.active; req != NULL; req = req->next) {
+        if (sl_req_done(req) && !sl_req_wait_only(req)) {
+            continue;
+        }
         sl_req_abort(comm, req, status, "%s of microbatch %u chunk %u: %s",
                      sl_req_what(req), req->xfer.tag.microbatch,
                      req->xfer.tag.chunk, why);
@@ -387,6 +396,18 @@ static void sl_fault_abort_all(sl_comm_t *comm)
         sl_ucx_ep_force_close(sl_peer_at(comm, i));
     }
     sl_fault_detach(comm, NULL, STAGELINK_ERR_ABORTED, comm->fault_err.msg);
+}
+
+/* What a dead peer wrote before it died is delivered: its exit can be seen
+ * (a pidfd polled after a round that found nothing) before a round that
+ * would have found its last message in this worker's FIFO. */
+static void sl_fault_drain(sl_comm_t *comm)
+{
+    int rounds = 0;
+
+    while (ucp_worker_progress(comm->worker) != 0 &&
+           ++rounds < SL_FAULT_DRAIN_ROUNDS) {
+    }
 }
 
 static void sl_fault_apply(sl_comm_t *comm)
@@ -408,6 +429,7 @@ static void sl_fault_apply(sl_comm_t *comm)
     }
     if (comm->fault == STAGELINK_ERR_PEER_FAILED && !comm->fault_applied) {
         comm->fault_applied = 1;
+        sl_fault_drain(comm);
         if (!comm->closing) {
             sl_fault_report(comm);
         }

@@ -1,8 +1,9 @@
 /*
  * Peers that die: real ranks (forked processes, the plugin loaded through
  * the public loader) where one rank is SIGKILLed before, during (a 64 MiB
- * message mid-rendezvous, either side) or after a transfer, or where a
- * watchdog thread aborts a communicator blocked in wait.  Each survivor
+ * message mid-rendezvous, either side) or after a transfer, or as its last
+ * small send completes (which must still arrive), or where a watchdog
+ * thread aborts a communicator blocked in wait.  Each survivor
  * must get an error (PEER_FAILED naming the dead rank where it talked to
  * it) within the deadline, then finalize within the deadline with the
  * descriptors it had before init.  Each error must come within 100 ms of
@@ -55,6 +56,7 @@
 #define FAIL_FAST 0.1             /* from a death (or abort) to each error */
 #define BIG       (64u << 20)     /* rendezvous on every transport */
 #define MAX_RANKS 4
+#define LAST_WORDS_BYTES 4096     /* eager on every transport */
 
 typedef enum when {
     BEFORE,        /* the victim dies right after init */
@@ -63,6 +65,8 @@ typedef enum when {
     DURING_RECV,   /* the receiver dies with 64 MiB posted, before it
                       answers the sender's request to send */
     AFTER,         /* one transfer completes, then the victim dies */
+    LAST_WORDS,    /* the victim sends a small message to a posted
+                      receive and dies as its send completes */
     ABORT,         /* nobody dies: a watchdog aborts a blocked wait */
     TP_DURING_SEND /* t = 2: a sender dies, its TP group must hear of it */
 } when_t;
@@ -78,6 +82,7 @@ static const scenario_t scenarios[] = {
     {"during-send",    DURING_SEND,    2, 1, 0},
     {"during-recv",    DURING_RECV,    2, 1, 1},
     {"after",          AFTER,          2, 1, 1},
+    {"last-words",     LAST_WORDS,     2, 1, 0},
     {"abort",          ABORT,          2, 1, -1},
     {"tp-during-send", TP_DURING_SEND, 4, 2, 0},
 };
@@ -315,6 +320,67 @@ static void enter_netns(const char *name, rank_report_t *me)
     close(fd);
 }
 
+/*
+ * LAST_WORDS: a message the victim's send completed before it died reaches
+ * the survivor's receive, posted before, though the survivor waits for it
+ * only once the death can be seen.  The victim's buffer holds 1s.
+ */
+static void last_words(const scenario_t *sc, int rank,
+                       const stagelink_plugin_v1_t *sl, stagelink_comm_t *comm,
+                       unsigned char *buf, rank_report_t *me)
+{
+    stagelink_xfer_t     x   = {.peer = (rank == sc->victim)
+                                            ? STAGELINK_PEER_NEXT
+                                            : STAGELINK_PEER_PREV,
+                                .buf = buf, .nbytes = LAST_WORDS_BYTES,
+                                .elem_size = 1, .tag = {.microbatch = 3}};
+    stagelink_request_t *req = NULL;
+    struct pollfd        p   = {.fd = flow_pipe[0], .events = POLLIN};
+    char                 one = 1;
+    size_t               i;
+    int                  st;
+
+    if (rank == sc->victim) {
+        if (poll(&p, 1, (int)(DEADLINE * 1e3)) != 1) {
+            snprintf(me->msg, sizeof(me->msg), "the survivor never posted");
+            _exit(1);
+        }
+        st = sl->isend(comm, &x, &req);
+        if (st == STAGELINK_SUCCESS) {
+            st = sl->wait(comm, req);
+        }
+        if (st != STAGELINK_SUCCESS) {
+            snprintf(me->msg, sizeof(me->msg), "last send: %s: %s",
+                     stagelink_status_string(st), sl->last_error(comm));
+            _exit(1);
+        }
+        raise(SIGKILL);
+    }
+    st = sl->irecv(comm, &x, &req);
+    if (st == STAGELINK_SUCCESS && write(flow_pipe[1], &one, 1) != 1) {
+        snprintf(me->msg, sizeof(me->msg), "cannot wake the victim");
+        _exit(1);
+    }
+    await_victim_death(sc->victim, me);
+    if (st == STAGELINK_SUCCESS) {
+        st = sl->wait(comm, req);
+    }
+    for (i = 0; st == STAGELINK_SUCCESS && i < LAST_WORDS_BYTES; ++i) {
+        if (buf[i] != sc->victim + 1) {
+            snprintf(me->msg, sizeof(me->msg), "the victim's last message "
+                     "holds %u at byte %zu, not %d", buf[i], i, sc->victim + 1);
+            _exit(1);
+        }
+    }
+    if (st != STAGELINK_SUCCESS) {
+        snprintf(me->msg, sizeof(me->msg), "the victim's last message, sent "
+                 "before it died: %s: %s", stagelink_status_string(st),
+                 sl->last_error(comm));
+        me->op_status = st;
+        _exit(1);
+    }
+}
+
 static void run_rank(const scenario_t *sc, int rank, int port,
                      placement_t where)
 {
@@ -423,6 +489,9 @@ static void run_rank(const scenario_t *sc, int rank, int port,
         }
         x.tag.microbatch = 1;
     }
+    if (sc->when == LAST_WORDS) {
+        last_words(sc, rank, sl, comm, buf, me);
+    }
     if (sc->when == ABORT) {
         if (sender) {
             /* Never sends: the receiver stays blocked until the abort. */
@@ -433,7 +502,8 @@ static void run_rank(const scenario_t *sc, int rank, int port,
     }
 
     /* The survivor's transfer meets a peer that is dead already. */
-    if ((sc->when == BEFORE || sc->when == AFTER || sc->when == DURING_SEND) &&
+    if ((sc->when == BEFORE || sc->when == AFTER || sc->when == DURING_SEND ||
+         sc->when == LAST_WORDS) &&
         rank != sc->victim) {
         await_victim_death(sc->victim, me);
     }
