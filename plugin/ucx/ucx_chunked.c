@@ -325,7 +325,7 @@ static sl_status_t sl_dev_net_post(void *ctx, sl_staging_slot_t *slot,
     sl_ucx_param_init(&param, slot,
                       (slot->x->direct && sub->req->device)
                           ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST,
-                      slot->x->direct ? sub->req->xfer.memh : NULL);
+                      slot->x->direct ? sub->req->xfer.memh : NULL, sub->peer);
     if (slot->x->recv) {
         /* A staged chunk of under 16 bytes still offers 16 of its bounce
          * buffer, so that a length header or a notice in its place lands
@@ -336,7 +336,7 @@ static sl_status_t sl_dev_net_post(void *ctx, sl_staging_slot_t *slot,
 
         param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
         param.cb.recv       = sl_chunk_recv_cb;
-        ptr = ucp_tag_recv_nbx(comm->worker, host, room,
+        ptr = ucp_tag_recv_nbx(sub->peer->worker, host, room,
                                sl_chunk_tag(st, index), SL_TAG_MASK_HEADER,
                                &param);
     } else if ((fault = sl_peer_check(comm, sub->peer)) !=
@@ -354,7 +354,7 @@ static sl_status_t sl_dev_net_post(void *ctx, sl_staging_slot_t *slot,
         size_t clen = sl_staging_chunk_len(slot->x, index);
 
         sl_notice_make(st->notice_msg, slot->x->status);
-        sl_ucx_param_init(&param, slot, UCS_MEMORY_TYPE_HOST, NULL);
+        sl_ucx_param_init(&param, slot, UCS_MEMORY_TYPE_HOST, NULL, NULL);
         param.cb.send = sl_chunk_send_cb;
         ptr = ucp_tag_send_nbx(sub->peer->ep, st->notice_msg,
                                (clen > SL_CTL_LEN) ? SL_CTL_LEN : clen + 1,
@@ -383,11 +383,12 @@ static sl_status_t sl_dev_net_post(void *ctx, sl_staging_slot_t *slot,
 
 static int sl_dev_net_ready(void *ctx, sl_staging_xfer_t *x)
 {
-    sl_comm_t          *comm = ctx;
-    sl_staged_t        *st   = x->user;
+    sl_staged_t        *st = x->user;
     ucp_tag_recv_info_t info;
 
-    return ucp_tag_probe_nb(comm->worker, sl_chunk_tag(st, x->next_post),
+    (void)ctx;
+    return ucp_tag_probe_nb(st->sub->peer->worker,
+                            sl_chunk_tag(st, x->next_post),
                             SL_TAG_MASK_HEADER, 0, &info) != NULL;
 }
 
@@ -483,12 +484,12 @@ static int sl_drain_progress(sl_comm_t *comm, sl_staged_t *st)
             st->drain_left = 0;
             return 1;
         }
-        sl_ucx_param_init(&param, st, UCS_MEMORY_TYPE_HOST, NULL);
+        sl_ucx_param_init(&param, st, UCS_MEMORY_TYPE_HOST, NULL, NULL);
         param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
         param.cb.recv       = sl_drain_cb;
         st->ctl_busy        = 1;
         /* In order: chunk (total - left) of the sender's. */
-        ptr = ucp_tag_recv_nbx(comm->worker, comm->scratch, comm->chunk,
+        ptr = ucp_tag_recv_nbx(st->sub->peer->worker, comm->scratch, comm->chunk,
                                sl_tag_chunk(st->sub->tag,
                                             sl_chunked_count(comm, st->hdr.value) -
                                                 st->drain_left),
@@ -503,18 +504,18 @@ static int sl_drain_progress(sl_comm_t *comm, sl_staged_t *st)
 }
 
 /* A framed transfer starts with its header: the length, sent or awaited. */
-static void sl_hdr_post(sl_comm_t *comm, sl_staged_t *st)
+static void sl_hdr_post(sl_staged_t *st)
 {
     ucp_request_param_t param;
     ucs_status_ptr_t    ptr;
 
-    sl_ucx_param_init(&param, st, UCS_MEMORY_TYPE_HOST, NULL);
+    sl_ucx_param_init(&param, st, UCS_MEMORY_TYPE_HOST, NULL, NULL);
     st->ctl_busy = 1;
     if (st->x.recv) {
         sl_chunked_to(st, SL_CHUNKED_AWAITING);
         param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
         param.cb.recv       = sl_hdr_recv_cb;
-        ptr = ucp_tag_recv_nbx(comm->worker, &st->hdr, sizeof(st->hdr),
+        ptr = ucp_tag_recv_nbx(st->sub->peer->worker, &st->hdr, sizeof(st->hdr),
                                st->sub->tag, SL_TAG_MASK_HEADER, &param);
     } else if (st->sub->peer->failed) {
         ptr = UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET);
@@ -612,7 +613,7 @@ sl_status_t sl_chunked_sub_prepare(sl_sub_t *sub, void *buf, size_t len,
 void sl_chunked_sub_kick(sl_staged_t *st)
 {
     if (st->framed) {
-        sl_hdr_post(st->sub->req->comm, st);
+        sl_hdr_post(st);
     }
     if (st->state == SL_CHUNKED_MOVING) {
         sl_staging_progress(&st->x);
@@ -655,15 +656,15 @@ void sl_chunked_cancel(sl_comm_t *comm, sl_staged_t *st)
         sl_staging_abandon(&st->x, STAGELINK_ERR_PEER_FAILED);
         st->drain_left = 0;
         if (st->drain_req != NULL) {
-            ucp_request_cancel(comm->worker, st->drain_req);
+            ucp_request_cancel(st->sub->peer->worker, st->drain_req);
         }
     }
     if (st->hdr_req != NULL) {
-        ucp_request_cancel(comm->worker, st->hdr_req);
+        ucp_request_cancel(st->sub->peer->worker, st->hdr_req);
     }
     for (i = 0; i < comm->nbufs; ++i) {
         if (st->slots[i].in_use && st->slots[i].net != NULL) {
-            ucp_request_cancel(comm->worker, st->slots[i].net);
+            ucp_request_cancel(st->sub->peer->worker, st->slots[i].net);
         }
     }
 }

@@ -66,6 +66,7 @@ struct stagelink_memh {
     void     *addr;
     size_t    length;
     ucp_mem_h ucp_memh;
+    ucp_mem_h ucp_memh_local; /**< the same in the same-node context */
     stagelink_mem_type_t mem_type;
 };
 
@@ -121,10 +122,18 @@ struct stagelink_comm {
     int                         closing;  /**< in finalize: peers leave too */
     ucp_context_h               ucp_ctx;
     ucp_worker_h                worker;
+    /** Same-node transports only (ucx_worker.c), NULL where UCX_TLS is the
+     *  user's or none works: same-node peers then use `worker`. */
+    ucp_context_h               local_ctx;
+    ucp_worker_h                local_worker;
     /** A dropped message's buffer that UCX may still write into until the
      *  worker is gone (finalize's drain timed out): freed after it. */
     void                       *drain_left;
-    int                         efd;
+    int                         efd;          /**< wakes for either worker */
+    int                         efd_set;      /**< efd is an epoll set of both
+                                                   workers' (ours to close) */
+    int                         lanes_warned; /**< same-node bytes over a
+                                                   network transport, told */
     int                         rail;         /**< the NIC's rail, -1 unknown (ucx_worker.c) */
     char                        rail_nic[SL_TOPO_DEVICES_LEN]; /**< its UCX device, "" UCX chose */
     int                         net_sends;    /**< send subs to other nodes in flight */

@@ -180,7 +180,7 @@ static sl_status_t sl_fault_listen(sl_comm_t *comm)
                              UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
         param.user_data    = r;
         param.cb.recv      = sl_fault_report_cb;
-        ptr = ucp_tag_recv_nbx(comm->worker, &r->msg, sizeof(r->msg),
+        ptr = ucp_tag_recv_nbx(peer->worker, &r->msg, sizeof(r->msg),
                                sl_fault_tag(peer->rank), SL_TAG_MASK_ALL,
                                &param);
         if (UCS_PTR_IS_ERR(ptr)) {
@@ -314,7 +314,7 @@ void sl_fault_cleanup(sl_comm_t *comm)
            sl_time_now() < deadline) {
         struct timespec nap = {0, 100000};
 
-        if (ucp_worker_progress(comm->worker) == 0) {
+        if (sl_ucx_worker_progress(comm) == 0) {
             nanosleep(&nap, NULL); /* ranks may share cores: no spinning */
         }
     }
@@ -322,7 +322,8 @@ void sl_fault_cleanup(sl_comm_t *comm)
     /* UCX completes a canceled receive that never matched at once. */
     for (i = 0; i < comm->nreports; ++i) {
         if (comm->reports[i].req != NULL) {
-            ucp_request_cancel(comm->worker, comm->reports[i].req);
+            ucp_request_cancel(comm->reports[i].peer->worker,
+                               comm->reports[i].req);
         }
         pending |= !comm->reports[i].done;
     }
@@ -405,7 +406,7 @@ static void sl_fault_drain(sl_comm_t *comm)
 {
     int rounds = 0;
 
-    while (ucp_worker_progress(comm->worker) != 0 &&
+    while (sl_ucx_worker_progress(comm) != 0 &&
            ++rounds < SL_FAULT_DRAIN_ROUNDS) {
     }
 }

@@ -92,43 +92,32 @@ static int sl_gdr_ib_md(const char *tl, size_t tl_len, const char *dev,
     return 1;
 }
 
-/* The transports of this context, as UCX lists them ("flags --
- * rc_mlx5/mlx5_0:1"): what UCX_TLS and the rail's NET_DEVICES left it.
- * cuda_ipc found sets ucx_ipc; the InfiniBand domains go to `mds`. */
-static int sl_gdr_context_tls(sl_comm_t *comm,
-                                 char (*mds)[UCT_MD_NAME_MAX], int max)
+/* What sl_gdr_domains collects from the context's transports. */
+typedef struct sl_gdr_tls {
+    sl_comm_t *comm;
+    char     (*mds)[UCT_MD_NAME_MAX];
+    int        n, max;
+} sl_gdr_tls_t;
+
+/* One transport of this context ("rc_mlx5", "mlx5_0:1"): what UCX_TLS and
+ * the rail's NET_DEVICES left it.  cuda_ipc found sets ucx_ipc; the
+ * InfiniBand domains go to `mds`. */
+static void sl_gdr_tl(void *arg, const char *tl, size_t tl_len,
+                      const char *dev)
 {
-    char   *text = NULL, *line, *save = NULL;
-    size_t  size = 0;
-    FILE   *f    = open_memstream(&text, &size);
-    int     n    = 0, k, seen;
+    sl_gdr_tls_t *t = arg;
+    int           k, seen = 0;
 
-    if (f == NULL) {
-        return 0;
-    }
-    ucp_context_print_info(comm->ucp_ctx, f);
-    fclose(f);
-    for (line = strtok_r(text, "\n", &save); line != NULL;
-         line = strtok_r(NULL, "\n", &save)) {
-        char  *tl = strstr(line, "flags -- "), *slash;
-        size_t tl_len;
-
-        if (tl == NULL || (slash = strchr(tl += 9, '/')) == NULL) {
-            continue;
+    if (tl_len == 8 && strncmp(tl, "cuda_ipc", 8) == 0) {
+        t->comm->ucx_ipc = 1;
+    } else if (t->n < t->max &&
+               sl_gdr_ib_md(tl, tl_len, dev, t->mds[t->n],
+                            sizeof(t->mds[t->n]))) {
+        for (k = 0; k < t->n; ++k) {
+            seen |= strcmp(t->mds[k], t->mds[t->n]) == 0;
         }
-        tl_len = (size_t)(slash - tl);
-        if (tl_len == 8 && strncmp(tl, "cuda_ipc", 8) == 0) {
-            comm->ucx_ipc = 1;
-        } else if (n < max &&
-                   sl_gdr_ib_md(tl, tl_len, slash + 1, mds[n], sizeof(mds[n]))) {
-            for (k = 0, seen = 0; k < n; ++k) {
-                seen |= strcmp(mds[k], mds[n]) == 0;
-            }
-            n += !seen;
-        }
+        t->n += !seen;
     }
-    free(text);
-    return n;
 }
 
 /*
@@ -145,11 +134,13 @@ void sl_gdr_domains(sl_comm_t *comm)
     uct_component_attr_t attr;
     unsigned             ncomp = 0, i;
     int                  nmds, m;
+    sl_gdr_tls_t         tls = {comm, mds, 0, SL_GDR_MAX_IB_MDS};
 
     if (!comm->ucx_cuda) {
         return;
     }
-    nmds = sl_gdr_context_tls(comm, mds, SL_GDR_MAX_IB_MDS);
+    sl_ucx_context_tls(comm->ucp_ctx, sl_gdr_tl, &tls);
+    nmds = tls.n;
     if (nmds == 0) {
         return;
     }

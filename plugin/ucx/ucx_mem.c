@@ -230,6 +230,13 @@ sl_status_t sl_mem_register(sl_comm_t *comm, void *buf, size_t nbytes,
     params.memory_type = (resolved == STAGELINK_MEM_CUDA) ? UCS_MEMORY_TYPE_CUDA
                                                           : UCS_MEMORY_TYPE_HOST;
     ucs = ucp_mem_map(comm->ucp_ctx, &params, &memh->ucp_memh);
+    if (ucs == UCS_OK && comm->local_ctx != NULL) {
+        /* Same-node peers' operations run in the same-node context. */
+        ucs = ucp_mem_map(comm->local_ctx, &params, &memh->ucp_memh_local);
+        if (ucs != UCS_OK) {
+            ucp_mem_unmap(comm->ucp_ctx, memh->ucp_memh);
+        }
+    }
     if (ucs != UCS_OK) {
         free(memh);
         return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
@@ -255,6 +262,12 @@ sl_status_t sl_mem_deregister(sl_comm_t *comm, stagelink_memh_t *memh)
     *link = memh->next;
     ucs = (memh->ucp_memh != NULL) ? ucp_mem_unmap(comm->ucp_ctx, memh->ucp_memh)
                                    : UCS_OK;
+    if (memh->ucp_memh_local != NULL) {
+        ucs_status_t local = ucp_mem_unmap(comm->local_ctx,
+                                           memh->ucp_memh_local);
+
+        ucs = (ucs == UCS_OK) ? local : ucs;
+    }
     free(memh);
     if (ucs != UCS_OK) {
         return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,

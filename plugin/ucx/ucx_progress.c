@@ -192,10 +192,10 @@ sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake)
      * completion UCX deferred without counting it: a callback of ours that
      * ran means the hooks have its follow-up to do before any sleep. */
     seen = comm->callbacks;
-    if (ucp_worker_progress(comm->worker) != 0 || comm->callbacks != seen) {
+    if (sl_ucx_worker_progress(comm) != 0 || comm->callbacks != seen) {
         return STAGELINK_SUCCESS;
     }
-    ucs = ucp_worker_arm(comm->worker);
+    ucs = sl_ucx_worker_arm(comm);
     if (ucs == UCS_ERR_BUSY) {
         return STAGELINK_SUCCESS;
     }
@@ -371,12 +371,12 @@ void sl_progress_leave(sl_comm_t *comm)
      * without the host. */
     if (atomic_load(&comm->pt_sleeping)) {
         seen = comm->callbacks;
-        kick = ucp_worker_progress(comm->worker) != 0 ||
+        kick = sl_ucx_worker_progress(comm) != 0 ||
                comm->callbacks != seen ||
                sl_progress_hooks_busy(comm) ||
                (!comm->pt_timed && (sl_progress_tx_pending(comm) ||
                                     sl_progress_hooks_wake_at(comm) != 0.0)) ||
-               ucp_worker_arm(comm->worker) != UCS_OK ||
+               sl_ucx_worker_arm(comm) != UCS_OK ||
                sl_progress_fault_waits(comm);
         if (kick) {
             ucp_worker_signal(comm->worker);

@@ -233,7 +233,7 @@ static sl_status_t sl_sub_send_plain(sl_sub_t *sub, const void *buf,
 {
     ucp_request_param_t param;
 
-    sl_ucx_param_init(&param, sub, UCS_MEMORY_TYPE_HOST, memh);
+    sl_ucx_param_init(&param, sub, UCS_MEMORY_TYPE_HOST, memh, sub->peer);
     param.cb.send = sl_sub_send_cb;
     return sl_sub_started(sub, ucp_tag_send_nbx(sub->peer->ep, buf, len, tag,
                                                 &param));
@@ -311,10 +311,10 @@ static sl_status_t sl_sub_post(sl_req_t *req, sl_ucx_peer_t *peer,
      * always has the real length, so receives complete there. */
     land = sl_sub_landing(sub);
     sl_ucx_param_init(&param, sub, UCS_MEMORY_TYPE_HOST,
-                      (land == buf && len > 0) ? req->xfer.memh : NULL);
+                      (land == buf && len > 0) ? req->xfer.memh : NULL, peer);
     param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.cb.recv       = sl_sub_recv_cb;
-    return sl_sub_started(sub, ucp_tag_recv_nbx(req->comm->worker, land,
+    return sl_sub_started(sub, ucp_tag_recv_nbx(peer->worker, land,
                                                 (land == buf) ? len
                                                               : SL_CTL_LEN,
                                                 tag, SL_TAG_MASK_HEADER,
@@ -367,7 +367,7 @@ sl_status_t sl_sub_post_host(sl_req_t *req, sl_ucx_peer_t *peer,
 void sl_sub_cancel(sl_comm_t *comm, sl_sub_t *sub)
 {
     if (sub->state == SL_SUB_PLAIN) {
-        ucp_request_cancel(comm->worker, sub->ucx_req);
+        ucp_request_cancel(sub->peer->worker, sub->ucx_req);
     } else if (sub->state == SL_SUB_CHUNKED) {
         sl_chunked_cancel(comm, sub->staged);
     }

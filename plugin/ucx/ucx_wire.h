@@ -23,20 +23,21 @@
 
 #include <stdint.h>
 
-#define SL_WIRE_VERSION 2u
+#define SL_WIRE_VERSION 3u
 
 /* A rank's part of the address exchange: this card, then its worker
- * addresses (full_len bytes, then net_len bytes). */
+ * addresses (full_len bytes, net_len bytes, then local_len bytes). */
 typedef struct sl_rank_card {
     uint32_t version;  /**< SL_WIRE_VERSION */
     uint32_t full_len; /**< worker address with every transport */
     uint32_t net_len;  /**< network-only worker address */
+    uint32_t local_len; /**< same-node worker's address, 0 when none */
     uint32_t direct;   /**< sl_device_all_direct */
     int32_t  rail;     /**< its NIC's rail, -1 unknown */
     char     nic[SL_TOPO_DEVICES_LEN]; /**< that NIC, "" UCX chose */
 } sl_rank_card_t;
 
-_Static_assert(sizeof(sl_rank_card_t) == 5 * 4 + SL_TOPO_DEVICES_LEN,
+_Static_assert(sizeof(sl_rank_card_t) == 6 * 4 + SL_TOPO_DEVICES_LEN,
                "the rank card has no padding: its bytes are the wire's");
 
 typedef enum sl_tag_class {

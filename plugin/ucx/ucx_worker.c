@@ -4,7 +4,12 @@
  * worker address: UCX takes two network namespaces of one host (or two
  * containers) for one node and would otherwise move the "inter-node" bytes
  * through shared memory; on real clusters the shared-memory lanes are
- * useless across nodes anyway.  SPDX-License-Identifier: MIT
+ * useless across nodes anyway.  Same-node peers get theirs from a second
+ * context and worker that offer only transports inside the node (shared
+ * memory, CMA, cuda_ipc): UCX 1.13 rates cuda_ipc below InfiniBand on
+ * Hopper, and would otherwise send NVLink traffic through the NIC.  A
+ * message arrives at the worker its endpoint names, so a receive from a
+ * peer is posted on that peer's worker.  SPDX-License-Identifier: MIT
  */
 #include "ucx_comm.h"
 
@@ -14,8 +19,11 @@
 #include "sl_time.h"
 #include "sl_topo.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 
 /* The rail: the NIC nearest this rank's GPU, unless the user chose. */
@@ -42,10 +50,151 @@ out:
     return status;
 }
 
-sl_status_t sl_ucx_worker_create(sl_comm_t *comm)
+/* A context with tag matching and wakeup, and its one worker. */
+static ucs_status_t sl_ucx_open(const ucp_config_t *config, const char *name,
+                                int neps, ucp_context_h *ctx,
+                                ucp_worker_h *worker)
 {
     ucp_params_t        params;
     ucp_worker_params_t wparams;
+    ucs_status_t        ucs;
+
+    memset(&params, 0, sizeof(params));
+    params.field_mask        = UCP_PARAM_FIELD_FEATURES |
+                               UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
+                               UCP_PARAM_FIELD_NAME;
+    params.features          = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+    params.estimated_num_eps = (size_t)neps;
+    params.name              = name;
+    ucs = ucp_init(&params, config, ctx);
+    if (ucs != UCS_OK) {
+        *ctx = NULL;
+        return ucs;
+    }
+    memset(&wparams, 0, sizeof(wparams));
+    wparams.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    /* Serialized by the communicator's mutex (ucx_progress.c): the host
+     * and the progress thread take turns; UCX's own lock would spin. */
+    wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+    ucs = ucp_worker_create(*ctx, &wparams, worker);
+    if (ucs != UCS_OK) {
+        ucp_cleanup(*ctx);
+        *ctx    = NULL;
+        *worker = NULL;
+    }
+    return ucs;
+}
+
+/* The same-node transports of the main context: ",posix,sysv,cma," */
+typedef struct sl_ucx_local_tls {
+    char   list[256];
+    size_t used;
+    int    am; /**< one of them carries messages (a shared-memory FIFO) */
+} sl_ucx_local_tls_t;
+
+static void sl_ucx_local_tl(void *arg, const char *tl, size_t tl_len,
+                            const char *dev)
+{
+    sl_ucx_local_tls_t *t = arg;
+    char                name[32];
+    int                 n;
+
+    (void)dev;
+    if (!sl_ucx_tl_local(tl, tl_len) || tl_len + 3 > sizeof(name)) {
+        return;
+    }
+    snprintf(name, sizeof(name), ",%.*s,", (int)tl_len, tl);
+    if (strstr(t->list, name) != NULL) {
+        return; /* listed for another device */
+    }
+    n = snprintf(t->list + t->used, sizeof(t->list) - t->used, "%s", name + 1);
+    t->used += (n > 0 && (size_t)n < sizeof(t->list) - t->used) ? (size_t)n : 0;
+    t->am   |= (tl_len == 4 && strncmp(tl, "sysv", 4) == 0) ||
+               (tl_len == 5 && (strncmp(tl, "posix", 5) == 0 ||
+                                strncmp(tl, "xpmem", 5) == 0));
+}
+
+/*
+ * The same-node worker: a context of the main one's transports that stay
+ * inside the node.  Not made where the user set UCX_TLS (they chose), nor
+ * where no shared-memory FIFO works (same-node peers then use the main
+ * worker, with one WARN).  Both ends of a pair decide alike from their
+ * cards (sl_ucx_ep_create).
+ */
+static void sl_ucx_local_open(sl_comm_t *comm)
+{
+    sl_ucx_local_tls_t tls;
+    ucp_config_t      *config;
+    ucs_status_t       ucs;
+
+    if (getenv("UCX_TLS") != NULL) {
+        SL_INFO(SL_SUBSYS_NET, "UCX_TLS=%s is set: same-node peers use the "
+                "transports it names", getenv("UCX_TLS"));
+        return;
+    }
+    memset(&tls, 0, sizeof(tls));
+    tls.list[0] = ',';
+    tls.used    = 1;
+    sl_ucx_context_tls(comm->ucp_ctx, sl_ucx_local_tl, &tls);
+    tls.list[tls.used - 1] = '\0'; /* the trailing comma */
+    if (!tls.am) {
+        comm->lanes_warned = 1; /* the endpoints' lanes say the rest */
+        SL_WARN(SL_SUBSYS_NET, "UCX offers no shared-memory transport here "
+                "(same-node ones found: %s): same-node peers go over the "
+                "transports of the main worker; check /dev/shm and the "
+                "shared-memory limits (ipcs -l)",
+                tls.list[1] ? tls.list + 1 : "none");
+        return;
+    }
+    ucs = ucp_config_read(NULL, NULL, &config);
+    if (ucs == UCS_OK) {
+        ucs = ucp_config_modify(config, "TLS", tls.list + 1);
+        if (ucs == UCS_OK) {
+            ucs = sl_ucx_open(config, "stagelink-local", comm->layout.tp_size + 2,
+                              &comm->local_ctx, &comm->local_worker);
+        }
+        ucp_config_release(config);
+    }
+    if (ucs != UCS_OK) {
+        comm->lanes_warned = 1;
+        SL_WARN(SL_SUBSYS_NET, "cannot open a UCX worker over the same-node "
+                "transports %s (%s): same-node peers go over the transports "
+                "of the main worker", tls.list + 1, ucs_status_string(ucs));
+        return;
+    }
+    SL_INFO(SL_SUBSYS_NET, "same-node worker: transports %s", tls.list + 1);
+}
+
+/* One fd wakes the communicator for both workers: an epoll set of theirs. */
+static sl_status_t sl_ucx_efd_join(sl_comm_t *comm)
+{
+    struct epoll_event ev = {.events = EPOLLIN};
+    int                fds[2] = {comm->efd, -1}, set, i;
+    ucs_status_t       ucs;
+
+    ucs = ucp_worker_get_efd(comm->local_worker, &fds[1]);
+    set = (ucs == UCS_OK) ? epoll_create1(EPOLL_CLOEXEC) : -1;
+    for (i = 0; set >= 0 && i < 2; ++i) {
+        ev.data.fd = fds[i];
+        if (epoll_ctl(set, EPOLL_CTL_ADD, fds[i], &ev) != 0) {
+            close(set);
+            set = -1;
+        }
+    }
+    if (set < 0) {
+        sl_ucx_worker_destroy(comm);
+        return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
+                        "cannot wait on both UCX workers: %s",
+                        (ucs != UCS_OK) ? ucs_status_string(ucs)
+                                        : strerror(errno));
+    }
+    comm->efd     = set;
+    comm->efd_set = 1;
+    return STAGELINK_SUCCESS;
+}
+
+sl_status_t sl_ucx_worker_create(sl_comm_t *comm)
+{
     ucp_config_t       *config;
     sl_topo_choice_t    rail;
     ucs_status_t        ucs;
@@ -75,33 +224,13 @@ sl_status_t sl_ucx_worker_create(sl_comm_t *comm)
             comm->local_rank, comm->local_size,
             rail.devices[0] ? rail.devices : "chosen by UCX", rail.why);
 
-    memset(&params, 0, sizeof(params));
-    params.field_mask        = UCP_PARAM_FIELD_FEATURES |
-                               UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
-                               UCP_PARAM_FIELD_NAME;
-    params.features          = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
-    params.estimated_num_eps = (size_t)comm->layout.tp_size + 2;
-    params.name              = "stagelink";
-    ucs = ucp_init(&params, config, &comm->ucp_ctx);
+    ucs = sl_ucx_open(config, "stagelink", comm->layout.tp_size + 2,
+                      &comm->ucp_ctx, &comm->worker);
     ucp_config_release(config);
     if (ucs != UCS_OK) {
         return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
-                        "ucp_init failed: %s; check UCX_TLS and "
-                        "UCX_NET_DEVICES", ucs_status_string(ucs));
-    }
-
-    memset(&wparams, 0, sizeof(wparams));
-    wparams.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    /* Serialized by the communicator's mutex (ucx_progress.c): the host
-     * and the progress thread take turns; UCX's own lock would spin. */
-    wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;
-    ucs = ucp_worker_create(comm->ucp_ctx, &wparams, &comm->worker);
-    if (ucs != UCS_OK) {
-        ucp_cleanup(comm->ucp_ctx);
-        comm->ucp_ctx = NULL;
-        return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
-                        "ucp_worker_create failed: %s",
-                        ucs_status_string(ucs));
+                        "UCX cannot open a context and worker: %s; check "
+                        "UCX_TLS and UCX_NET_DEVICES", ucs_status_string(ucs));
     }
     ucs = ucp_worker_get_efd(comm->worker, &comm->efd);
     if (ucs != UCS_OK) {
@@ -111,10 +240,14 @@ sl_status_t sl_ucx_worker_create(sl_comm_t *comm)
                         "UCX_TLS must support wakeup",
                         ucs_status_string(ucs));
     }
+    sl_ucx_local_open(comm);
+    if (comm->local_worker != NULL) {
+        return sl_ucx_efd_join(comm);
+    }
     return STAGELINK_SUCCESS;
 }
 
-static ucs_status_t sl_ucx_address(sl_comm_t *comm, int net_only,
+static ucs_status_t sl_ucx_address(ucp_worker_h worker, int net_only,
                                    ucp_address_t **addr, size_t *len)
 {
     ucp_worker_attr_t attr;
@@ -126,7 +259,7 @@ static ucs_status_t sl_ucx_address(sl_comm_t *comm, int net_only,
         attr.field_mask   |= UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS;
         attr.address_flags = UCP_WORKER_ADDRESS_FLAG_NET_ONLY;
     }
-    ucs = ucp_worker_query(comm->worker, &attr);
+    ucs = ucp_worker_query(worker, &attr);
     if (ucs == UCS_OK) {
         *addr = attr.address;
         *len  = attr.address_length;
@@ -140,79 +273,6 @@ static void sl_ucx_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
     sl_ucx_callback_ran(((sl_ucx_peer_t *)arg)->comm);
     sl_peer_down(arg, 0, "UCX reported \"%s\" on its endpoint",
                        ucs_status_string(status));
-}
-
-/* Transports that stay inside the node; any other one goes through a NIC. */
-static int sl_ucx_tl_local(const char *tl, size_t len)
-{
-    static const char *const local[] = {"self", "sysv", "posix", "cma",
-                                        "knem", "xpmem", "cuda_ipc",
-                                        "cuda_copy", "gdr_copy"};
-    size_t i;
-
-    for (i = 0; i < SL_ARRAY_SIZE(local); ++i) {
-        if (strlen(local[i]) == len && strncmp(tl, local[i], len) == 0) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/*
- * The lanes UCX chose for a same-node endpoint, from ucp_ep_print_info
- * ("lane[0]:  3:sysv/memory.0 md[2] ..."): logged at INFO, and a WARN
- * when one is a network transport.  UCX 1.13 rates cuda_ipc below
- * InfiniBand on Hopper (fixed in 1.14), so NVLink traffic can go through
- * the NIC; a full worker address lets it.
- */
-static void sl_ucx_same_node_lanes(const sl_ucx_peer_t *peer)
-{
-    char   *text = NULL, lanes[256] = "", network[128] = "";
-    size_t  size = 0, used = 0, net = 0;
-    FILE   *f = open_memstream(&text, &size);
-    char   *line, *save = NULL;
-
-    if (f == NULL) {
-        return;
-    }
-    ucp_ep_print_info(peer->ep, f);
-    fclose(f);
-    for (line = strtok_r(text, "\n", &save); line != NULL;
-         line = strtok_r(NULL, "\n", &save)) {
-        char  *lane = strstr(line, "lane["), *tl, *end;
-        size_t tl_len;
-        int    n;
-
-        if (lane == NULL || (tl = strchr(lane + 5, ':')) == NULL ||
-            (tl = strchr(tl + 1, ':')) == NULL) {
-            continue;
-        }
-        ++tl;
-        end    = tl + strcspn(tl, " ");
-        tl_len = (size_t)(end - tl);
-        if (memchr(tl, '/', tl_len) != NULL) {
-            tl_len = (size_t)((char *)memchr(tl, '/', tl_len) - tl);
-        }
-        n = snprintf(lanes + used, sizeof(lanes) - used, "%s%.*s",
-                     used ? " " : "", (int)(end - tl), tl);
-        used += (n > 0 && (size_t)n < sizeof(lanes) - used) ? (size_t)n : 0;
-        if (!sl_ucx_tl_local(tl, tl_len)) {
-            n = snprintf(network + net, sizeof(network) - net, "%s%.*s",
-                         net ? " " : "", (int)(end - tl), tl);
-            net += (n > 0 && (size_t)n < sizeof(network) - net) ? (size_t)n : 0;
-        }
-    }
-    free(text);
-    SL_INFO(SL_SUBSYS_NET, "endpoint to rank %d: same node over %s", peer->rank,
-            lanes[0] ? lanes : "(no lanes reported)");
-    if (network[0] != '\0') {
-        SL_WARN(SL_SUBSYS_NET, "the endpoint to rank %d, on this node, runs "
-                "over %s, a network transport: same-node bytes cross a NIC, "
-                "not shared memory or NVLink (UCX %s; UCX 1.13 underrates "
-                "cuda_ipc on Hopper, fixed in 1.14; or UCX_TLS leaves out "
-                "shared memory)", peer->rank, network,
-                ucp_get_version_string());
-    }
 }
 
 static sl_status_t sl_ucx_ep_create(sl_comm_t *comm, sl_ucx_peer_t *peer,
@@ -233,12 +293,17 @@ static sl_status_t sl_ucx_ep_create(sl_comm_t *comm, sl_ucx_peer_t *peer,
                         "transport; check UCX_TLS and UCX_NET_DEVICES there",
                         rank, node);
     }
+    /* Both ends decide alike: each has the other's card. */
+    peer->local  = !peer->inter_node && comm->local_worker != NULL &&
+                   card->local_len > 0;
+    peer->worker = peer->local ? comm->local_worker : comm->worker;
     memset(&params, 0, sizeof(params));
     params.field_mask      = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                              UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                              UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    params.address         = (const ucp_address_t *)(peer->inter_node
-                                 ? addr + card->full_len : addr);
+    params.address         = (const ucp_address_t *)(
+        peer->inter_node ? addr + card->full_len
+        : peer->local    ? addr + card->full_len + card->net_len : addr);
     /* UCX 1.13's shared-memory transports cannot report peer failure, so
      * PEER mode would push same-node traffic onto TCP loopback (design.md).
      * Same-node peers are watched through their pidfd instead (ucx_fault.c). */
@@ -246,7 +311,7 @@ static sl_status_t sl_ucx_ep_create(sl_comm_t *comm, sl_ucx_peer_t *peer,
                                               : UCP_ERR_HANDLING_MODE_NONE;
     params.err_handler.cb  = sl_ucx_ep_error;
     params.err_handler.arg = peer;
-    ucs = ucp_ep_create(comm->worker, &params, &peer->ep);
+    ucs = ucp_ep_create(peer->worker, &params, &peer->ep);
     if (ucs != UCS_OK) {
         peer->ep = NULL;
         return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
@@ -254,12 +319,7 @@ static sl_status_t sl_ucx_ep_create(sl_comm_t *comm, sl_ucx_peer_t *peer,
                         "%s): %s", rank, peer->inter_node ? "other" : "same",
                         node, ucs_status_string(ucs));
     }
-    if (peer->inter_node) {
-        SL_INFO(SL_SUBSYS_NET, "endpoint to rank %d: inter-node, network "
-                "transports only", rank);
-    } else {
-        sl_ucx_same_node_lanes(peer);
-    }
+    sl_ucx_ep_lanes(peer);
     return STAGELINK_SUCCESS;
 }
 
@@ -286,13 +346,14 @@ static sl_status_t sl_ucx_part_check(sl_comm_t *comm, int rank,
                             ? "another version of the" : "an older",
                         SL_WIRE_VERSION, STAGELINK_VERSION_STRING);
     }
-    if (part->len != sizeof(card) + (size_t)card.full_len + card.net_len ||
+    if (part->len != sizeof(card) + (size_t)card.full_len + card.net_len +
+                         card.local_len ||
         card.full_len == 0) {
         return sl_error(&comm->err, STAGELINK_ERR_BOOTSTRAP,
                         "rank %d's worker address part has %zu bytes for "
-                        "addresses of %u and %u bytes: ranks run different "
-                        "stagelink versions?", rank, part->len, card.full_len,
-                        card.net_len);
+                        "addresses of %u, %u and %u bytes: ranks run "
+                        "different stagelink versions?", rank, part->len,
+                        card.full_len, card.net_len, card.local_len);
     }
     /* The automatic chunk size follows this; each rank must pick the same,
      * and its peers are all it can ask. */
@@ -352,8 +413,8 @@ static sl_status_t sl_ucx_connect_rank(sl_comm_t *comm, int rank,
 
 sl_status_t sl_ucx_connect(sl_comm_t *comm, sl_bootstrap_t *bs)
 {
-    ucp_address_t  *full = NULL, *net = NULL;
-    size_t          full_len, net_len = 0;
+    ucp_address_t  *full = NULL, *net = NULL, *local = NULL;
+    size_t          full_len, net_len = 0, local_len = 0, len;
     sl_rank_card_t  card;
     sl_boot_blob_t *parts = NULL;
     char           *mine = NULL;
@@ -361,7 +422,7 @@ sl_status_t sl_ucx_connect(sl_comm_t *comm, sl_bootstrap_t *bs)
     ucs_status_t    ucs;
     int             i;
 
-    ucs = sl_ucx_address(comm, 0, &full, &full_len);
+    ucs = sl_ucx_address(comm->worker, 0, &full, &full_len);
     if (ucs != UCS_OK) {
         full   = NULL;
         status = sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
@@ -370,25 +431,37 @@ sl_status_t sl_ucx_connect(sl_comm_t *comm, sl_bootstrap_t *bs)
         goto out;
     }
     /* A worker without network transports (UCX_TLS=shm) has no such address. */
-    if (sl_ucx_address(comm, 1, &net, &net_len) != UCS_OK) {
+    if (sl_ucx_address(comm->worker, 1, &net, &net_len) != UCS_OK) {
         net     = NULL;
         net_len = 0;
     }
+    if (comm->local_worker != NULL) {
+        ucs = sl_ucx_address(comm->local_worker, 0, &local, &local_len);
+        if (ucs != UCS_OK) {
+            local  = NULL;
+            status = sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
+                              "cannot query the same-node UCX worker's "
+                              "address: %s", ucs_status_string(ucs));
+            goto out;
+        }
+    }
+    len = sizeof(card) + full_len + net_len + local_len;
     memset(&card, 0, sizeof(card));
     card.version  = SL_WIRE_VERSION;
     card.full_len = (uint32_t)full_len;
     card.net_len  = (uint32_t)net_len;
+    card.local_len = (uint32_t)local_len;
     card.direct   = (uint32_t)sl_device_all_direct(comm);
     card.rail     = comm->rail;
     snprintf(card.nic, sizeof(card.nic), "%s", comm->rail_nic);
-    if (sizeof(card) + full_len + net_len > SL_BOOTSTRAP_MAX_BLOCK) {
+    if (len > SL_BOOTSTRAP_MAX_BLOCK) {
         status = sl_error(&comm->err, STAGELINK_ERR_BOOTSTRAP,
-                          "UCX worker addresses of %zu and %zu bytes exceed "
-                          "the bootstrap limit of %u", full_len, net_len,
-                          SL_BOOTSTRAP_MAX_BLOCK);
+                          "UCX worker addresses of %zu, %zu and %zu bytes "
+                          "exceed the bootstrap limit of %u", full_len,
+                          net_len, local_len, SL_BOOTSTRAP_MAX_BLOCK);
         goto out;
     }
-    mine  = malloc(sizeof(card) + full_len + net_len);
+    mine  = malloc(len);
     parts = calloc((size_t)comm->npeers + 1, sizeof(*parts));
     if (mine == NULL || parts == NULL) {
         status = sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
@@ -401,8 +474,10 @@ sl_status_t sl_ucx_connect(sl_comm_t *comm, sl_bootstrap_t *bs)
     if (net_len > 0) {
         memcpy(mine + sizeof(card) + full_len, net, net_len);
     }
-    SL_CHECK_GOTO(sl_bootstrap_exchange(bs, "addr", mine,
-                                        sizeof(card) + full_len + net_len,
+    if (local_len > 0) {
+        memcpy(mine + sizeof(card) + full_len + net_len, local, local_len);
+    }
+    SL_CHECK_GOTO(sl_bootstrap_exchange(bs, "addr", mine, len,
                                         comm->peer_ranks, comm->npeers, parts,
                                         &comm->err), out);
     for (i = 0; i < comm->npeers; ++i) {
@@ -425,6 +500,9 @@ out:
     sl_bootstrap_blobs_free(parts, comm->npeers);
     free(parts);
     free(mine);
+    if (local != NULL) {
+        ucp_worker_release_address(comm->local_worker, local);
+    }
     if (net != NULL) {
         ucp_worker_release_address(comm->worker, net);
     }
@@ -475,12 +553,12 @@ static void sl_ucx_ep_close(sl_comm_t *comm, sl_ucx_peer_t *peer)
     peer->close_req = NULL;
     if (UCS_PTR_IS_PTR(req)) {
         do {
-            ucp_worker_progress(comm->worker);
+            sl_ucx_worker_progress(comm);
             ucs = ucp_request_check_status(req);
         } while (ucs == UCS_INPROGRESS && !sl_deadline_passed(deadline));
         if (ucs == UCS_INPROGRESS) {
             /* The peer is gone or stuck: drop the endpoint without flush. */
-            ucp_request_cancel(comm->worker, req);
+            ucp_request_cancel(peer->worker, req);
             SL_WARN(SL_SUBSYS_NET, "closing the endpoint to rank %d timed "
                     "out; dropped it", peer->rank);
         }
@@ -502,14 +580,46 @@ void sl_ucx_worker_destroy(sl_comm_t *comm)
         ucp_worker_destroy(comm->worker);
         comm->worker = NULL;
     }
+    if (comm->efd_set) {
+        close(comm->efd);
+        comm->efd_set = 0;
+    }
+    if (comm->local_worker != NULL) {
+        ucp_worker_destroy(comm->local_worker);
+        comm->local_worker = NULL;
+    }
     free(comm->drain_left); /* nothing writes into it any more */
     comm->drain_left = NULL;
+    /* After the workers: operations in flight until then may use them. */
+    sl_mem_cleanup(comm);
+    if (comm->local_ctx != NULL) {
+        ucp_cleanup(comm->local_ctx);
+        comm->local_ctx = NULL;
+    }
     if (comm->ucp_ctx != NULL) {
-        /* After the worker: operations in flight until then may use them. */
-        sl_mem_cleanup(comm);
         ucp_cleanup(comm->ucp_ctx);
         comm->ucp_ctx = NULL;
     }
+}
+
+unsigned sl_ucx_worker_progress(sl_comm_t *comm)
+{
+    unsigned events = ucp_worker_progress(comm->worker);
+
+    if (comm->local_worker != NULL) {
+        events += ucp_worker_progress(comm->local_worker);
+    }
+    return events;
+}
+
+ucs_status_t sl_ucx_worker_arm(sl_comm_t *comm)
+{
+    ucs_status_t ucs = ucp_worker_arm(comm->worker);
+
+    if (ucs == UCS_OK && comm->local_worker != NULL) {
+        ucs = ucp_worker_arm(comm->local_worker);
+    }
+    return ucs;
 }
 
 void sl_ucx_progress(sl_comm_t *comm)
@@ -525,7 +635,7 @@ void sl_ucx_progress(sl_comm_t *comm)
      * is the hooks' to do before anything sleeps. */
     do {
         seen   = comm->callbacks;
-        events = ucp_worker_progress(comm->worker);
+        events = sl_ucx_worker_progress(comm);
         for (i = 0; i < comm->nhooks; ++i) {
             if (comm->hooks[i]->round != NULL) {
                 comm->hooks[i]->round(comm);
@@ -545,13 +655,14 @@ void sl_ucx_progress_cb(void *comm)
     sl_ucx_progress(comm);
 }
 
-void sl_ucx_flush(sl_comm_t *comm, double deadline)
+static void sl_ucx_flush_one(sl_comm_t *comm, ucp_worker_h worker,
+                             double deadline)
 {
     ucp_request_param_t param;
     ucs_status_ptr_t    req;
 
     memset(&param, 0, sizeof(param));
-    req = ucp_worker_flush_nbx(comm->worker, &param);
+    req = ucp_worker_flush_nbx(worker, &param);
     if (!UCS_PTR_IS_PTR(req)) {
         return;
     }
@@ -560,14 +671,32 @@ void sl_ucx_flush(sl_comm_t *comm, double deadline)
         sl_ucx_progress(comm);
     }
     if (ucp_request_check_status(req) == UCS_INPROGRESS) {
-        SL_WARN(SL_SUBSYS_NET, "flushing the UCX worker did not finish "
-                "within the %.1f s grace of finalize", comm->grace);
-        ucp_request_cancel(comm->worker, req);
+        SL_WARN(SL_SUBSYS_NET, "flushing the UCX %s worker did not finish "
+                "within the %.1f s grace of finalize",
+                (worker == comm->worker) ? "main" : "same-node", comm->grace);
+        ucp_request_cancel(worker, req);
     }
     ucp_request_free(req);
 }
 
-void sl_ucx_discard_unexpected(sl_comm_t *comm, double deadline)
+void sl_ucx_flush(sl_comm_t *comm, double deadline)
+{
+    sl_ucx_flush_one(comm, comm->worker, deadline);
+    if (comm->local_worker != NULL) {
+        sl_ucx_flush_one(comm, comm->local_worker, deadline);
+    }
+}
+
+/* What sl_ucx_discard_unexpected dropped, for its one line. */
+typedef struct sl_ucx_dropped {
+    char   names[512];
+    size_t used;
+    int    count;
+} sl_ucx_dropped_t;
+
+/* Drops `worker`'s unexpected messages; 0 once a drop outlived `deadline`. */
+static int sl_ucx_discard_one(sl_comm_t *comm, ucp_worker_h worker,
+                              double deadline, sl_ucx_dropped_t *d)
 {
     ucp_tag_recv_info_t info;
     ucp_request_param_t param;
@@ -575,36 +704,35 @@ void sl_ucx_discard_unexpected(sl_comm_t *comm, double deadline)
     ucs_status_ptr_t    req;
     sl_tag_fields_t     f;
     void               *scratch;
-    char                names[512] = "";
-    size_t              used = 0;
-    int                 dropped = 0, n;
+    char               *names = d->names;
+    size_t              used  = d->used;
+    int                 dropped = d->count, n, left = 1;
 
-    sl_ucx_progress(comm);
     memset(&param, 0, sizeof(param));
-    while ((msg = ucp_tag_probe_nb(comm->worker, 0, 0, 1, &info)) != NULL) {
+    while ((msg = ucp_tag_probe_nb(worker, 0, 0, 1, &info)) != NULL) {
         sl_tag_decode(info.sender_tag, &f);
         n = (f.cls == SL_TAG_CLASS_STAGE)
-                ? snprintf(names + used, sizeof(names) - used, "%s%s "
+                ? snprintf(names + used, sizeof(d->names) - used, "%s%s "
                            "microbatch %u chunk %u (%zu bytes)",
                            dropped ? ", " : "", f.backward ? "backward"
                                                            : "forward",
                            f.microbatch, f.chunk, info.length)
-                : snprintf(names + used, sizeof(names) - used, "%sa %zu-byte "
+                : snprintf(names + used, sizeof(d->names) - used, "%sa %zu-byte "
                            "control message", dropped ? ", " : "",
                            info.length);
-        used = (n > 0 && (size_t)n < sizeof(names) - used) ? used + (size_t)n
+        used = (n > 0 && (size_t)n < sizeof(d->names) - used) ? used + (size_t)n
                                                            : used;
         ++dropped;
         scratch = malloc(info.length ? info.length : 1);
         if (scratch == NULL) {
             break;
         }
-        req = ucp_tag_msg_recv_nbx(comm->worker, scratch, info.length, msg,
+        req = ucp_tag_msg_recv_nbx(worker, scratch, info.length, msg,
                                    &param);
         if (UCS_PTR_IS_PTR(req)) {
             while (ucp_request_check_status(req) == UCS_INPROGRESS &&
                    !sl_deadline_passed(deadline)) {
-                ucp_worker_progress(comm->worker);
+                sl_ucx_worker_progress(comm);
             }
             if (ucp_request_check_status(req) == UCS_INPROGRESS) {
                 ucp_request_free(req); /* released by UCX once done */
@@ -615,24 +743,44 @@ void sl_ucx_discard_unexpected(sl_comm_t *comm, double deadline)
                         "deadline; its buffer goes with the worker",
                         info.length);
                 comm->drain_left = scratch;
+                left             = 0;
                 break;
             }
             ucp_request_free(req);
         }
         free(scratch);
     }
-    if (dropped > 0) {
+    d->used  = used;
+    d->count = dropped;
+    return left;
+}
+
+void sl_ucx_discard_unexpected(sl_comm_t *comm, double deadline)
+{
+    sl_ucx_dropped_t d = {.names = "", .used = 0, .count = 0};
+
+    sl_ucx_progress(comm);
+    if (sl_ucx_discard_one(comm, comm->worker, deadline, &d) &&
+        comm->local_worker != NULL) {
+        sl_ucx_discard_one(comm, comm->local_worker, deadline, &d);
+    }
+    if (d.count > 0) {
         /* Those of canceled or failed transfers, or sends nobody posted a
          * receive for (finalize's own sentence names the sender's). */
         SL_INFO(SL_SUBSYS_NET, "finalize dropped %d messages sent to this "
-                "rank that no receive took: %s", dropped, names);
+                "rank that no receive took: %s", d.count, d.names);
     }
 }
 
 void sl_ucx_param_init(ucp_request_param_t *param, void *user_data,
                        ucs_memory_type_t mem_type,
-                       const stagelink_memh_t *memh)
+                       const stagelink_memh_t *memh,
+                       const sl_ucx_peer_t *peer)
 {
+    ucp_mem_h ucp_memh = (memh == NULL) ? NULL
+                         : (peer != NULL && peer->local) ? memh->ucp_memh_local
+                                                         : memh->ucp_memh;
+
     memset(param, 0, sizeof(*param));
     param->op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                           UCP_OP_ATTR_FIELD_USER_DATA |
@@ -644,8 +792,8 @@ void sl_ucx_param_init(ucp_request_param_t *param, void *user_data,
          * memory-type cache is empty: device memory never takes it. */
         param->op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     }
-    if (memh != NULL && memh->ucp_memh != NULL) {
+    if (ucp_memh != NULL) {
         param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        param->memh          = memh->ucp_memh;
+        param->memh          = ucp_memh;
     }
 }

@@ -32,6 +32,8 @@ typedef struct sl_ucx_peer {
     char     node_id[SL_NODE_ID_LEN]; /**< as it told at init */
     sl_peer_process_t proc;           /**< as it told at init */
     ucp_ep_h ep;         /**< NULL once closed (after a failure: by force) */
+    ucp_worker_h worker; /**< where its messages arrive: receives go there */
+    int      local;      /**< its endpoint is on the same-node worker */
     int      failed;     /**< its process or link died (ucx_fault.c) */
     char     why[160];   /**< how its failure was seen */
     void    *close_req;  /**< forced close still in flight */
@@ -47,6 +49,10 @@ void        sl_ucx_worker_destroy(sl_comm_t *comm);
 void        sl_ucx_ep_force_close(sl_ucx_peer_t *peer);
 /** Progresses UCX, then each registered subsystem. */
 void        sl_ucx_progress(sl_comm_t *comm);
+/** One ucp_worker_progress of each worker: the events they had. */
+unsigned    sl_ucx_worker_progress(sl_comm_t *comm);
+/** ucp_worker_arm of each worker: UCS_OK once both sleep on `efd`. */
+ucs_status_t sl_ucx_worker_arm(sl_comm_t *comm);
 /** sl_ucx_progress for callers that hold a void pointer (the bootstrap). */
 void        sl_ucx_progress_cb(void *comm);
 /** Completes every operation the worker has outstanding, until `deadline`. */
@@ -64,6 +70,18 @@ void        sl_ucx_discard_unexpected(sl_comm_t *comm, double deadline);
  */
 void        sl_ucx_param_init(ucp_request_param_t *param, void *user_data,
                               ucs_memory_type_t mem_type,
-                              const stagelink_memh_t *memh);
+                              const stagelink_memh_t *memh,
+                              const sl_ucx_peer_t *peer);
+
+/* ucx_lanes.c: the transports UCX offers and those an endpoint took */
+typedef void (*sl_ucx_tl_cb_t)(void *arg, const char *tl, size_t tl_len,
+                               const char *dev);
+/** Whether transport `tl` (`len` bytes) stays inside the node. */
+int         sl_ucx_tl_local(const char *tl, size_t len);
+/** Calls `cb` for each transport resource of `ctx`; returns how many. */
+int         sl_ucx_context_tls(ucp_context_h ctx, sl_ucx_tl_cb_t cb, void *arg);
+/** Logs the lanes of `peer`'s endpoint; warns (once a communicator) of a
+ *  same-node one over a network transport. */
+void        sl_ucx_ep_lanes(sl_ucx_peer_t *peer);
 
 #endif
