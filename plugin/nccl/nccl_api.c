@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static pthread_mutex_t sl_nccl_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -222,4 +223,95 @@ sl_status_t sl_nccl_allgather_inplace(const sl_nccl_api_t *api, ncclComm_t comm,
     }
     SL_CHECK(sl_nccl_check(api, api->GroupEnd(), comm, "ncclGroupEnd", eb));
     return status;
+}
+
+struct sl_nccl_thread {
+    pthread_t       thread;
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+    sl_nccl_job_t   job;  /**< set: a job waits to run; NULL once it ran */
+    void           *arg;
+    sl_errbuf_t    *eb;
+    sl_status_t     result;
+    int             stop;
+};
+
+static void *sl_nccl_thread_main(void *arg)
+{
+    sl_nccl_thread_t *t = arg;
+
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        while (t->job == NULL && !t->stop) {
+            pthread_cond_wait(&t->cv, &t->mu);
+        }
+        if (t->job == NULL) {
+            break;
+        }
+        /* The caller waits under no lock of ours: it sleeps on cv. */
+        pthread_mutex_unlock(&t->mu);
+        t->result = t->job(t->arg, t->eb);
+        pthread_mutex_lock(&t->mu);
+        t->job = NULL;
+        pthread_cond_broadcast(&t->cv);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+sl_status_t sl_nccl_thread_start(sl_nccl_thread_t **out, sl_errbuf_t *eb)
+{
+    sl_nccl_thread_t *t = calloc(1, sizeof(*t));
+    int               rc;
+
+    *out = NULL;
+    if (t == NULL) {
+        return sl_error(eb, STAGELINK_ERR_NO_MEMORY,
+                        "cannot allocate the NCCL calls' thread");
+    }
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    rc = pthread_create(&t->thread, NULL, sl_nccl_thread_main, t);
+    if (rc != 0) {
+        pthread_cond_destroy(&t->cv);
+        pthread_mutex_destroy(&t->mu);
+        free(t);
+        return sl_error(eb, STAGELINK_ERR_NO_MEMORY, "cannot start the "
+                        "thread that makes NCCL's calls: %s", strerror(rc));
+    }
+    *out = t;
+    return STAGELINK_SUCCESS;
+}
+
+sl_status_t sl_nccl_thread_run(sl_nccl_thread_t *t, sl_nccl_job_t job,
+                               void *arg, sl_errbuf_t *eb)
+{
+    sl_status_t result;
+
+    pthread_mutex_lock(&t->mu);
+    t->job = job;
+    t->arg = arg;
+    t->eb  = eb;
+    pthread_cond_broadcast(&t->cv);
+    while (t->job != NULL) {
+        pthread_cond_wait(&t->cv, &t->mu);
+    }
+    result = t->result;
+    pthread_mutex_unlock(&t->mu);
+    return result;
+}
+
+void sl_nccl_thread_stop(sl_nccl_thread_t *t)
+{
+    if (t == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&t->mu);
+    t->stop = 1;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    pthread_join(t->thread, NULL);
+    pthread_cond_destroy(&t->cv);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
 }

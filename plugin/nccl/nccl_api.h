@@ -90,6 +90,22 @@ sl_status_t sl_nccl_settle(const sl_nccl_api_t *api, ncclComm_t comm,
 sl_status_t sl_nccl_async_error(const sl_nccl_api_t *api, ncclComm_t comm,
                                 const char *what, sl_errbuf_t *eb);
 
+/**
+ * A thread of a communicator's own that makes its NCCL enqueue calls.
+ * NCCL's groups are per thread: a collective called on the host's thread
+ * inside the host's own ncclGroupStart/End joins that group and launches
+ * only at its end, after the call that issued it returned.  The caller
+ * blocks until the job returns, so the job's place among the caller's
+ * calls is unchanged.
+ */
+typedef struct sl_nccl_thread sl_nccl_thread_t;
+typedef sl_status_t (*sl_nccl_job_t)(void *arg, sl_errbuf_t *eb);
+sl_status_t sl_nccl_thread_start(sl_nccl_thread_t **out, sl_errbuf_t *eb);
+/** Runs `job(arg, eb)` on the thread and returns its status. */
+sl_status_t sl_nccl_thread_run(sl_nccl_thread_t *t, sl_nccl_job_t job,
+                               void *arg, sl_errbuf_t *eb);
+void        sl_nccl_thread_stop(sl_nccl_thread_t *t);
+
 /** Turns an NCCL result into a status with NCCL's own sentence. */
 sl_status_t sl_nccl_check(const sl_nccl_api_t *api, ncclResult_t result,
                           ncclComm_t comm, const char *what, sl_errbuf_t *eb);

@@ -5,8 +5,9 @@
  *
  * NCCL pairs collectives by the order ranks issue them, and a host's own
  * NCCL calls (Megatron's TP all-reduce) must not interleave with ours
- * differently on different ranks.  So the collective is issued on the
- * host's thread where the host waits for the receive, once its shard and
+ * differently on different ranks.  So the collective is issued where the
+ * host waits for the receive (from the communicator's NCCL thread, while
+ * the wait blocks: in no NCCL group of the host's), once its shard and
  * every TP peer's status are in: the host's program fixes when, and the
  * GPU never holds a wait for work queued after it (docs/design.md,
  * "Gather").  `test` completes no receive whose collective is due.  Where
@@ -41,6 +42,7 @@ typedef struct sl_gather_nccl {
     sl_nccl_run_t       *running; /**< collectives the GPU may still run */
     int                  nrunning, running_cap;
     double               next_look; /**< of the progress hook at them */
+    sl_nccl_thread_t    *caller;  /**< makes the collectives' calls */
 } sl_gather_nccl_t;
 
 /* How often collectives in flight are looked at for NCCL's asynchronous
@@ -143,6 +145,50 @@ static sl_status_t sl_gather_nccl_drain(sl_gather_nccl_t *g, void *event,
  * with UCX progressing and faults seen (sl_gather_nccl_drain); no lock is
  * held at init.
  */
+/* One collective for the NCCL calls' thread: `buf` rebuilt in place on
+ * the gather stream, with the communicator's context current there. */
+typedef struct sl_gather_nccl_job {
+    sl_gather_nccl_t *g;
+    void             *buf, *context;
+    size_t            nbytes, elem_size;
+} sl_gather_nccl_job_t;
+
+static sl_status_t sl_gather_nccl_job(void *arg, sl_errbuf_t *eb)
+{
+    sl_gather_nccl_job_t *job  = arg;
+    sl_gather_nccl_t     *g    = job->g;
+    sl_comm_t            *comm = g->comm;
+
+    /* Set once: the thread keeps it for the communicator's life. */
+    if (job->context != NULL && comm->gpu->context_set != NULL &&
+        comm->gpu->context_current() != job->context) {
+        SL_CHECK(comm->gpu->context_set(job->context, eb));
+    }
+    return sl_nccl_allgather_inplace(g->api, g->nccl, job->buf, job->nbytes,
+                                     job->elem_size, comm->layout.tp_size,
+                                     comm->layout.tp_index,
+                                     (cudaStream_t)g->stream, eb);
+}
+
+/*
+ * Issues the collective from the NCCL calls' thread and waits for the
+ * enqueue: on the host's thread, inside the host's own ncclGroupStart/End,
+ * it would join that group and launch only at its end, after the wait
+ * had recorded its event and returned.
+ */
+static sl_status_t sl_gather_nccl_issue(sl_gather_nccl_t *g, void *buf,
+                                        size_t nbytes, size_t elem_size)
+{
+    sl_comm_t           *comm = g->comm;
+    sl_gather_nccl_job_t job  = {g, buf, comm->context, nbytes, elem_size};
+
+    if (job.context == NULL && comm->gpu->context_current != NULL) {
+        job.context = comm->gpu->context_current();
+    }
+
+    return sl_nccl_thread_run(g->caller, sl_gather_nccl_job, &job, &comm->err);
+}
+
 static sl_status_t sl_gather_nccl_warm_up(sl_gather_nccl_t *g, double deadline)
 {
     static const size_t sizes[] = {1, (size_t)64 << 10, (size_t)1 << 20};
@@ -157,10 +203,7 @@ static sl_status_t sl_gather_nccl_warm_up(sl_gather_nccl_t *g, double deadline)
     SL_CHECK_GOTO(sl_device_event_get(comm, &event), out);
     for (i = 0; i < SL_ARRAY_SIZE(sizes) && status == STAGELINK_SUCCESS; ++i) {
         n = sizes[i] * (size_t)tp;
-        SL_CHECK_GOTO(sl_nccl_allgather_inplace(g->api, g->nccl, buf, n, 1, tp,
-                                                comm->layout.tp_index,
-                                                (cudaStream_t)g->stream,
-                                                &comm->err), out);
+        SL_CHECK_GOTO(sl_gather_nccl_issue(g, buf, n, 1), out);
         SL_CHECK_GOTO(sl_nccl_settle(g->api, g->nccl, deadline, NULL, NULL,
                                      "the NCCL gather's warm-up all-gather",
                                      &comm->err), out);
@@ -307,6 +350,7 @@ static sl_status_t sl_gather_nccl_open(sl_comm_t *comm,
     SL_CHECK_GOTO(sl_nccl_comms_open(api, &open, 1, deadline, &comm->err),
                   err);
     SL_CHECK_GOTO(comm->gpu->stream_create(&g->stream, &comm->err), err);
+    SL_CHECK_GOTO(sl_nccl_thread_start(&g->caller, &comm->err), err);
     SL_CHECK_GOTO(sl_gather_nccl_warm_up(g, deadline), err);
     *out = g;
     return STAGELINK_SUCCESS;
@@ -375,6 +419,7 @@ static void sl_gather_nccl_cleanup(void *state)
         g->comm->gpu->event_destroy(g->running[i].event);
     }
     free(g->running);
+    sl_nccl_thread_stop(g->caller);
     if (g->nccl != NULL) {
         /* After a fault, or with requests finalize abandoned, a peer may
          * never join a queued collective: destroying would wait for it. */
@@ -459,11 +504,8 @@ static sl_status_t sl_gather_nccl_complete(void *state, sl_req_t *req)
     if (comm->closing || !sl_gather_nccl_due(g, req)) {
         return STAGELINK_SUCCESS; /* no rank of the group issues it */
     }
-    status = sl_nccl_allgather_inplace(g->api, g->nccl, req->xfer.buf,
-                                       req->xfer.nbytes, req->xfer.elem_size,
-                                       comm->layout.tp_size,
-                                       comm->layout.tp_index,
-                                       (cudaStream_t)g->stream, &comm->err);
+    status = sl_gather_nccl_issue(g, req->xfer.buf, req->xfer.nbytes,
+                                  req->xfer.elem_size);
     if (status == STAGELINK_SUCCESS) {
         status = sl_nccl_settle(g->api, g->nccl, sl_deadline(comm->timeout),
                                 &comm->aborting, NULL, "the NCCL gather's "

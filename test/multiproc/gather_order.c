@@ -47,6 +47,9 @@
  *            is ended at STAGELINK_TIMEOUT (5 s), the communicator failed
  *            and the stream released, and finalize tells the rank that
  *            never waited;
+ *   host-group  stage 1's host waits inside its own ncclGroupStart/End:
+ *            the gather's collective stays out of that group, so the
+ *            tensor is whole before the host's ncclGroupEnd;
  *   random   drawn from SEED (stagelink_stress -G runs it): rounds of 2-6
  *            receives in flight of drawn sizes, posted in one order on
  *            both TP ranks (the header's rule) with a kernel or a held
@@ -503,6 +506,7 @@ typedef ncclResult_t (*init_fn_t)(ncclComm_t *, int, ncclUniqueId, int);
 typedef ncclResult_t (*gather_fn_t)(const void *, void *, size_t,
                                     ncclDataType_t, ncclComm_t, cudaStream_t);
 typedef ncclResult_t (*destroy_fn_t)(ncclComm_t);
+typedef ncclResult_t (*group_fn_t)(void);
 
 static void *sym(void *lib, const char *name)
 {
@@ -591,6 +595,31 @@ static void scenario_between(job_t *j)
     CHECK(own[0] == 1 && own[4096] == 2, "the host's all-gather moved the "
           "wrong bytes (%d, %d)", own[0], own[4096]);
     destroy(host_comm);
+}
+
+/* The host waits for a gathered receive inside its own ncclGroupStart/End
+ * (an NCCL group of its own open on its thread): the gather's collective
+ * stays out of that group, so the tensor is whole once the host's stream
+ * ran, before the host's ncclGroupEnd. */
+static void scenario_host_group(job_t *j)
+{
+    size_t               n = 64 << 10;
+    char                *a = dev_alloc(j, n);
+    stagelink_request_t *ra;
+    void                *lib = dlopen(j->nccl, RTLD_NOW);
+    group_fn_t           start, end;
+
+    CHECK(lib != NULL, "dlopen %s: %s", j->nccl, dlerror());
+    memcpy(&start, (void *[]){sym(lib, "ncclGroupStart")}, sizeof(start));
+    memcpy(&end, (void *[]){sym(lib, "ncclGroupEnd")}, sizeof(end));
+    ra = post(j, a, n, 40);
+    if (j->stage == 0) {
+        finish(j, ra, a, n, 40);
+        return;
+    }
+    CHECK(start() == ncclSuccess, "the host's ncclGroupStart");
+    finish(j, ra, a, n, 40);
+    CHECK(end() == ncclSuccess, "the host's ncclGroupEnd");
 }
 
 /* ---- device and context: the communicator works on device 1 ---- */
@@ -890,7 +919,7 @@ int main(int argc, char **argv)
         {"context", scenario_context},
         {"nccl-init-timeout", NULL}, {"nccl-async-error", scenario_async_error},
         {"nccl-peer-death", scenario_peer_death}, {"nccl-abort", scenario_abort},
-        {"unwaited", scenario_unwaited}};
+        {"unwaited", scenario_unwaited}, {"host-group", scenario_host_group}};
     const size_t                 nscenarios = sizeof(scenarios) / sizeof(scenarios[0]);
     size_t                       k;
     double                       start;
@@ -901,7 +930,7 @@ int main(int argc, char **argv)
     if (!seeded && (argc != 3 || k == nscenarios)) {
         fprintf(stderr, "usage: gather_order FAKE_NCCL.so held|skew|between|"
                 "consumer|refused|device|context|nccl-init-timeout|nccl-async-error|"
-                "nccl-peer-death|nccl-abort|unwaited|random SEED\n");
+                "nccl-peer-death|nccl-abort|unwaited|host-group|random SEED\n");
         return 2;
     }
     /* The fake NCCL's failures (it reads them when called). */

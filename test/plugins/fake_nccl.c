@@ -19,6 +19,8 @@
  * ncclSend and ncclRecv, on a communicator of two ranks, are a broadcast
  * from the sender, numbered like the collectives: one direction at a time.
  * ncclGetVersion says 2.28.0, or FAKE_NCCL_VERSION (NCCL's number: 23003).
+ * Groups are per thread, as NCCL's: a thread's collectives between
+ * ncclGroupStart and the outermost ncclGroupEnd are issued at that end.
  * FAKE_NCCL_COLLECTIVE=fail makes a collective fail as it is issued
  * (ncclSystemError), numbering nothing; FAKE_NCCL_DELAY_MS=N makes each
  * issued from then on take N ms more on its stream (a slow collective).
@@ -296,9 +298,46 @@ out:
 }
 
 /* Numbered now, in the order the caller issues it; run on its stream. */
+/*
+ * NCCL's groups, per thread as NCCL's are: between ncclGroupStart and the
+ * outermost ncclGroupEnd a thread's collectives are only recorded, and
+ * they are issued (numbered, queued on their streams) at that end.
+ */
+#define FAKE_GROUP_OPS 64
+typedef struct fake_deferred {
+    struct ncclComm *comm;
+    const void      *send;
+    void            *recv;
+    size_t           bytes;
+    int              root;
+    cudaStream_t     stream;
+} fake_deferred_t;
+static __thread int             fake_group_depth;
+static __thread int             fake_group_n;
+static __thread fake_deferred_t fake_group_ops[FAKE_GROUP_OPS];
+
+static ncclResult_t fake_issue_now(struct ncclComm *c, const void *send,
+                                   void *recv, size_t bytes, int root,
+                                   cudaStream_t stream);
+
 static ncclResult_t fake_issue(struct ncclComm *c, const void *send,
                                void *recv, size_t bytes, int root,
                                cudaStream_t stream)
+{
+    if (fake_group_depth == 0) {
+        return fake_issue_now(c, send, recv, bytes, root, stream);
+    }
+    if (fake_group_n == FAKE_GROUP_OPS) {
+        return ncclInvalidUsage;
+    }
+    fake_group_ops[fake_group_n++] = (fake_deferred_t){c, send, recv, bytes,
+                                                       root, stream};
+    return ncclSuccess;
+}
+
+static ncclResult_t fake_issue_now(struct ncclComm *c, const void *send,
+                                   void *recv, size_t bytes, int root,
+                                   cudaStream_t stream)
 {
     static fake_stream_enqueue_t enqueue;
     fake_op_t                   *op;
@@ -549,12 +588,30 @@ ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t type, int peer,
 
 ncclResult_t ncclGroupStart(void)
 {
+    ++fake_group_depth;
     return ncclSuccess;
 }
 
 ncclResult_t ncclGroupEnd(void)
 {
-    return ncclSuccess;
+    ncclResult_t r = ncclSuccess, one;
+    int          i;
+
+    if (fake_group_depth == 0) {
+        return ncclInvalidUsage; /* as NCCL: not in a group */
+    }
+    if (--fake_group_depth > 0) {
+        return ncclSuccess;
+    }
+    for (i = 0; i < fake_group_n; ++i) {
+        fake_deferred_t *d = &fake_group_ops[i];
+
+        one = fake_issue_now(d->comm, d->send, d->recv, d->bytes, d->root,
+                             d->stream);
+        r   = (r == ncclSuccess) ? one : r;
+    }
+    fake_group_n = 0;
+    return r;
 }
 
 const char *ncclGetErrorString(ncclResult_t result)
