@@ -57,14 +57,15 @@ fi
 # Against UCX 1.22 with CUDA (the libucx-cu13 wheel in .venv, pinned in
 # python/requirements-venv.txt): built with its headers, optimized as the
 # wheel is (-O3, whose warnings -O0 does not give), every C suite that
-# runs here but the two-node ones, on a UCX with neither verbs nor a
-# driver here, and stagelink_info must name that UCX.
+# runs here but the two-node ones and the environment sweep (the table's
+# parsing, swept once by the test phase), on a UCX with neither verbs nor
+# a driver here, and stagelink_info must name that UCX.
 ucx_wheel=$(.venv/bin/python -c 'import libucx, os; print(os.path.dirname(libucx.__file__))' 2>/dev/null || true)
 ucx_wheel_pass() {
     meson setup build-ucx-wheel -Ducx_prefix="$ucx_wheel" -Dbuildtype=release \
         -Dwarning_level=3 -Dwerror=true &&
     meson test -C build-ucx-wheel --print-errorlogs --num-processes 2 \
-        --suite unit --suite multiproc --suite fault &&
+        --suite unit --suite multiproc --suite fault --no-suite env &&
     STAGELINK_PLUGIN_PATH=build-ucx-wheel/plugin build-ucx-wheel/tools/stagelink_info |
         grep '^UCX 1\.22\..* at run time' | grep -q "$ucx_wheel/lib/libucp.so.*built with CUDA"
 }
