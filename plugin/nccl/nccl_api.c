@@ -8,6 +8,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,6 +263,7 @@ static void *sl_nccl_thread_main(void *arg)
 sl_status_t sl_nccl_thread_start(sl_nccl_thread_t **out, sl_errbuf_t *eb)
 {
     sl_nccl_thread_t *t = calloc(1, sizeof(*t));
+    sigset_t          all, old;
     int               rc;
 
     *out = NULL;
@@ -271,7 +273,11 @@ sl_status_t sl_nccl_thread_start(sl_nccl_thread_t **out, sl_errbuf_t *eb)
     }
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
+    /* Signals stay the host's: the thread takes none. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     rc = pthread_create(&t->thread, NULL, sl_nccl_thread_main, t);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
         pthread_cond_destroy(&t->cv);
         pthread_mutex_destroy(&t->mu);

@@ -308,12 +308,16 @@ sl_status_t sl_peer_check(sl_comm_t *comm, sl_ucx_peer_t *peer);
 /** comm_abort: thread-safe; the owning thread applies it. */
 void        sl_peer_abort(sl_comm_t *comm);
 
+/** This process as its peers compare it (init's facts carry it). */
+void        sl_peer_process_self(sl_peer_process_t *me);
+/** Whether `peer` is on this node in this process's pid and IPC
+ *  namespaces: where UCX's shared memory and CMA reach it. */
+int         sl_peer_shares_memory(const sl_ucx_peer_t *peer);
+
 /* ucx_fault.c: a peer's death or an abort applied to every request */
 /** Watches the same-node peers' processes (after the endpoints exist);
  *  from then on pfds holds the UCX event fd and the pidfds. */
 sl_status_t sl_fault_watch(sl_comm_t *comm);
-/** This process as sl_fault_watch compares it (init's facts carry it). */
-void        sl_peer_process_self(sl_peer_process_t *me);
 void        sl_fault_cleanup(sl_comm_t *comm);
 
 /* ucx_xfer.c: a transfer's checks, its shard, and its post */

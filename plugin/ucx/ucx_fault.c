@@ -41,7 +41,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -238,14 +237,6 @@ static void sl_fault_progress(sl_comm_t *comm);
 static const sl_progress_hook_t sl_fault_hook = {.round   = sl_fault_progress,
                                                  .wake_at = sl_peer_wake_at};
 
-void sl_peer_process_self(sl_peer_process_t *me)
-{
-    struct stat ns;
-
-    me->pid    = (int64_t)getpid();
-    me->pid_ns = (stat("/proc/self/ns/pid", &ns) == 0) ? (uint64_t)ns.st_ino : 0;
-}
-
 sl_status_t sl_fault_watch(sl_comm_t *comm)
 {
     sl_peer_process_t me;
@@ -369,16 +360,18 @@ static void sl_fault_detach(sl_comm_t *comm, const sl_ucx_peer_t *peer,
     }
 }
 
-/* Every request in flight fails with `status` and the sentence `why`.  One
- * that ended keeps its result (its bytes are where they belong), unless a
- * collective it still needs is due in wait. */
+/* Every request in flight fails with `status` and the sentence `why`.
+ * After a failure one that ended keeps its result (its bytes are where
+ * they belong), unless a collective it still needs is due in wait; after
+ * comm_abort every one is ABORTED, as the header promises. */
 static void sl_fault_fail_all(sl_comm_t *comm, sl_status_t status,
                               const char *why)
 {
     sl_req_t *req;
 
     for (req = comm->pool.active; req != NULL; req = req->next) {
-        if (sl_req_done(req) && !sl_req_wait_only(req)) {
+        if (status != STAGELINK_ERR_ABORTED && sl_req_done(req) &&
+            !sl_req_wait_only(req)) {
             continue;
         }
         sl_req_abort(comm, req, status, "%s of microbatch %u chunk %u: %s",

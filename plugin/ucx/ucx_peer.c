@@ -13,6 +13,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* How long a fault known only from a UCX error waits for a direct
  * sighting of the death before it is applied (seconds). */
@@ -186,4 +188,27 @@ void sl_peer_abort(sl_comm_t *comm)
     atomic_store_explicit(&comm->aborting, 1, memory_order_release);
     /* Wakes the owning thread if it sleeps in poll() on the event fd. */
     ucp_worker_signal(comm->worker);
+}
+
+static uint64_t sl_peer_ns(const char *path)
+{
+    struct stat ns;
+
+    return (stat(path, &ns) == 0) ? (uint64_t)ns.st_ino : 0;
+}
+
+void sl_peer_process_self(sl_peer_process_t *me)
+{
+    me->pid    = (int64_t)getpid();
+    me->pid_ns = sl_peer_ns("/proc/self/ns/pid");
+    me->ipc_ns = sl_peer_ns("/proc/self/ns/ipc");
+}
+
+int sl_peer_shares_memory(const sl_ucx_peer_t *peer)
+{
+    sl_peer_process_t me;
+
+    sl_peer_process_self(&me);
+    return !peer->inter_node && peer->proc.pid_ns == me.pid_ns &&
+           peer->proc.ipc_ns == me.ipc_ns;
 }

@@ -127,6 +127,9 @@ static void sl_ucx_local_open(sl_comm_t *comm)
     ucp_config_t      *config;
     ucs_status_t       ucs;
 
+    if (comm->local_size <= 1) {
+        return; /* no peer on this node */
+    }
     if (getenv("UCX_TLS") != NULL) {
         SL_INFO(SL_SUBSYS_NET, "UCX_TLS=%s is set: same-node peers use the "
                 "transports it names", getenv("UCX_TLS"));
@@ -165,32 +168,46 @@ static void sl_ucx_local_open(sl_comm_t *comm)
     SL_INFO(SL_SUBSYS_NET, "same-node worker: transports %s", tls.list + 1);
 }
 
-/* One fd wakes the communicator for both workers: an epoll set of theirs. */
-static sl_status_t sl_ucx_efd_join(sl_comm_t *comm)
+/* The same-node worker given up before its address went out: same-node
+ * peers then use the main worker, on both ends alike (the card says so). */
+static void sl_ucx_local_close(sl_comm_t *comm)
+{
+    ucp_worker_destroy(comm->local_worker);
+    ucp_cleanup(comm->local_ctx);
+    comm->local_worker = NULL;
+    comm->local_ctx    = NULL;
+}
+
+/* One fd wakes the communicator for both workers: an epoll set of theirs.
+ * Where it cannot be made, the same-node worker is given up (one WARN). */
+static void sl_ucx_efd_join(sl_comm_t *comm)
 {
     struct epoll_event ev = {.events = EPOLLIN};
-    int                fds[2] = {comm->efd, -1}, set, i;
+    int                fds[2] = {comm->efd, -1}, set, i, saved = 0;
     ucs_status_t       ucs;
 
     ucs = ucp_worker_get_efd(comm->local_worker, &fds[1]);
     set = (ucs == UCS_OK) ? epoll_create1(EPOLL_CLOEXEC) : -1;
+    saved = (ucs == UCS_OK && set < 0) ? errno : 0;
     for (i = 0; set >= 0 && i < 2; ++i) {
         ev.data.fd = fds[i];
         if (epoll_ctl(set, EPOLL_CTL_ADD, fds[i], &ev) != 0) {
+            saved = errno;
             close(set);
             set = -1;
         }
     }
     if (set < 0) {
-        sl_ucx_worker_destroy(comm);
-        return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
-                        "cannot wait on both UCX workers: %s",
-                        (ucs != UCS_OK) ? ucs_status_string(ucs)
-                                        : strerror(errno));
+        SL_WARN(SL_SUBSYS_NET, "cannot wait on the same-node UCX worker "
+                "beside the main one (%s): same-node peers go over the "
+                "transports of the main worker",
+                (ucs != UCS_OK) ? ucs_status_string(ucs) : strerror(saved));
+        comm->lanes_warned = 1;
+        sl_ucx_local_close(comm);
+        return;
     }
     comm->efd     = set;
     comm->efd_set = 1;
-    return STAGELINK_SUCCESS;
 }
 
 sl_status_t sl_ucx_worker_create(sl_comm_t *comm)
@@ -242,7 +259,7 @@ sl_status_t sl_ucx_worker_create(sl_comm_t *comm)
     }
     sl_ucx_local_open(comm);
     if (comm->local_worker != NULL) {
-        return sl_ucx_efd_join(comm);
+        sl_ucx_efd_join(comm);
     }
     return STAGELINK_SUCCESS;
 }
@@ -293,9 +310,10 @@ static sl_status_t sl_ucx_ep_create(sl_comm_t *comm, sl_ucx_peer_t *peer,
                         "transport; check UCX_TLS and UCX_NET_DEVICES there",
                         rank, node);
     }
-    /* Both ends decide alike: each has the other's card. */
-    peer->local  = !peer->inter_node && comm->local_worker != NULL &&
-                   card->local_len > 0;
+    /* Both ends decide alike, from each other's card and process (shared
+     * memory and CMA reach only within one pid and IPC namespace). */
+    peer->local  = comm->local_worker != NULL && card->local_len > 0 &&
+                   sl_peer_shares_memory(peer);
     peer->worker = peer->local ? comm->local_worker : comm->worker;
     memset(&params, 0, sizeof(params));
     params.field_mask      = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |

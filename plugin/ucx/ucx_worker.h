@@ -23,6 +23,7 @@ struct sl_bootstrap;
 typedef struct sl_peer_process {
     int64_t  pid;
     uint64_t pid_ns; /**< inode of /proc/self/ns/pid: pids compare only within one */
+    uint64_t ipc_ns; /**< inode of /proc/self/ns/ipc: shared memory reaches within one */
 } sl_peer_process_t;
 
 typedef struct sl_ucx_peer {
