@@ -354,6 +354,12 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *host_config
     SL_CHECK_GOTO(sl_device_init(comm), err_destroy);
     sl_chunked_init(comm);
     SL_CHECK_GOTO(sl_ucx_connect(comm, comm->bootstrap), err_destroy);
+    /* Init returns once every peer has made its endpoints to this rank: one
+     * that died right after its init would otherwise leave a peer still
+     * attaching to its shared memory (UCX: "shmat ... Invalid argument"),
+     * failing that peer's init instead of its first transfer. */
+    SL_CHECK_GOTO(sl_bootstrap_barrier(comm->bootstrap, comm->peer_ranks,
+                                       comm->npeers, &comm->err), err_destroy);
     sl_chunked_size_agree(comm);
     SL_CHECK_GOTO(sl_fault_watch(comm), err_destroy);
     comm->bootstrap->progress = (sl_sock_progress_t){sl_ucx_progress_cb, comm};
