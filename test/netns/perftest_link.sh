@@ -21,23 +21,12 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"; cleanup' EXIT
 
 # The goodput: ucx_perftest's tag_bw over tcp on the veth, the best of
-# three runs (a capacity: a run the machine's load slowed reads low), the
-# server waited for by its listening port.
-port=13371 goodput=0
+# three runs (a capacity: a run the machine's load slowed reads low).
+goodput=0
 for try in 1 2 3; do
-    ip netns exec "${ns[1]}" env UCX_TLS=tcp,self UCX_NET_DEVICES="${tag}e1" \
-        timeout 120 ucx_perftest -p $port >"$out/ucx.srv" 2>&1 &
-    srv=$!
-    for _ in $(seq 200); do
-        ip netns exec "${ns[1]}" ss -ltn | grep -q ":$port " && break
-        sleep 0.05
-    done
-    ip netns exec "${ns[0]}" env UCX_TLS=tcp,self UCX_NET_DEVICES="${tag}e0" \
-        timeout 120 ucx_perftest 198.18.0.2 -p $port -t tag_bw -s $size -n 24 >"$out/ucx" 2>&1
-    wait $srv
-    # Final: iterations p50 avg overall bw_avg(MiB/s) bw_overall ...
-    got=$(awk '/^Final:/ {print $7 * 1048576 / 1e6}' "$out/ucx")   # bytes/us
-    [ -n "$got" ] || { echo "FAIL: no ucx_perftest result: $(cat "$out/ucx")"; exit 1; }
+    # bytes,test,bw_MBps (MiB/s),...
+    got=$(ucx_perftest_row $size tag_bw 24 "$out" | awk -F, '{print $3 * 1048576 / 1e6}')   # bytes/us
+    [ -n "$got" ] && [ "$got" != 0 ] || { echo "FAIL: no ucx_perftest result"; exit 1; }
     echo "# ucx_perftest tag_bw run $try: $got B/us"
     goodput=$(awk -v a="$goodput" -v b="$got" 'BEGIN {print (b > a) ? b : a}')
 done

@@ -98,3 +98,35 @@ run_job() {
     return $rc
 }
 
+
+# ucx_perftest_row BYTES TEST ITERS DIR: ucx_perftest TEST (tag_bw or
+# tag_lat) from node 0 to node 1 over the link only (UCX_TLS=tcp), as the
+# CSV row "bytes,test,bw_MBps,lat_us,cpu_s_per_GB": both processes' CPU
+# time (user + system) from the kernel; the server waited for by its
+# listening port.  DIR holds the time files.
+ucx_perftest_row() {
+    local n=$1 t=$2 k=$3 dir=$4 srv line cpu
+    ip netns exec "${ns[1]}" env UCX_TLS=tcp,self UCX_NET_DEVICES="${tag}e1" \
+        /usr/bin/time -f "%U %S" -o "$dir/ucx.cpu.srv" \
+        timeout 120 ucx_perftest -p 13370 >/dev/null 2>&1 &
+    srv=$!
+    for _ in $(seq 200); do
+        ip netns exec "${ns[1]}" ss -ltn | grep -q ":13370 " && break
+        sleep 0.05
+    done
+    line=$(ip netns exec "${ns[0]}" env UCX_TLS=tcp,self UCX_NET_DEVICES="${tag}e0" \
+        /usr/bin/time -f "%U %S" -o "$dir/ucx.cpu.cli" \
+        timeout 120 ucx_perftest 198.18.0.2 -p 13370 -t "$t" -s "$n" \
+        -n "$k" 2>/dev/null | grep Final: || true)
+    wait "$srv" 2>/dev/null || true
+    cpu=$(cat "$dir/ucx.cpu.srv" "$dir/ucx.cpu.cli" 2>/dev/null |
+          awk 'NF == 2 && $1 ~ /^[0-9.]+$/ {c += $1 + $2} END {print c + 0}')
+    # Final: iters lat_p50 lat_avg lat_overall bw_avg(MiB/s) bw_overall ...
+    # tag_lat moves each message both ways.
+    echo "$line" | awk -v n="$n" -v t="$t" -v c="$cpu" -v k="$k" \
+        '{printf "%s,%s,%s,%s,%.4f\n", n, t, $6, $4, c / (k * n * (t == "tag_lat" ? 2 : 1) / 1e9)}'
+}
+
+bytes() { # 16M -> 16777216
+    awk -v s="$1" 'BEGIN{m=1; u=substr(s,length(s)); if(u=="K")m=1024; if(u=="M")m=1048576; if(u=="G")m=1073741824; if(m>1)s=substr(s,1,length(s)-1); print s*m}'
+}
