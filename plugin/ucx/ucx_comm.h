@@ -129,9 +129,9 @@ struct stagelink_comm {
     /** A dropped message's buffer that UCX may still write into until the
      *  worker is gone (finalize's drain timed out): freed after it. */
     void                       *drain_left;
-    int                         efd;          /**< wakes for either worker */
-    int                         efd_set;      /**< efd is an epoll set of both
-                                                   workers' (ours to close) */
+    int                         efd;          /**< wakes for either worker: with a
+                                                   same-node worker, an epoll
+                                                   set of both (ours to close) */
     int                         lanes_warned; /**< same-node bytes over a
                                                    network transport, told */
     int                         rail;         /**< the NIC's rail, -1 unknown (ucx_worker.c) */

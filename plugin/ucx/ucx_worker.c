@@ -206,8 +206,7 @@ static void sl_ucx_efd_join(sl_comm_t *comm)
         sl_ucx_local_close(comm);
         return;
     }
-    comm->efd     = set;
-    comm->efd_set = 1;
+    comm->efd = set;
 }
 
 sl_status_t sl_ucx_worker_create(sl_comm_t *comm)
@@ -598,11 +597,8 @@ void sl_ucx_worker_destroy(sl_comm_t *comm)
         ucp_worker_destroy(comm->worker);
         comm->worker = NULL;
     }
-    if (comm->efd_set) {
-        close(comm->efd);
-        comm->efd_set = 0;
-    }
     if (comm->local_worker != NULL) {
+        close(comm->efd); /* the epoll set of both workers' (efd_join) */
         ucp_worker_destroy(comm->local_worker);
         comm->local_worker = NULL;
     }
