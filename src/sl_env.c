@@ -42,7 +42,7 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
         "Seconds a blocking call (bootstrap, wait) may take before failing with STAGELINK_ERR_TIMEOUT; 0 waits forever."},
         .type = SL_ENV_T_SECONDS},
     [SL_ENV_SPIN_US] = {{"STAGELINK_SPIN_US", "auto",
-        "Microseconds wait() polls before sleeping on the UCX event fd; auto: 50, or 0 when this node runs more ranks than it has CPUs (a spinning rank would hold the core its peer needs). GPU copies and stream events wake no fd: while one is in flight, a rank with a spin above 0 polls it (yielding the CPU) for up to 1 ms, then, like a rank with 0, looks every 50 us."},
+        "Microseconds wait() may poll before sleeping on the UCX event fd, at most. The window adapts as KVM's halt polling does: it doubles while sleeps end within the cap (polling would have been cheaper than the wake-up) and halves when a sleep lasts longer or the kernel preempted the waiting thread (its core has other work). auto: 200 (KVM's default), or 0 when this node runs more ranks than it has CPUs (a spinning rank would hold the core its peer needs). GPU copies and stream events wake no fd: while one is in flight, a rank with a spin above 0 polls it (yielding the CPU) for up to 1 ms, then, like a rank with 0, looks every 50 us."},
         .type = SL_ENV_T_INT, .flags = SL_ENV_F_AUTO, .min = 0, .max = 10000000},
     [SL_ENV_MAX_REQUESTS] = {{"STAGELINK_MAX_REQUESTS", "1024",
         "Transfers one communicator may have in flight."},

@@ -165,5 +165,5 @@ double sl_settings_auto_spin(int local_ranks)
     if (sched_getaffinity(0, sizeof(set), &set) == 0) {
         cpus = CPU_COUNT(&set);
     }
-    return (local_ranks > cpus) ? 0.0 : 50e-6;
+    return (local_ranks > cpus) ? 0.0 : 200e-6;
 }

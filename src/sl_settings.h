@@ -49,8 +49,8 @@ sl_status_t sl_settings_parse(const stagelink_config_t *config,
 const char *sl_mode_name(stagelink_mode_t mode);
 
 /**
- * The polling time for `auto`: 50 us, or none when `local_ranks` exceed the
- * CPUs this process may run on.
+ * The polling window's cap for `auto`: 200 us, or none when `local_ranks`
+ * exceed the CPUs this process may run on.
  */
 double sl_settings_auto_spin(int local_ranks);
 

@@ -118,7 +118,9 @@ struct stagelink_comm {
     int                        *peer_ranks; /**< sl_layout_peers: whom init exchanges with */
     int                         npeers;
     double                      timeout;  /**< seconds, 0 = none */
-    double                      spin;     /**< seconds of polling before sleep */
+    double                      spin;     /**< seconds of polling before sleep, at most */
+    double                      spin_now; /**< the poll window wait() adapts (ucx_request.c) */
+    long                        preempted; /**< the waiting thread's involuntary switches, last seen */
     int                         closing;  /**< in finalize: peers leave too */
     ucp_context_h               ucp_ctx;
     ucp_worker_h                worker;

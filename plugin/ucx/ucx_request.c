@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 /* Records the first error (its sentence kept with the request). */
 static void sl_req_vfail(sl_req_t *req, sl_status_t status, const char *fmt,
@@ -518,10 +519,40 @@ void sl_req_describe_pending(const sl_req_t *req, char *out, size_t len)
     }
 }
 
+/*
+ * The poll window adapts as Linux KVM's halt polling does: a sleep that an
+ * event ended within STAGELINK_SPIN_US would have been cheaper polled, so
+ * the window doubles (from SL_SPIN_FIRST, up to the cap); a longer sleep
+ * halves it, to nothing.  A stream whose bytes arrive faster than a wake-up
+ * costs is polled; a wait for a peer that is computing sleeps at once.  A
+ * thread the kernel preempted since the last look shares its core with
+ * runnable work, which polling would delay: the window halves too.
+ */
+#define SL_SPIN_FIRST 10e-6
+
+static void sl_req_spin_adapt(sl_comm_t *comm, double slept)
+{
+    struct rusage ru;
+    long          preempted = comm->preempted;
+
+    if (getrusage(RUSAGE_THREAD, &ru) == 0) {
+        comm->preempted = ru.ru_nivcsw;
+    }
+    if (slept < comm->spin && comm->preempted == preempted) {
+        comm->spin_now = (comm->spin_now < SL_SPIN_FIRST) ? SL_SPIN_FIRST
+                                                          : 2 * comm->spin_now;
+        comm->spin_now = (comm->spin_now > comm->spin) ? comm->spin
+                                                       : comm->spin_now;
+    } else {
+        comm->spin_now = (comm->spin_now / 2 < SL_SPIN_FIRST)
+                             ? 0.0 : comm->spin_now / 2;
+    }
+}
+
 sl_status_t sl_req_wait_until(sl_comm_t *comm, sl_req_t *req,
                               double deadline, double slice_end)
 {
-    double     spin_until = sl_time_now() + comm->spin;
+    double     spin_until = sl_time_now() + comm->spin_now, slept;
     sl_sleep_t s;
 
     sl_progress_sleep_init(&s, NULL);
@@ -544,11 +575,17 @@ sl_status_t sl_req_wait_until(sl_comm_t *comm, sl_req_t *req,
                             sl_req_what(req), req->xfer.tag.microbatch,
                             req->xfer.tag.chunk, comm->timeout, pending);
         }
-        if (sl_time_now() < spin_until) {
+        slept = sl_time_now();
+        if (slept < spin_until) {
             continue;
         }
         SL_CHECK(sl_progress_sleep(comm, &s,
                                    sl_deadline_earlier(deadline, slice_end)));
+        if (comm->spin > 0) {
+            slept = sl_time_now() - slept;
+            sl_req_spin_adapt(comm, slept);
+            spin_until = sl_time_now() + comm->spin_now;
+        }
     }
 }
 

@@ -7,6 +7,8 @@ one answer back, as stagelink_perftest -t stream does.
 
     bench_peers.py PEER SIZES ITERS     (under stagelink_run, per node)
 
+ITERS is one count for every size, or a comma list, one a size.
+
 PEER:
   gloo-full      torch.distributed over gloo: every TP rank sends the
                  whole tensor to its peer (Megatron's own boundary);
@@ -228,7 +230,9 @@ def nixl_links(agent, targets, buf, view, count):
 
 
 def main():
-    peer, sizes, iters = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
+    peer, sizes = sys.argv[1], sys.argv[2].split(",")
+    counts = [int(x) for x in sys.argv[3].split(",")]
+    counts = counts * len(sizes) if len(counts) == 1 else counts
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     t = world // 2
     stage, tp = rank // t, rank % t
@@ -249,7 +253,7 @@ def main():
         groups = [dist.new_group(list(range(s * t, (s + 1) * t)))
                   for s in (0, 1)]
         tp_group = groups[stage]
-    for size in sizes:
+    for size, iters in zip(sizes, counts):
         n = parse_size(size)
         links = None
         if agent is not None:
