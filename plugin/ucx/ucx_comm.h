@@ -120,7 +120,6 @@ struct stagelink_comm {
     double                      timeout;  /**< seconds, 0 = none */
     double                      spin;     /**< seconds of polling before sleep, at most */
     double                      spin_now; /**< the poll window wait() adapts (ucx_request.c) */
-    long                        preempted; /**< the waiting thread's involuntary switches, last seen */
     int                         closing;  /**< in finalize: peers leave too */
     ucp_context_h               ucp_ctx;
     ucp_worker_h                worker;
@@ -243,8 +242,16 @@ extern const stagelink_plugin_v1_t stagelink_plugin_v1;
 
 
 /* ucx_progress.c: who progresses the worker, and how a thread sleeps */
+/** How the last sl_progress_sleep ended. */
+typedef enum {
+    SL_SLEEP_NO_POLL, /**< it returned without poll(): work was there, or GPU work's nap */
+    SL_SLEEP_WOKEN,   /**< an event ended its poll() */
+    SL_SLEEP_TIMED    /**< its poll() timed out */
+} sl_sleep_end_t;
+
 typedef struct sl_sleep {
     double         busy_until; /**< polling GPU work until then, -1: not */
+    sl_sleep_end_t polled;     /**< how the last step ended */
     int            tx_ms;      /**< the next short sleep while sends are out */
     struct pollfd *pfds;       /**< the progress thread's copy; NULL: the host */
     int            locked;     /**< the caller holds the lock after the step */

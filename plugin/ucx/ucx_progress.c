@@ -91,6 +91,7 @@ static int sl_progress_fault_waits(const sl_comm_t *comm)
 void sl_progress_sleep_init(sl_sleep_t *s, struct pollfd *own_pfds)
 {
     s->busy_until = -1.0;
+    s->polled     = SL_SLEEP_NO_POLL;
     s->tx_ms      = SL_TX_POLL_MIN_MS;
     s->pfds       = own_pfds;
     s->locked     = 1;
@@ -165,6 +166,7 @@ sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake)
     unsigned      seen;
     ucs_status_t  ucs;
 
+    s->polled = SL_SLEEP_NO_POLL;
     if (sl_progress_hooks_busy(comm)) {
         /* GPU copies and stream events do not wake the UCX event fd.  With
          * cores to spare (spin > 0) a host's wait polls them, yielding,
@@ -216,6 +218,7 @@ sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake)
     sl_progress_unlock(comm, s, thread);
     ready = poll(pfds, (nfds_t)comm->npfds, timeout);
     saved = errno;
+    s->polled = (ready > 0) ? SL_SLEEP_WOKEN : SL_SLEEP_TIMED;
     if (thread) {
         atomic_store(&comm->pt_sleeping, 0);
     }

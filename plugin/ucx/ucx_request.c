@@ -519,26 +519,14 @@ void sl_req_describe_pending(const sl_req_t *req, char *out, size_t len)
     }
 }
 
-/*
- * The poll window adapts as Linux KVM's halt polling does: a sleep that an
- * event ended within STAGELINK_SPIN_US would have been cheaper polled, so
- * the window doubles (from SL_SPIN_FIRST, up to the cap); a longer sleep
- * halves it, to nothing.  A stream whose bytes arrive faster than a wake-up
- * costs is polled; a wait for a peer that is computing sleeps at once.  A
- * thread the kernel preempted since the last look shares its core with
- * runnable work, which polling would delay: the window halves too.
- */
+/* The poll window, after Linux KVM's halt polling with shrink 2
+ * (design.md): doubled when polling would have beaten the wake-up,
+ * halved, to nothing, when it would not or the core had other work. */
 #define SL_SPIN_FIRST 10e-6
 
-static void sl_req_spin_adapt(sl_comm_t *comm, double slept)
+static void sl_req_spin_adapt(sl_comm_t *comm, int grow)
 {
-    struct rusage ru;
-    long          preempted = comm->preempted;
-
-    if (getrusage(RUSAGE_THREAD, &ru) == 0) {
-        comm->preempted = ru.ru_nivcsw;
-    }
-    if (slept < comm->spin && comm->preempted == preempted) {
+    if (grow) {
         comm->spin_now = (comm->spin_now < SL_SPIN_FIRST) ? SL_SPIN_FIRST
                                                           : 2 * comm->spin_now;
         comm->spin_now = (comm->spin_now > comm->spin) ? comm->spin
@@ -549,10 +537,20 @@ static void sl_req_spin_adapt(sl_comm_t *comm, double slept)
     }
 }
 
+/* The calling thread's involuntary context switches: the kernel took its
+ * core for other runnable work. */
+static long sl_req_preemptions(void)
+{
+    struct rusage ru;
+
+    return (getrusage(RUSAGE_THREAD, &ru) == 0) ? ru.ru_nivcsw : 0;
+}
+
 sl_status_t sl_req_wait_until(sl_comm_t *comm, sl_req_t *req,
                               double deadline, double slice_end)
 {
-    double     spin_until = sl_time_now() + comm->spin_now, slept;
+    double     now, asleep_at, spin_until = sl_time_now() + comm->spin_now;
+    long       preempted = (comm->spin > 0) ? sl_req_preemptions() : 0, p;
     sl_sleep_t s;
 
     sl_progress_sleep_init(&s, NULL);
@@ -575,16 +573,21 @@ sl_status_t sl_req_wait_until(sl_comm_t *comm, sl_req_t *req,
                             sl_req_what(req), req->xfer.tag.microbatch,
                             req->xfer.tag.chunk, comm->timeout, pending);
         }
-        slept = sl_time_now();
-        if (slept < spin_until) {
+        asleep_at = sl_time_now();
+        if (asleep_at < spin_until) {
             continue;
         }
         SL_CHECK(sl_progress_sleep(comm, &s,
                                    sl_deadline_earlier(deadline, slice_end)));
-        if (comm->spin > 0) {
-            slept = sl_time_now() - slept;
-            sl_req_spin_adapt(comm, slept);
-            spin_until = sl_time_now() + comm->spin_now;
+        /* Only a sleep in poll() says what polling would have done. */
+        if (comm->spin > 0 && s.polled != SL_SLEEP_NO_POLL) {
+            now = sl_time_now();
+            p   = sl_req_preemptions();
+            sl_req_spin_adapt(comm, s.polled == SL_SLEEP_WOKEN &&
+                                        now - asleep_at < comm->spin &&
+                                        p == preempted);
+            preempted  = p;
+            spin_until = now + comm->spin_now;
         }
     }
 }

@@ -232,6 +232,9 @@ def nixl_links(agent, targets, buf, view, count):
 def main():
     peer, sizes = sys.argv[1], sys.argv[2].split(",")
     counts = [int(x) for x in sys.argv[3].split(",")]
+    if len(counts) not in (1, len(sizes)):
+        sys.exit("bench_peers.py: %d counts for %d sizes: give one, or one a size"
+                 % (len(counts), len(sizes)))
     counts = counts * len(sizes) if len(counts) == 1 else counts
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     t = world // 2

@@ -75,6 +75,16 @@ crossed() {
     echo "$total"
 }
 
+# TCP segments the nodes retransmitted (a loss on the rate-limited link).
+retrans() {
+    local total=0 i v
+    for ((i = 0; i < ${#ns[@]}; i++)); do
+        v=$(ip netns exec "${ns[$i]}" nstat -asz TcpRetransSegs | awk '$1 == "TcpRetransSegs" {print $2}')
+        total=$((total + ${v:-0}))
+    done
+    echo "$total"
+}
+
 # Starts ranks_per_node ranks on every node, each node by its own command.
 run_job() {
     local per=$1 i pids=() rc=0
