@@ -218,7 +218,10 @@ sl_status_t sl_progress_sleep(sl_comm_t *comm, sl_sleep_t *s, double wake)
     sl_progress_unlock(comm, s, thread);
     ready = poll(pfds, (nfds_t)comm->npfds, timeout);
     saved = errno;
-    s->polled = (ready > 0) ? SL_SLEEP_WOKEN : SL_SLEEP_TIMED;
+    /* A zero timeout or a signal slept for nothing: no lesson for wait(). */
+    s->polled = (ready > 0) ? SL_SLEEP_WOKEN
+              : (timeout == 0 || (ready < 0 && saved == EINTR)) ? SL_SLEEP_NO_POLL
+                                                                 : SL_SLEEP_TIMED;
     if (thread) {
         atomic_store(&comm->pt_sleeping, 0);
     }

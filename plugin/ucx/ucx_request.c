@@ -579,7 +579,8 @@ sl_status_t sl_req_wait_until(sl_comm_t *comm, sl_req_t *req,
         }
         SL_CHECK(sl_progress_sleep(comm, &s,
                                    sl_deadline_earlier(deadline, slice_end)));
-        /* Only a sleep in poll() says what polling would have done. */
+        /* Only a sleep in poll() says what polling would have done; after
+         * any other step the loop sleeps again without a fresh window. */
         if (comm->spin > 0 && s.polled != SL_SLEEP_NO_POLL) {
             now = sl_time_now();
             p   = sl_req_preemptions();

@@ -309,43 +309,31 @@ static const struct {
     {"STAGELINK_NIC_MIN_GBPS", "fast", STAGELINK_ERR_CONFIG},
 };
 
-int main(void)
+/* What every phase sees: the working communicator is the global C. */
+typedef struct {
+    stagelink_config_t cfg;
+    int                tp, stage;
+    stagelink_peer_t   peer; /* a neighbour: each case fails for its own reason */
+    char              *buf;
+} phase_ctx_t;
+
+/* Init-time refusals: each rank fails before the rendezvous. */
+static void init_phase(phase_ctx_t *c)
 {
-    stagelink_loader_t  *loader;
-    stagelink_config_t   cfg;
-    stagelink_request_t *req, *reqs[2];
-    stagelink_memh_t    *memh = NULL;
-    stagelink_xfer_t     x;
-    stagelink_op_t       ops[2];
-    stagelink_comm_info_t info;
-    char                 err[2048];
-    size_t               i;
-    static char          buf[4096];
-    int                  tp, done, stage;
-    stagelink_peer_t     peer;
+    stagelink_config_t cfg;
+    size_t             i;
 
-    setenv("STAGELINK_DEBUG", "NONE", 1);
-    tp = atoi(getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "2") / 2;
-    if (stagelink_loader_open(NULL, &loader, err, sizeof(err)) != 0) {
-        fprintf(stderr, "%s\n", err);
-        return 1;
-    }
-    P = stagelink_loader_plugin(loader);
-
-    /* Init-time refusals: each rank fails before the rendezvous. */
     memset(&cfg, 0, sizeof(cfg));
     expect(init_with(&cfg), STAGELINK_ERR_INVALID_ARG, "config struct_size 0");
     cfg.struct_size = offsetof(stagelink_config_t, flags);
     expect(init_with(&cfg), STAGELINK_ERR_INVALID_ARG,
            "config of an older, shorter ABI");
-    cfg.struct_size = 0;
     expect(P->comm_init(NULL, &C), STAGELINK_ERR_INVALID_ARG, "NULL config");
-    cfg.struct_size = sizeof(cfg);
-    cfg.tp_size     = tp;
-    cfg.mode        = (stagelink_mode_t)99;
+    cfg      = c->cfg;
+    cfg.mode = (stagelink_mode_t)99;
     expect(init_with(&cfg), STAGELINK_ERR_INVALID_ARG, "config mode 99");
-    cfg.mode    = STAGELINK_MODE_DEFAULT;
-    cfg.tp_size = 3 * tp;
+    cfg         = c->cfg;
+    cfg.tp_size = 3 * c->tp;
     expect(init_with(&cfg), STAGELINK_ERR_INVALID_ARG,
            "tp_size not dividing the world");
     for (i = 0; i < sizeof(env_cases) / sizeof(env_cases[0]); ++i) {
@@ -353,46 +341,49 @@ int main(void)
 
         snprintf(what, sizeof(what), "%s=%.40s", env_cases[i].name,
                  env_cases[i].value);
-        expect(init_env(env_cases[i].name, env_cases[i].value, tp),
+        expect(init_env(env_cases[i].name, env_cases[i].value, c->tp),
                env_cases[i].want, what);
     }
+}
 
-    /* A working communicator for the rest. */
-    cfg.tp_size = tp;
-    if (P->comm_init(&cfg, &C) != STAGELINK_SUCCESS) {
-        fprintf(stderr, "init: %s\n", P->last_error(NULL));
-        return 1;
-    }
-    P->comm_info(C, &info);
-    stage = info.pp_index;
+static void descriptor_phase(phase_ctx_t *c)
+{
+    stagelink_request_t *req;
+    stagelink_xfer_t     x;
+    size_t               i;
 
-    /* A stage that has a neighbour, so that each case fails for its own
-     * reason, not for a missing peer. */
-    peer = (stage == 0) ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV;
     expect(P->isend(C, NULL, &req), STAGELINK_ERR_INVALID_ARG, "NULL transfer");
     for (i = 0; i < sizeof(xfer_cases) / sizeof(xfer_cases[0]); ++i) {
-        const xfer_case_t *c = &xfer_cases[i];
+        const xfer_case_t *xc = &xfer_cases[i];
 
-        x = sl_host_xfer(c->peer == 1 ? (stagelink_peer_t)5 : peer,
-                         c->null_buf ? NULL : buf, c->nbytes, 1, 1, 0);
-        x.elem_size     = c->elem_size;
-        x.tag.chunk     = c->chunk;
-        x.tag.reserved  = c->reserved;
-        x.tag.direction = (uint8_t)(c->against_peer
-                                        ? ((stage == 0) ? STAGELINK_DIR_BACKWARD
-                                                        : STAGELINK_DIR_FORWARD)
+        x = sl_host_xfer(xc->peer == 1 ? (stagelink_peer_t)5 : c->peer,
+                         xc->null_buf ? NULL : c->buf, xc->nbytes, 1, 1, 0);
+        x.elem_size     = xc->elem_size;
+        x.tag.chunk     = xc->chunk;
+        x.tag.reserved  = xc->reserved;
+        x.tag.direction = (uint8_t)(xc->against_peer
+                                        ? ((c->stage == 0) ? STAGELINK_DIR_BACKWARD
+                                                           : STAGELINK_DIR_FORWARD)
                                         : STAGELINK_DIR_AUTO);
-        x.mem_type      = c->mem_type;
-        expect(P->isend(C, &x, &req), c->want, c->what);
+        x.mem_type      = xc->mem_type;
+        expect(P->isend(C, &x, &req), xc->want, xc->what);
     }
-    x = sl_host_xfer(peer, buf, 8, 1, 1, 0);
+    x = sl_host_xfer(c->peer, c->buf, 8, 1, 1, 0);
     expect(P->isend(C, &x, NULL), STAGELINK_ERR_INVALID_ARG, "NULL request pointer");
-    x = sl_host_xfer(stage == 0 ? STAGELINK_PEER_PREV : STAGELINK_PEER_NEXT, buf, 8, 1, 1, 0);
-    expect(stage == 0 ? P->irecv(C, &x, &req) : P->isend(C, &x, &req),
+    x = sl_host_xfer(c->stage == 0 ? STAGELINK_PEER_PREV : STAGELINK_PEER_NEXT,
+                     c->buf, 8, 1, 1, 0);
+    expect(c->stage == 0 ? P->irecv(C, &x, &req) : P->isend(C, &x, &req),
            STAGELINK_ERR_NO_PEER,
-           stage == 0 ? "receive from before the first stage"
-                      : "send forward from the last stage");
-    expect(P->test(C, (stagelink_request_t *)buf, &done),
+           c->stage == 0 ? "receive from before the first stage"
+                         : "send forward from the last stage");
+}
+
+/* NULL and foreign pointers to the calls that only look. */
+static void query_phase(phase_ctx_t *c)
+{
+    int done, failed = 0;
+
+    expect(P->test(C, (stagelink_request_t *)c->buf, &done),
            STAGELINK_ERR_INVALID_ARG, "test on a foreign pointer");
     expect(P->test(C, NULL, NULL), STAGELINK_ERR_INVALID_ARG, "test with NULL done");
     expect(P->wait(C, NULL), STAGELINK_ERR_INVALID_ARG, "wait on NULL request");
@@ -400,18 +391,22 @@ int main(void)
     expect(P->comm_info(C, NULL), STAGELINK_ERR_INVALID_ARG, "NULL info");
     expect(P->comm_get_error(C, NULL), STAGELINK_ERR_INVALID_ARG,
            "comm_get_error with NULL rank");
-    {
-        int failed = 0;
+    expect(P->comm_get_error(C, &failed), STAGELINK_SUCCESS,
+           "comm_get_error of a healthy communicator");
+    CHECK(failed == -1, "healthy communicator names failed rank %d", failed);
+}
 
-        expect(P->comm_get_error(C, &failed), STAGELINK_SUCCESS,
-               "comm_get_error of a healthy communicator");
-        CHECK(failed == -1, "healthy communicator names failed rank %d", failed);
-    }
+static void registration_phase(phase_ctx_t *c)
+{
+    stagelink_memh_t    *memh = NULL;
+    stagelink_request_t *req;
+    stagelink_xfer_t     x;
+
     expect(P->mem_register(C, NULL, 8, STAGELINK_MEM_HOST, &memh),
            STAGELINK_ERR_INVALID_ARG, "register a NULL buffer");
-    expect(P->mem_register(C, buf, 64, STAGELINK_MEM_HOST, &memh),
+    expect(P->mem_register(C, c->buf, 64, STAGELINK_MEM_HOST, &memh),
            STAGELINK_SUCCESS, "register 64 bytes");
-    x = sl_host_xfer(peer, buf, 128, 1, 1, 0);
+    x      = sl_host_xfer(c->peer, c->buf, 128, 1, 1, 0);
     x.memh = memh;
     expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG,
            "128 bytes under a 64-byte registration");
@@ -423,41 +418,125 @@ int main(void)
            "send with a deregistered handle");
     expect(P->mem_deregister(C, memh), STAGELINK_ERR_INVALID_ARG,
            "deregister twice");
+}
 
-    memset(ops, 0, sizeof(ops));
+/* Two sends backward with one tag; only the last stage may send back. */
+static void batch_ops(stagelink_op_t ops[2], char *buf)
+{
+    memset(ops, 0, 2 * sizeof(*ops));
     ops[0].kind = ops[1].kind = STAGELINK_OP_SEND;
     ops[0].xfer = ops[1].xfer = sl_host_xfer(STAGELINK_PEER_PREV, buf, 8, 1, 5, 0);
-    if (stage == 1) {
+}
+
+static void batch_phase(phase_ctx_t *c)
+{
+    stagelink_op_t       ops[2];
+    stagelink_request_t *reqs[2];
+
+    batch_ops(ops, c->buf);
+    if (c->stage == 1) {
         expect(P->post_batch(C, ops, 2, reqs), STAGELINK_ERR_TAG_IN_USE,
                "batch with one tag twice");
     }
     expect(P->post_batch(C, NULL, 2, reqs), STAGELINK_ERR_INVALID_ARG,
            "batch of 2 with NULL ops");
+}
 
-    cross_stage_cases(stage, buf);
-    chunked_mismatch_cases(stage);
+static void cross_stage_phase(phase_ctx_t *c)
+{
+    cross_stage_cases(c->stage, c->buf);
+}
+
+static void chunked_phase(phase_ctx_t *c)
+{
+    chunked_mismatch_cases(c->stage);
+}
+
+/* Ends the working communicator: everything after is refused. */
+static void finalize_phase(phase_ctx_t *c)
+{
+    stagelink_request_t *req;
+    stagelink_xfer_t     x;
 
     expect(P->comm_finalize(C), STAGELINK_SUCCESS, "finalize");
-    x = sl_host_xfer(STAGELINK_PEER_NEXT, buf, 8, 1, 1, 0);
+    x = sl_host_xfer(c->peer, c->buf, 8, 1, 1, 0);
     expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_STATE, "send after finalize");
     expect(P->comm_finalize(C), STAGELINK_ERR_INVALID_STATE, "finalize twice");
     C = NULL;
     expect(P->comm_finalize(NULL), STAGELINK_ERR_INVALID_STATE, "finalize NULL");
     expect(P->comm_abort(NULL), STAGELINK_ERR_INVALID_STATE, "abort NULL");
+}
 
-    /* An aborted communicator refuses posts and still finalizes. */
-    if (P->comm_init(&cfg, &C) != STAGELINK_SUCCESS) {
-        fprintf(stderr, "init: %s\n", P->last_error(NULL));
-        return 1;
+/* An aborted communicator refuses posts and still finalizes. */
+static void abort_phase(phase_ctx_t *c)
+{
+    stagelink_op_t       ops[2];
+    stagelink_request_t *req, *reqs[2];
+    stagelink_xfer_t     x;
+
+    if (P->comm_init(&c->cfg, &C) != STAGELINK_SUCCESS) {
+        CHECK(0, "init for the abort cases: %s", P->last_error(NULL));
+        return;
     }
-    settle_peers(stage, buf);
+    settle_peers(c->stage, c->buf);
     expect(P->comm_abort(C), STAGELINK_SUCCESS, "abort");
-    x = sl_host_xfer(peer, buf, 8, 1, 1, 0);
+    x = sl_host_xfer(c->peer, c->buf, 8, 1, 1, 0);
     expect(P->isend(C, &x, &req), STAGELINK_ERR_ABORTED, "send after abort");
+    batch_ops(ops, c->buf);
     expect(P->post_batch(C, ops, 1, reqs), STAGELINK_ERR_ABORTED,
            "batch after abort");
     expect(P->comm_finalize(C), STAGELINK_SUCCESS, "finalize after abort");
     expect(P->comm_abort(C), STAGELINK_ERR_INVALID_STATE, "abort after finalize");
+}
+
+/* In order: the phases from descriptors to finalize use one communicator. */
+static const struct {
+    const char *name;
+    void (*run)(phase_ctx_t *c);
+    int         on_comm; /* needs the working communicator */
+} phases[] = {
+    {"init refusals", init_phase, 0},
+    {"transfer descriptors", descriptor_phase, 1},
+    {"queries", query_phase, 1},
+    {"registrations", registration_phase, 1},
+    {"batches", batch_phase, 1},
+    {"across stages", cross_stage_phase, 1},
+    {"chunked size mismatches", chunked_phase, 1},
+    {"after finalize", finalize_phase, 1},
+    {"after abort", abort_phase, 0},
+};
+
+int main(void)
+{
+    stagelink_loader_t   *loader;
+    stagelink_comm_info_t info;
+    static char           buf[4096];
+    phase_ctx_t           c = {.buf = buf};
+    char                  err[2048];
+    size_t                i;
+
+    setenv("STAGELINK_DEBUG", "NONE", 1);
+    c.tp = atoi(getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "2") / 2;
+    if (stagelink_loader_open(NULL, &loader, err, sizeof(err)) != 0) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    P                 = stagelink_loader_plugin(loader);
+    c.cfg.struct_size = sizeof(c.cfg);
+    c.cfg.tp_size     = c.tp;
+    for (i = 0; i < sizeof(phases) / sizeof(phases[0]); ++i) {
+        if (phases[i].on_comm && C == NULL) {
+            if (P->comm_init(&c.cfg, &C) != STAGELINK_SUCCESS) {
+                fprintf(stderr, "init before \"%s\": %s\n", phases[i].name,
+                        P->last_error(NULL));
+                return 1;
+            }
+            P->comm_info(C, &info);
+            c.stage = info.pp_index;
+            c.peer  = (c.stage == 0) ? STAGELINK_PEER_NEXT : STAGELINK_PEER_PREV;
+        }
+        phases[i].run(&c);
+    }
     stagelink_loader_close(loader);
     return check_summary();
 }
