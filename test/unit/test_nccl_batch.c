@@ -226,81 +226,96 @@ static void complete(sl_ncomm_t *c, stagelink_request_t **reqs, size_t n)
     }
 }
 
-int main(void)
-{
-    const stagelink_plugin_v1_t *p = &stagelink_plugin_v1;
-    stagelink_request_t         *reqs[8], *held[8];
-    stagelink_op_t               ops[8];
-    sl_ncomm_t                  *c = make_comm(8);
-    stagelink_status_t           st;
-    int                          before, s0, r0;
-    size_t                       i;
+static const stagelink_plugin_v1_t *const P = &stagelink_plugin_v1;
 
-    /* A clean post leaves no error sentence behind. */
+static void drop_comm(sl_ncomm_t *c)
+{
+    sl_registry_remove(&sl_live, c);
+    sl_ncomm_destroy(c);
+}
+
+/* A clean post leaves no error sentence behind; the same tag again while
+ * in flight is refused, its request pointer NULL. */
+static void tag_in_flight_case(sl_ncomm_t *c)
+{
+    stagelink_request_t *held[2], *req;
+    stagelink_op_t       ops[2];
+    stagelink_status_t   st;
+
     c->err.msg[0] = '\0';
     ops[0] = op(STAGELINK_OP_SEND, STAGELINK_PEER_NEXT, 1, 0);
-    st = p->isend(c, &ops[0].xfer, &held[0]);
+    st     = P->isend(c, &ops[0].xfer, &held[0]);
     CHECK(st == STAGELINK_SUCCESS && held[0] != NULL, "isend: %s", c->err.msg);
     CHECK(c->err.msg[0] == '\0',
           "a successful isend left an error sentence: %s", c->err.msg);
     c->err.msg[0] = '\0';
     ops[1] = op(STAGELINK_OP_RECV, STAGELINK_PEER_PREV, 1, 0);
-    st = p->irecv(c, &ops[1].xfer, &held[1]);
+    st     = P->irecv(c, &ops[1].xfer, &held[1]);
     CHECK(st == STAGELINK_SUCCESS && held[1] != NULL, "irecv: %s", c->err.msg);
     CHECK(c->err.msg[0] == '\0',
           "a successful irecv left an error sentence: %s", c->err.msg);
-
-    /* The same tag again while in flight: refused, request pointer NULL. */
-    reqs[0] = (stagelink_request_t *)&before; /* garbage the call must clear */
-    st = p->isend(c, &ops[0].xfer, &reqs[0]);
-    CHECK(st == STAGELINK_ERR_TAG_IN_USE && reqs[0] == NULL &&
+    req = (stagelink_request_t *)&st; /* garbage the call must clear */
+    st  = P->isend(c, &ops[0].xfer, &req);
+    CHECK(st == STAGELINK_ERR_TAG_IN_USE && req == NULL &&
               strstr(c->err.msg, "microbatch 1 chunk 0"),
           "tag in flight: %s (%s)", stagelink_status_string(st), c->err.msg);
     CHECK(in_use(c) == 2, "%d slots in use, expected 2", in_use(c));
+    complete(c, held, 2);
+}
 
-    /* Twice the same (kind, direction, microbatch, chunk) in one batch:
-     * refused as a whole, nothing enqueued, no slot taken. */
+/* Twice the same (kind, direction, microbatch, chunk) in one batch:
+ * refused as a whole, nothing enqueued, no slot taken; the same for two
+ * receives from one side. */
+static void duplicate_in_batch_case(sl_ncomm_t *c)
+{
+    stagelink_request_t *reqs[3];
+    stagelink_op_t       ops[3];
+    stagelink_status_t   st;
+    int                  s0 = sends, r0 = recvs, i;
+
     ops[0] = op(STAGELINK_OP_SEND, STAGELINK_PEER_NEXT, 5, 3);
     ops[1] = op(STAGELINK_OP_RECV, STAGELINK_PEER_NEXT, 6, 3);
     ops[2] = op(STAGELINK_OP_SEND, STAGELINK_PEER_NEXT, 5, 3);
     for (i = 0; i < 3; ++i) {
-        reqs[i] = (stagelink_request_t *)&before;
+        reqs[i] = (stagelink_request_t *)&st;
     }
-    before = in_use(c);
-    s0     = sends;
-    r0     = recvs;
-    st     = p->post_batch(c, ops, 3, reqs);
+    st = P->post_batch(c, ops, 3, reqs);
     CHECK(st == STAGELINK_ERR_TAG_IN_USE, "duplicate tags in one batch: %s "
           "(%s)", stagelink_status_string(st), c->err.msg);
     CHECK(strstr(c->err.msg, "microbatch 5 chunk 3") != NULL,
           "the sentence does not name the tag: %s", c->err.msg);
-    CHECK(sends == s0 && recvs == r0 && in_use(c) == before,
+    CHECK(sends == s0 && recvs == r0 && in_use(c) == 0,
           "a refused batch enqueued %d sends, %d receives, took %d slots",
-          sends - s0, recvs - r0, in_use(c) - before);
+          sends - s0, recvs - r0, in_use(c));
     CHECK(reqs[0] == NULL && reqs[1] == NULL && reqs[2] == NULL,
           "a refused batch left request pointers set");
     if (st == STAGELINK_SUCCESS) {
         complete(c, reqs, 3);
     }
-    /* The same for two receives from one side. */
     ops[0] = op(STAGELINK_OP_RECV, STAGELINK_PEER_PREV, 9, 0);
     ops[1] = op(STAGELINK_OP_RECV, STAGELINK_PEER_PREV, 9, 0);
-    st = p->post_batch(c, ops, 2, reqs);
+    st     = P->post_batch(c, ops, 2, reqs);
     CHECK(st == STAGELINK_ERR_TAG_IN_USE, "two receives of one tag in one "
           "batch: %s", stagelink_status_string(st));
     if (st == STAGELINK_SUCCESS) {
         complete(c, reqs, 2);
     }
+}
 
-    /* One microbatch and chunk in every kind and direction: all distinct. */
+/* One microbatch and chunk in every kind and direction: all distinct. */
+static void four_directions_case(sl_ncomm_t *c)
+{
+    stagelink_request_t *reqs[4];
+    stagelink_op_t       ops[4];
+    stagelink_status_t   st;
+    int                  s0 = sends, r0 = recvs;
+
     ops[0] = op(STAGELINK_OP_SEND, STAGELINK_PEER_NEXT, 7, 1); /* forward */
     ops[1] = op(STAGELINK_OP_SEND, STAGELINK_PEER_PREV, 7, 1); /* backward */
     ops[2] = op(STAGELINK_OP_RECV, STAGELINK_PEER_NEXT, 7, 1); /* backward */
     ops[3] = op(STAGELINK_OP_RECV, STAGELINK_PEER_PREV, 7, 1); /* forward */
-    s0     = sends;
-    r0     = recvs;
     c->err.msg[0] = '\0';
-    st = p->post_batch(c, ops, 4, reqs);
+    st = P->post_batch(c, ops, 4, reqs);
     CHECK(st == STAGELINK_SUCCESS && sends == s0 + 2 && recvs == r0 + 2,
           "four directions of one tag: %s (%s)", stagelink_status_string(st),
           c->err.msg);
@@ -309,19 +324,27 @@ int main(void)
     if (st == STAGELINK_SUCCESS) {
         complete(c, reqs, 4);
     }
+}
 
-    /* Not enough slots for the batch: none taken, every pointer NULL. */
-    for (i = 2; i < 7; ++i) { /* 7 of 8 slots in use */
+/* Not enough slots for the batch: none taken, every pointer NULL. */
+static void slots_short_case(sl_ncomm_t *c)
+{
+    stagelink_request_t *held[7], *reqs[2];
+    stagelink_op_t       ops[2];
+    stagelink_status_t   st;
+    int                  before, s0, r0, i;
+
+    for (i = 0; i < 7; ++i) { /* 7 of 8 slots in use */
         ops[0] = op(STAGELINK_OP_SEND, STAGELINK_PEER_NEXT, 100 + (uint32_t)i, 0);
-        CHECK(p->isend(c, &ops[0].xfer, &held[i]) == STAGELINK_SUCCESS,
-              "filling slot %zu: %s", i, c->err.msg);
+        CHECK(P->isend(c, &ops[0].xfer, &held[i]) == STAGELINK_SUCCESS,
+              "filling slot %d: %s", i, c->err.msg);
     }
     ops[0] = op(STAGELINK_OP_RECV, STAGELINK_PEER_NEXT, 200, 0);
     ops[1] = op(STAGELINK_OP_RECV, STAGELINK_PEER_PREV, 200, 0);
     before = in_use(c);
     s0     = sends;
     r0     = recvs;
-    st     = p->post_batch(c, ops, 2, reqs);
+    st     = P->post_batch(c, ops, 2, reqs);
     CHECK(st == STAGELINK_ERR_NO_MEMORY && strstr(c->err.msg, "in flight"),
           "batch of 2 with one slot free: %s (%s)",
           stagelink_status_string(st), c->err.msg);
@@ -335,13 +358,19 @@ int main(void)
         complete(c, reqs, 2);
     }
     complete(c, held, 7);
-    CHECK(in_use(c) == 0, "%d slots still in use", in_use(c));
+}
 
-    /* NCCL refuses the group: the batch's slots come back, pointers NULL. */
+/* NCCL refuses the group: the batch's slots come back, pointers NULL. */
+static void group_refused_case(sl_ncomm_t *c)
+{
+    stagelink_request_t *reqs[2];
+    stagelink_op_t       ops[2];
+    stagelink_status_t   st;
+
     fail_group = 1;
     ops[0]     = op(STAGELINK_OP_SEND, STAGELINK_PEER_NEXT, 300, 0);
     ops[1]     = op(STAGELINK_OP_RECV, STAGELINK_PEER_PREV, 300, 0);
-    st         = p->post_batch(c, ops, 2, reqs);
+    st         = P->post_batch(c, ops, 2, reqs);
     CHECK(st == STAGELINK_ERR_TRANSPORT && strstr(c->err.msg, "ncclGroupStart"),
           "ncclGroupStart failure: %s (%s)", stagelink_status_string(st),
           c->err.msg);
@@ -349,71 +378,106 @@ int main(void)
           "after ncclGroupStart failed: reqs[] = {%p, %p}, %d slots in use",
           (void *)reqs[0], (void *)reqs[1], in_use(c));
     fail_group = 0;
-    sl_registry_remove(&sl_live, c);
-    sl_ncomm_destroy(c);
+}
 
-    /* A slot whose event cannot be made: that status, not NO_MEMORY. */
-    c           = make_comm(2);
+/* A slot whose event cannot be made: that status, not NO_MEMORY. */
+static void event_refused_case(sl_ncomm_t *c)
+{
+    stagelink_request_t *req = (stagelink_request_t *)c;
+    stagelink_op_t       o   = op(STAGELINK_OP_SEND, STAGELINK_PEER_NEXT, 1, 0);
+    stagelink_status_t   st;
+
     fail_events = 1;
-    ops[0]      = op(STAGELINK_OP_SEND, STAGELINK_PEER_NEXT, 1, 0);
-    reqs[0]     = (stagelink_request_t *)&before;
-    st          = p->isend(c, &ops[0].xfer, &reqs[0]);
-    CHECK(st == STAGELINK_ERR_TRANSPORT && reqs[0] == NULL &&
+    st          = P->isend(c, &o.xfer, &req);
+    CHECK(st == STAGELINK_ERR_TRANSPORT && req == NULL &&
               strstr(c->err.msg, "fake event_create failure") && in_use(c) == 0,
           "event creation failure: %s (%s), %d slots in use",
           stagelink_status_string(st), c->err.msg, in_use(c));
     fail_events = 0;
-    sl_registry_remove(&sl_live, c);
-    sl_ncomm_destroy(c);
+}
 
-    /* The communicator works on device 1 (the config's); the host runs a
-     * context of its own between calls. */
+/* The communicator's device: with none named or current, local rank 3 of
+ * a node of two GPUs takes GPU 1, not device 0; with the config's
+ * device 1, the host keeps a context of its own between calls. */
+static void device_choice_case(sl_ncomm_t *c)
+{
+    stagelink_config_t cfg  = {.struct_size = sizeof(cfg),
+                               .flags = STAGELINK_CONFIG_DEVICE_SET, .device = 1};
+    stagelink_config_t none = {.struct_size = sizeof(none)};
+
     f_ctx[0] = 0, f_ctx[1] = 1, f_ctx[2] = 0;
-    c          = make_comm(2);
-    c->gpu     = &fake_gpu_ctx;
-    {
-        stagelink_config_t cfg = {.struct_size = sizeof(cfg),
-                                  .flags = STAGELINK_CONFIG_DEVICE_SET,
-                                  .device = 1};
+    c->gpu   = &fake_gpu_ctx;
+    f_cur    = NULL;
+    CHECK(sl_nccl_device(c, &none, 3) == STAGELINK_SUCCESS &&
+          c->device == 1 && c->context == &f_ctx[1] && f_cur == NULL,
+          "no device current, local rank 3 of 2 GPUs: device %d, "
+          "context %p, the thread's afterwards %p", c->device, c->context,
+          (void *)f_cur);
+    f_cur = &f_ctx[2];
+    CHECK(sl_nccl_device(c, &cfg, 0) == STAGELINK_SUCCESS && c->device == 1 &&
+          c->context == &f_ctx[1] && f_cur == &f_ctx[2],
+          "device of the config: %d, context %p, the host's kept: %d",
+          c->device, c->context, f_cur == &f_ctx[2]);
+}
 
-        stagelink_config_t none = {.struct_size = sizeof(none)};
+/* A tensor of another device is refused, naming both; NCCL is called in
+ * the communicator's context, and the caller's own is current again after
+ * each call (none, for a thread that had none). */
+static void device_context_case(sl_ncomm_t *c)
+{
+    stagelink_request_t *req;
+    stagelink_op_t       o = op(STAGELINK_OP_SEND, STAGELINK_PEER_NEXT, 1, 0);
+    stagelink_status_t   st;
 
-        /* No device named and none current: local rank 3 of a node of
-         * two GPUs takes GPU 1, not device 0. */
-        f_cur = NULL;
-        CHECK(sl_nccl_device(c, &none, 3) == STAGELINK_SUCCESS &&
-              c->device == 1 && c->context == &f_ctx[1] && f_cur == NULL,
-              "no device current, local rank 3 of 2 GPUs: device %d, "
-              "context %p, the thread's afterwards %p", c->device, c->context,
-              (void *)f_cur);
-        f_cur = &f_ctx[2];
-        CHECK(sl_nccl_device(c, &cfg, 0) == STAGELINK_SUCCESS && c->device == 1 &&
-              c->context == &f_ctx[1] && f_cur == &f_ctx[2],
-              "device of the config: %d, context %p, the host's kept: %d",
-              c->device, c->context, f_cur == &f_ctx[2]);
-    }
+    device_choice_case(c);
     buf_device = 0;
-    ops[0]     = op(STAGELINK_OP_SEND, STAGELINK_PEER_NEXT, 1, 0);
-    st         = p->isend(c, &ops[0].xfer, &reqs[0]);
+    st         = P->isend(c, &o.xfer, &req);
     CHECK(st == STAGELINK_ERR_INVALID_ARG && strstr(c->err.msg, "device 0") &&
           strstr(c->err.msg, "device 1"), "a tensor of device 0 on a "
           "communicator of device 1: %s (%s)", stagelink_status_string(st),
           c->err.msg);
     buf_device = 1;
     f_at_send  = NULL;
-    st         = p->isend(c, &ops[0].xfer, &reqs[0]);
+    st         = P->isend(c, &o.xfer, &req);
     CHECK(st == STAGELINK_SUCCESS && f_at_send == &f_ctx[1],
           "ncclSend called in context %p, want device 1's (%s)",
           (void *)f_at_send, c->err.msg);
     CHECK(f_cur == &f_ctx[2], "after isend the host's own context is gone");
-    complete(c, reqs, 1);
+    complete(c, &req, 1);
     CHECK(f_cur == &f_ctx[2], "after wait the host's own context is gone");
     f_cur = NULL;
-    st    = p->isend(c, &ops[0].xfer, &reqs[0]);
-    complete(c, reqs, 1);
+    st    = P->isend(c, &o.xfer, &req);
+    complete(c, &req, 1);
     CHECK(st == STAGELINK_SUCCESS && f_cur == NULL, "a thread without a "
           "context has one after the calls");
-    sl_registry_remove(&sl_live, c);
-    sl_ncomm_destroy(c);
+}
+
+static const struct {
+    const char *name;
+    void (*run)(sl_ncomm_t *c);
+    int         slots; /* the communicator's STAGELINK_MAX_REQUESTS */
+} cases[] = {
+    {"tag in flight", tag_in_flight_case, 8},
+    {"duplicate tag in one batch", duplicate_in_batch_case, 8},
+    {"one tag in four directions", four_directions_case, 8},
+    {"too few slots for a batch", slots_short_case, 8},
+    {"NCCL refuses the group", group_refused_case, 8},
+    {"an event cannot be made", event_refused_case, 2},
+    {"device and contexts", device_context_case, 2},
+};
+
+int main(void)
+{
+    size_t i;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+        sl_ncomm_t *c      = make_comm(cases[i].slots);
+        int         failed = check_failed;
+
+        cases[i].run(c);
+        CHECK(in_use(c) == 0, "%s: %d slots still in use", cases[i].name, in_use(c));
+        drop_comm(c);
+        printf("%-32s %s\n", cases[i].name, check_failed == failed ? "ok" : "FAILED");
+    }
     return check_summary();
 }
