@@ -550,7 +550,7 @@ sl_status_t sl_req_wait_until(sl_comm_t *comm, sl_req_t *req,
                               double deadline, double slice_end)
 {
     double     now, asleep_at, spin_until = sl_time_now() + comm->spin_now;
-    long       preempted = (comm->spin > 0) ? sl_req_preemptions() : 0, p;
+    long       preempted = -1, p; /* read once the request is not done at once */
     sl_sleep_t s;
 
     sl_progress_sleep_init(&s, NULL);
@@ -572,6 +572,9 @@ sl_status_t sl_req_wait_until(sl_comm_t *comm, sl_req_t *req,
                             "flight: wait again or cancel it",
                             sl_req_what(req), req->xfer.tag.microbatch,
                             req->xfer.tag.chunk, comm->timeout, pending);
+        }
+        if (comm->spin > 0 && preempted < 0) {
+            preempted = sl_req_preemptions();
         }
         asleep_at = sl_time_now();
         if (asleep_at < spin_until) {
