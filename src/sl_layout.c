@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include "sl_layout.h"
 
+#include "sl_abi.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,12 +72,16 @@ sl_status_t sl_layout_from_order(int rank, int world_size, int tp_size,
 
 sl_status_t sl_layout_from_topology(int rank, int world_size, int tp_size,
                                     int pp_size,
-                                    const stagelink_topology_t *topo,
+                                    const stagelink_topology_t *host,
                                     sl_layout_t *layout, sl_errbuf_t *eb)
 {
-    int i;
+    stagelink_topology_t        own;
+    const stagelink_topology_t *topo = &own;
+    int                         i;
 
     memset(layout, 0, sizeof(*layout));
+    SL_CHECK(sl_abi_copy_in(&sl_abi_topology, host, host->struct_size, &own,
+                            eb));
     SL_CHECK(sl_layout_check_sizes(rank, world_size, tp_size, eb));
     if (topo->tp_ranks == NULL || topo->tp_index < 0 ||
         topo->tp_index >= tp_size) {
@@ -268,6 +274,7 @@ void sl_layout_cleanup(sl_layout_t *layout)
 void sl_layout_info(const sl_layout_t *layout, stagelink_comm_info_t *info)
 {
     memset(info, 0, sizeof(*info));
+    info->struct_size = sizeof(*info);
     info->rank       = layout->rank;
     info->world_size = layout->world_size;
     info->tp_size    = layout->tp_size;

@@ -139,6 +139,21 @@ static stagelink_status_t sl_loader_stub_order_stream(stagelink_comm_t *comm,
     return STAGELINK_ERR_UNSUPPORTED;
 }
 
+static stagelink_status_t sl_loader_stub_post_batch_sized(
+    stagelink_comm_t *comm, const stagelink_op_t *ops, size_t count,
+    size_t op_size, stagelink_request_t **requests)
+{
+    static atomic_flag once = ATOMIC_FLAG_INIT;
+
+    (void)comm;
+    (void)ops;
+    (void)count;
+    (void)op_size;
+    (void)requests;
+    sl_loader_stub_note(&once, "post_batch_sized");
+    return STAGELINK_ERR_UNSUPPORTED;
+}
+
 static size_t sl_loader_stub_describe(char *buf, size_t len)
 {
     int n = snprintf(buf, len, "this plugin predates the describe entry of "
@@ -173,6 +188,9 @@ static void sl_loader_fill(stagelink_loader_t *loader,
     }
     if (!SL_PLUGIN_V1_HAS(size, order_stream)) {
         vt->order_stream = sl_loader_stub_order_stream;
+    }
+    if (!SL_PLUGIN_V1_HAS(size, post_batch_sized)) {
+        vt->post_batch_sized = sl_loader_stub_post_batch_sized;
     }
     if (size < sizeof(*vt)) {
         SL_INFO(SL_SUBSYS_INIT, "%s: vtable of %zu bytes from an older v1 "
@@ -446,20 +464,6 @@ stagelink_status_t stagelink_loader_comm_init(const stagelink_loader_t *loader,
     if (loader == NULL) {
         return sl_loader_fail(err, errlen, STAGELINK_ERR_INVALID_ARG,
                               "stagelink_loader_comm_init: loader is NULL");
-    }
-    /* The store and the host gather came with order_stream: a plugin built
-     * before would ignore them (a TCP rendezvous, its own gather). */
-    if (config != NULL &&
-        config->struct_size >= offsetof(stagelink_config_t, gather_ctx) +
-                                   sizeof(config->gather_ctx) &&
-        (config->store_set != NULL || config->gather != NULL) &&
-        !SL_PLUGIN_V1_HAS(loader->vtable.struct_size, order_stream)) {
-        return sl_loader_fail(err, errlen, STAGELINK_ERR_UNSUPPORTED,
-                              "plugin %s (%s) was built before the config's "
-                              "store and gather callbacks, which it would "
-                              "ignore: rebuild it, or give the host's "
-                              "allgather instead", loader->plugin->name,
-                              loader->path);
     }
     status = loader->plugin->comm_init(config, comm);
     if (status != STAGELINK_SUCCESS) {

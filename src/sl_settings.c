@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "sl_settings.h"
+
+#include "sl_abi.h"
 #include "sl_env.h"
 #include "sl_log.h"
 
@@ -71,24 +73,11 @@ sl_status_t sl_settings_log(sl_errbuf_t *eb)
     return STAGELINK_SUCCESS;
 }
 
-/* The original v1 config ended with `flags`; later fields are appended. */
-#define SL_CONFIG_V1_MIN_SIZE offsetof(stagelink_config_t, store_set)
-
 sl_status_t sl_config_copy(const stagelink_config_t *config,
                            stagelink_config_t *out, sl_errbuf_t *eb)
 {
-    if (config->struct_size < SL_CONFIG_V1_MIN_SIZE ||
-        config->struct_size % _Alignof(stagelink_config_t) != 0) {
-        return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
-                        "config struct_size is %u, expected at least %zu "
-                        "and a whole number of fields: zero the struct and "
-                        "set struct_size = sizeof(stagelink_config_t)",
-                        config->struct_size, SL_CONFIG_V1_MIN_SIZE);
-    }
-    memset(out, 0, sizeof(*out));
-    memcpy(out, config, (config->struct_size < sizeof(*out))
-                            ? config->struct_size : sizeof(*out));
-    out->struct_size = sizeof(*out);
+    SL_CHECK(sl_abi_copy_in(&sl_abi_config, config, config->struct_size, out,
+                            eb));
     if ((out->store_set == NULL) != (out->store_get == NULL)) {
         return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
                         "config has store_%s but no store_%s: a store "

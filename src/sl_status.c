@@ -29,6 +29,7 @@ const char *stagelink_status_string(stagelink_status_t status)
     case STAGELINK_ERR_ABORTED:          return "STAGELINK_ERR_ABORTED";
     case STAGELINK_IN_PROGRESS:          return "STAGELINK_IN_PROGRESS";
     case STAGELINK_ERR_ABANDONED:        return "STAGELINK_ERR_ABANDONED";
+    case STAGELINK_ERR_ABI:              return "STAGELINK_ERR_ABI";
     }
     return "STAGELINK_ERR_UNKNOWN_STATUS";
 }

@@ -35,7 +35,7 @@ phase valgrind-unit meson test -C build-test --setup valgrind --print-errorlogs 
 phase valgrind-ranks meson test -C build-test --setup valgrind --print-errorlogs \
     --num-processes 2 minimal-host t1-p2-sweep t2-p2-scatter_gather-sweep \
     t2-p2-chunked-inflight bad-input-t1 threads-t1 idle-peers-t2-p2 \
-    finalize-inflight-sends
+    finalize-inflight-sends abi-host
 
 # Against UCX with CUDA (tools/build-ucx-cuda.sh; .ci/run builds it): a
 # UCX whose cuda module loads no driver here, so the plugin must stage, and

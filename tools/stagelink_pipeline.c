@@ -246,7 +246,7 @@ static int run_mode(const pipe_opts_t *o, stagelink_mode_t mode,
                     pipe_stats_t *st)
 {
     stagelink_config_t   cfg = {.struct_size = sizeof(cfg)};
-    stagelink_topology_t topo;
+    stagelink_topology_t topo = {.struct_size = sizeof(topo)};
     stagelink_counters_t c0, c1;
     sl_sched_step_t     *steps;
     sl_host_t            h;

@@ -63,7 +63,11 @@ typedef enum stagelink_status {
     /** comm_finalize met requests still in flight: receives canceled, sends
      *  not done within STAGELINK_FINALIZE_GRACE abandoned (the sentence
      *  names how many and their tags). */
-    STAGELINK_ERR_ABANDONED        = 21
+    STAGELINK_ERR_ABANDONED        = 21,
+    /** A struct the plugin cannot take: a struct_size below the v1 baseline
+     *  or not a whole number of fields, or a tail past what the plugin
+     *  knows that is not zero (see "Growing the ABI" below). */
+    STAGELINK_ERR_ABI              = 22
 } stagelink_status_t;
 
 /** Short, static name of a status ("STAGELINK_ERR_TIMEOUT"). */
@@ -119,6 +123,25 @@ typedef enum stagelink_dir {
 #define STAGELINK_TAG_MAX_MICROBATCH 0xffffffffu
 #define STAGELINK_TAG_MAX_CHUNK      0x7ffu
 
+/*
+ * Growing the ABI (docs/c-api.md, "ABI v1").  Every struct that crosses
+ * the vtable and may grow starts with `uint32_t struct_size`.
+ *  - A struct the host passes in (config, topology, xfer): struct_size is
+ *    the host's sizeof, or 0 for the v1 baseline layout (this header's, at
+ *    0.1.0), so a zeroed struct needs nothing more.  Fields a smaller
+ *    struct lacks read as 0.  A struct larger than the plugin knows is
+ *    taken when every byte past what it knows is 0 and refused with
+ *    STAGELINK_ERR_ABI otherwise (the rule of Linux's
+ *    copy_struct_from_user): a field the plugin would ignore is never set.
+ *  - A struct the plugin fills (comm_info, counters, gather_args): the
+ *    plugin writes all of the v1 layout, struct_size included (the bytes
+ *    it filled), and reads nothing of the host's, which may be
+ *    uninitialised.  Such a struct grows only with an appended entry that
+ *    takes the host's size.
+ *  - An array's element size is an argument (post_batch_sized);
+ *    post_batch takes the baseline's.
+ */
+
 /**
  * Identifies one transfer between two neighbour stages.  Any number of
  * transfers may be in flight; each receive matches the send with the same
@@ -171,6 +194,7 @@ typedef int (*stagelink_store_get_fn_t)(void *ctx, const char *key,
 
 /** One gathered receive, as a host gather callback sees it. */
 typedef struct stagelink_gather_args {
+    uint32_t             struct_size; /**< bytes the plugin filled */
     void                *buf;       /**< the full tensor; this rank's shard is in place */
     size_t               nbytes;
     size_t               elem_size;
@@ -202,6 +226,7 @@ typedef int (*stagelink_gather_fn_t)(void *ctx,
 
 /** Rank placement given explicitly instead of Megatron's rank order. */
 typedef struct stagelink_topology {
+    uint32_t   struct_size;   /**< sizeof(stagelink_topology_t), or 0: v1 baseline */
     int        prev_rank;     /**< rank of the matching TP rank in stage i-1, or -1 */
     int        next_rank;     /**< rank of the matching TP rank in stage i+1, or -1 */
     int        tp_index;      /**< this rank's index in its TP group */
@@ -213,7 +238,7 @@ typedef struct stagelink_topology {
  * zero means "take it from the launcher environment or the default".
  */
 typedef struct stagelink_config {
-    uint32_t struct_size;     /**< sizeof(stagelink_config_t) the host was built with */
+    uint32_t struct_size;     /**< sizeof(stagelink_config_t), or 0: v1 baseline */
     int      rank;            /**< -1 or 0: see `flags` */
     int      world_size;      /**< 0: from RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, SLURM_* */
     int      tp_size;         /**< t; 0: 1 */
@@ -251,6 +276,7 @@ typedef struct stagelink_config {
 
 /** What a communicator resolved at init. */
 typedef struct stagelink_comm_info {
+    uint32_t         struct_size;           /**< set by the plugin: bytes filled */
     int              rank, world_size;
     int              tp_size, pp_size, dp_size;
     int              tp_index, pp_index, dp_index;
@@ -271,6 +297,7 @@ typedef struct stagelink_comm_info {
  * node identity, see STAGELINK_NODE_ID), whichever path carried them.
  */
 typedef struct stagelink_counters {
+    uint32_t struct_size;    /**< set by the plugin: bytes filled */
     uint64_t stage_bytes_sent, stage_bytes_recv;
     uint64_t gather_bytes_sent, gather_bytes_recv;
     uint64_t inter_node_bytes_sent, inter_node_bytes_recv;
@@ -280,6 +307,7 @@ typedef struct stagelink_counters {
 
 /** One tensor transfer. */
 typedef struct stagelink_xfer {
+    uint32_t             struct_size; /**< sizeof(stagelink_xfer_t), or 0: v1 baseline */
     stagelink_peer_t     peer;
     void                *buf;       /**< the full tensor (see stagelink_mode_t) */
     size_t               nbytes;    /**< size of the full tensor, any value */
@@ -295,7 +323,7 @@ typedef enum stagelink_op_kind {
     STAGELINK_OP_RECV = 1
 } stagelink_op_kind_t;
 
-/** One element of a batched post. */
+/** One element of a batched post; post_batch_sized takes its size. */
 typedef struct stagelink_op {
     stagelink_op_kind_t kind;
     stagelink_xfer_t    xfer;
@@ -309,7 +337,8 @@ typedef struct stagelink_op {
  * reordered or changes its type, so a plugin built against an older v1
  * header is a prefix of this struct with a smaller `struct_size`.  The
  * original v1 ended with `get_counters`; `comm_abort`, `comm_get_error`,
- * `describe`, `wait_for` and `order_stream` were appended later.  A host checks `struct_size`
+ * `describe`, `wait_for`, `order_stream` and `post_batch_sized` were
+ * appended later.  A host checks `struct_size`
  * through the loader (stagelink/loader.h), not by reading the plugin's
  * symbol itself: the loader refuses a vtable shorter than that original
  * prefix (or not a whole number of pointers) and hands out a full-size
@@ -472,6 +501,16 @@ typedef struct stagelink_plugin_v1 {
     stagelink_status_t (*order_stream)(stagelink_comm_t *comm,
                                        stagelink_request_t *request,
                                        void *stream);
+    /**
+     * `post_batch` over an array whose elements are `op_size` bytes apart
+     * (the host's sizeof(stagelink_op_t); 0: the v1 baseline's), so that
+     * the op can grow: each element is taken by the rule of a struct passed
+     * in (see "Growing the ABI").  `post_batch` is this with op_size 0.
+     */
+    stagelink_status_t (*post_batch_sized)(stagelink_comm_t *comm,
+                                           const stagelink_op_t *ops,
+                                           size_t count, size_t op_size,
+                                           stagelink_request_t **requests);
 } stagelink_plugin_v1_t;
 
 #ifdef __cplusplus

@@ -14,6 +14,7 @@
 #include "gpu.h"
 #include "nccl_api.h"
 
+#include "sl_abi.h"
 #include "sl_bootstrap.h"
 #include "sl_launcher.h"
 #include "sl_layout.h"
@@ -700,49 +701,63 @@ static sl_status_t sl_nccl_post(sl_ncomm_t *c, const stagelink_op_t *ops,
     return status;
 }
 
+static stagelink_status_t sl_nccl_post_batch_sized(stagelink_comm_t *c,
+                                                   const stagelink_op_t *ops,
+                                                   size_t n, size_t op_size,
+                                                   stagelink_request_t **reqs)
+{
+    const stagelink_op_t *own;
+    stagelink_op_t       *copy;
+    sl_gpu_entry_t        entry;
+    sl_status_t           status;
+
+    SL_LIVE(c, "post_batch");
+    SL_CHECK(sl_abi_ops_in(ops, n, op_size, &own, &copy, &c->err));
+    sl_gpu_enter(c->gpu, c->context, &entry, &c->err);
+    status = sl_nccl_post(c, own, n, reqs);
+    sl_gpu_leave(&entry);
+    free(copy);
+    return status;
+}
+
 static stagelink_status_t sl_nccl_post_batch(stagelink_comm_t *c,
                                              const stagelink_op_t *ops,
                                              size_t n,
                                              stagelink_request_t **reqs)
 {
-    sl_gpu_entry_t entry;
-    sl_status_t    status;
+    return sl_nccl_post_batch_sized(c, ops, n, 0, reqs);
+}
 
-    SL_LIVE(c, "post_batch");
-    sl_gpu_enter(c->gpu, c->context, &entry, &c->err);
-    status = sl_nccl_post(c, ops, n, reqs);
-    sl_gpu_leave(&entry);
-    return status;
+/* One send or receive, as a batch of one. */
+static stagelink_status_t sl_nccl_post_one(stagelink_comm_t *c,
+                                           stagelink_op_kind_t kind,
+                                           const stagelink_xfer_t *x,
+                                           stagelink_request_t **req)
+{
+    stagelink_op_t op = {.kind = kind};
+
+    SL_LIVE(c, (kind == STAGELINK_OP_SEND) ? "isend" : "irecv");
+    if (x == NULL || req == NULL) {
+        return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG,
+                        "%s: NULL transfer or request pointer",
+                        (kind == STAGELINK_OP_SEND) ? "isend" : "irecv");
+    }
+    SL_CHECK(sl_abi_xfer_in(x, &op.xfer, &c->err));
+    return sl_nccl_post_batch(c, &op, 1, req);
 }
 
 static stagelink_status_t sl_nccl_isend(stagelink_comm_t *c,
                                         const stagelink_xfer_t *x,
                                         stagelink_request_t **req)
 {
-    stagelink_op_t op = {STAGELINK_OP_SEND, {0}};
-
-    SL_LIVE(c, "isend");
-    if (x == NULL || req == NULL) {
-        return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG,
-                        "isend: NULL transfer or request pointer");
-    }
-    op.xfer = *x;
-    return sl_nccl_post_batch(c, &op, 1, req);
+    return sl_nccl_post_one(c, STAGELINK_OP_SEND, x, req);
 }
 
 static stagelink_status_t sl_nccl_irecv(stagelink_comm_t *c,
                                         const stagelink_xfer_t *x,
                                         stagelink_request_t **req)
 {
-    stagelink_op_t op = {STAGELINK_OP_RECV, {0}};
-
-    SL_LIVE(c, "irecv");
-    if (x == NULL || req == NULL) {
-        return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG,
-                        "irecv: NULL transfer or request pointer");
-    }
-    op.xfer = *x;
-    return sl_nccl_post_batch(c, &op, 1, req);
+    return sl_nccl_post_one(c, STAGELINK_OP_RECV, x, req);
 }
 
 static sl_status_t sl_nccl_req_check(sl_ncomm_t *c, sl_nreq_t *r)
@@ -890,7 +905,7 @@ static stagelink_status_t sl_nccl_get_counters(stagelink_comm_t *c,
         return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG,
                         "get_counters: counters is NULL");
     }
-    *out = c->counters;
+    sl_abi_counters_out(&c->counters, out);
     return STAGELINK_SUCCESS;
 }
 
@@ -958,4 +973,5 @@ const stagelink_plugin_v1_t stagelink_plugin_v1 = {
     .describe       = sl_nccl_describe,
     .wait_for       = sl_nccl_wait_for,
     .order_stream   = sl_nccl_order_stream,
+    .post_batch_sized = sl_nccl_post_batch_sized,
 };

@@ -7,6 +7,7 @@
 #include "ucx_comm.h"
 #include "gather.h"
 
+#include "sl_abi.h"
 #include "sl_bootstrap.h"
 #include "sl_env.h"
 #include "sl_launcher.h"
@@ -495,14 +496,19 @@ static stagelink_status_t sl_ucx_post(stagelink_comm_t *comm,
                                       const stagelink_xfer_t *xfer,
                                       stagelink_request_t **request)
 {
+    stagelink_xfer_t own;
+
     SL_ENTER(comm, (kind == STAGELINK_OP_SEND) ? "isend" : "irecv");
     if (request == NULL) {
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                         "the request output pointer is NULL");
     }
     *request = NULL;
+    if (xfer != NULL) {
+        SL_CHECK(sl_abi_xfer_in(xfer, &own, &comm->err));
+    }
     SL_CHECK(sl_peer_check(comm, NULL));
-    return sl_xfer_post(comm, kind, xfer, request);
+    return sl_xfer_post(comm, kind, (xfer != NULL) ? &own : NULL, request);
 }
 
 static stagelink_status_t sl_ucx_isend(stagelink_comm_t *comm,
@@ -519,11 +525,15 @@ static stagelink_status_t sl_ucx_irecv(stagelink_comm_t *comm,
     return sl_ucx_post(comm, STAGELINK_OP_RECV, xfer, request);
 }
 
-static stagelink_status_t sl_ucx_post_batch(stagelink_comm_t *comm,
-                                            const stagelink_op_t *ops,
-                                            size_t count,
-                                            stagelink_request_t **requests)
+static stagelink_status_t sl_ucx_post_batch_sized(stagelink_comm_t *comm,
+                                                  const stagelink_op_t *ops,
+                                                  size_t count, size_t op_size,
+                                                  stagelink_request_t **requests)
 {
+    const stagelink_op_t *own;
+    stagelink_op_t       *copy;
+    sl_status_t           status;
+
     SL_ENTER(comm, "post_batch");
     if (count > 0 && (ops == NULL || requests == NULL)) {
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
@@ -531,8 +541,20 @@ static stagelink_status_t sl_ucx_post_batch(stagelink_comm_t *comm,
                         "requests (%p)", count, (const void *)ops,
                         (void *)requests);
     }
-    SL_CHECK(sl_peer_check(comm, NULL));
-    return sl_xfer_post_batch(comm, ops, count, requests);
+    SL_CHECK(sl_abi_ops_in(ops, count, op_size, &own, &copy, &comm->err));
+    SL_CHECK_GOTO(sl_peer_check(comm, NULL), out);
+    status = sl_xfer_post_batch(comm, own, count, requests);
+out:
+    free(copy);
+    return status;
+}
+
+static stagelink_status_t sl_ucx_post_batch(stagelink_comm_t *comm,
+                                            const stagelink_op_t *ops,
+                                            size_t count,
+                                            stagelink_request_t **requests)
+{
+    return sl_ucx_post_batch_sized(comm, ops, count, 0, requests);
 }
 
 static stagelink_status_t sl_ucx_test(stagelink_comm_t *comm,
@@ -617,7 +639,7 @@ static stagelink_status_t sl_ucx_get_counters(stagelink_comm_t *comm,
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                         "get_counters: counters is NULL");
     }
-    *counters = comm->counters;
+    sl_abi_counters_out(&comm->counters, counters);
     return STAGELINK_SUCCESS;
 }
 
@@ -744,4 +766,5 @@ const stagelink_plugin_v1_t stagelink_plugin_v1 = {
     .describe       = sl_ucx_describe,
     .wait_for       = sl_ucx_wait_for,
     .order_stream   = sl_ucx_order_stream,
+    .post_batch_sized = sl_ucx_post_batch_sized,
 };

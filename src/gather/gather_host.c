@@ -86,6 +86,7 @@ static sl_status_t sl_gather_host_complete(void *state, sl_req_t *req)
         g->lengths[k] = s.length;
     }
     args = (stagelink_gather_args_t){
+        .struct_size = sizeof(args),
         .buf       = req->xfer.buf,
         .nbytes    = req->xfer.nbytes,
         .elem_size = req->xfer.elem_size,

@@ -39,7 +39,9 @@ static int mpi_gather(void *ctx, const stagelink_gather_args_t *a)
     host_gather_t *g = ctx;
     int            counts[64], displs[64], k;
 
-    if (a->tp_size > 64 || a->mem_type != STAGELINK_MEM_HOST) {
+    /* The plugin fills the whole v1 layout (stagelink.h, "Growing the ABI"). */
+    if (a->struct_size != sizeof(*a) || a->tp_size > 64 ||
+        a->mem_type != STAGELINK_MEM_HOST) {
         return -1;
     }
     g->out_of_order += ((int)a->tag.microbatch <= g->last);
@@ -132,7 +134,7 @@ int main(int argc, char **argv)
     stagelink_loader_t  *loader;
     stagelink_comm_t    *comm;
     stagelink_config_t   cfg;
-    stagelink_topology_t topo;
+    stagelink_topology_t topo = {.struct_size = sizeof(topo)};
     stagelink_request_t *req;
     stagelink_xfer_t     x;
     MPI_Comm             world = MPI_COMM_WORLD;

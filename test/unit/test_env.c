@@ -390,7 +390,7 @@ static void test_config_copy(void)
           out.store_set == NULL && out.struct_size == sizeof(out),
           "original v1 config: %s", eb.msg);
     cfg.struct_size = (uint32_t)offsetof(stagelink_config_t, flags);
-    CHECK(sl_config_copy(&cfg, &out, &eb) == STAGELINK_ERR_INVALID_ARG &&
+    CHECK(sl_config_copy(&cfg, &out, &eb) == STAGELINK_ERR_ABI &&
           strstr(eb.msg, "struct_size"), "a config shorter than v1: %s",
           eb.msg);
     cfg.struct_size = sizeof(cfg);
@@ -412,7 +412,7 @@ static void test_peers(void)
     sl_errbuf_t          eb;
     int                  peers[8], n;
     int                  group[2] = {0, 1};
-    stagelink_topology_t wrap     = {2, 2, 1, group};
+    stagelink_topology_t wrap     = {0, 2, 2, 1, group};
 
     CHECK(sl_layout_from_order(13, 16, 2, 4, &l, &eb) == 0, "layout");
     n = sl_layout_peers(&l, peers);
@@ -432,7 +432,7 @@ static void test_layout(void)
     sl_layout_t          l;
     sl_errbuf_t          eb;
     int                  group[2] = {4, 6};
-    stagelink_topology_t topo     = {-1, 9, 1, group};
+    stagelink_topology_t topo     = {0, -1, 9, 1, group};
 
     /* 16 ranks, t = 2, p = 4, so d = 2: rank 13 = pp 3, dp 0, tp 1. */
     CHECK(sl_layout_from_order(13, 16, 2, 4, &l, &eb) == 0 && l.tp_index == 1 &&
