@@ -75,11 +75,13 @@ crossed() {
     echo "$total"
 }
 
-# TCP segments the nodes retransmitted (a loss on the rate-limited link).
-retrans() {
+# An nstat TCP counter summed over the nodes: TcpRetransSegs (segments
+# sent again), TcpExtTCPDSACKRecvSegs (of those, the ones the receiver
+# reported it already had: spurious, not lost).
+tcp_count() {
     local total=0 i v
     for ((i = 0; i < ${#ns[@]}; i++)); do
-        v=$(ip netns exec "${ns[$i]}" nstat -asz TcpRetransSegs | awk '$1 == "TcpRetransSegs" {print $2}')
+        v=$(ip netns exec "${ns[$i]}" nstat -asz "$1" | awk -v c="$1" '$1 == c {print $2}')
         total=$((total + ${v:-0}))
     done
     echo "$total"
