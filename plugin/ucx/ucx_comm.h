@@ -328,6 +328,10 @@ int         sl_peer_shares_memory(const sl_ucx_peer_t *peer);
  *  from then on pfds holds the UCX event fd and the pidfds. */
 sl_status_t sl_fault_watch(sl_comm_t *comm);
 void        sl_fault_cleanup(sl_comm_t *comm);
+/** Finalize's barrier failed: a same-node peer seen dead (within a short
+ *  wait for its pidfd) is reported to the neighbours before the endpoints
+ *  close, so that none takes this rank's departure for the failure. */
+void        sl_fault_barrier_failed(sl_comm_t *comm);
 
 /* ucx_xfer.c: a transfer's checks, its shard, and its post */
 sl_status_t sl_xfer_post(sl_comm_t *comm, stagelink_op_kind_t kind,

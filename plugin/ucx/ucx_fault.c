@@ -57,6 +57,11 @@
 /* How long finalize lets fault reports still queued go out (seconds). */
 #define SL_FAULT_REPORT_DRAIN 0.2
 
+/* How long finalize whose barrier failed looks for a same-node peer's
+ * death (seconds): the dead process's sockets close, failing the barrier,
+ * a moment before its pidfd fires. */
+#define SL_FAULT_SETTLE 0.1
+
 /* How long after sending its reports a rank keeps its endpoints open in
  * finalize (seconds): an eager send is complete for us while the bytes
  * may still be on the way, and the forced close that follows a fault can
@@ -289,6 +294,23 @@ sl_status_t sl_fault_watch(sl_comm_t *comm)
     comm->npfds = n;
     sl_ucx_progress_register(comm, &sl_fault_hook);
     return sl_fault_listen(comm);
+}
+
+void sl_fault_barrier_failed(sl_comm_t *comm)
+{
+    double until = sl_time_now() + SL_FAULT_SETTLE, left;
+
+    while (comm->fault == STAGELINK_SUCCESS && comm->npfds > 1 &&
+           (left = until - sl_time_now()) > 0) {
+        if (poll(comm->pfds + 1, (nfds_t)(comm->npfds - 1),
+                 (int)(left * 1e3) + 1) > 0) {
+            sl_peer_polled(comm);
+        }
+    }
+    /* Only a death seen: in finalize, a link's error is a peer closing. */
+    if (comm->fault == STAGELINK_ERR_PEER_FAILED && !comm->fault_indirect) {
+        sl_fault_report(comm);
+    }
 }
 
 void sl_fault_cleanup(sl_comm_t *comm)

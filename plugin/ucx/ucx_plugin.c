@@ -431,6 +431,7 @@ static stagelink_status_t sl_ucx_comm_finalize(stagelink_comm_t *comm)
             STAGELINK_SUCCESS) {
             SL_WARN(SL_SUBSYS_INIT, "finalize barrier failed (%s); closing "
                     "anyway", drop.msg);
+            sl_fault_barrier_failed(comm);
         }
         sl_ucx_discard_unexpected(comm, sl_deadline(SL_DISCARD_S));
     }
