@@ -5,38 +5,54 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* `bytes` rounded up to `_type`'s alignment. */
+#define SL_ABI_ROUND(_type, _bytes) \
+    (((_bytes) + _Alignof(_type) - 1) / _Alignof(_type) * _Alignof(_type))
+
 /* The end of a struct whose last field is `last`, trailing padding in. */
 #define SL_ABI_END(_type, _last) \
-    ((offsetof(_type, _last) + sizeof(((_type *)0)->_last) + \
-      _Alignof(_type) - 1) / _Alignof(_type) * _Alignof(_type))
+    SL_ABI_ROUND(_type, offsetof(_type, _last) + sizeof(((_type *)0)->_last))
 
 /* Above this a struct_size is garbage (an uninitialised struct), and its
  * tail is not read. */
 #define SL_ABI_MAX_SIZE 4096
 
-#define SL_ABI_STRUCT(_type, _baseline_last, _min, _sized) \
-    {#_type, sizeof(_type), SL_ABI_END(_type, _baseline_last), (_min), \
-     _Alignof(_type), (_sized)}
+/* The v1 baseline of each struct ends at the field named here, whatever is
+ * appended later; its smallest published size is `_min`. */
+#define SL_ABI_STRUCT(_type, _baseline, _min, _size_at) \
+    {#_type, sizeof(_type), (_baseline), (_min), _Alignof(_type), (_size_at)}
+
+#define SL_ABI_XFER_BASELINE SL_ABI_END(stagelink_xfer_t, tag)
 
 /* The original v1 config ended with `flags`; the rest was appended before
  * the baseline, so a host of then still passes a smaller struct_size. */
 const sl_abi_struct_t sl_abi_config = SL_ABI_STRUCT(
-    stagelink_config_t, device, offsetof(stagelink_config_t, store_set), 1);
+    stagelink_config_t, SL_ABI_END(stagelink_config_t, device),
+    offsetof(stagelink_config_t, store_set), 0);
 const sl_abi_struct_t sl_abi_topology = SL_ABI_STRUCT(
-    stagelink_topology_t, tp_ranks, SL_ABI_END(stagelink_topology_t, tp_ranks), 1);
+    stagelink_topology_t, SL_ABI_END(stagelink_topology_t, tp_ranks),
+    SL_ABI_END(stagelink_topology_t, tp_ranks),
+    offsetof(stagelink_topology_t, struct_size));
 const sl_abi_struct_t sl_abi_xfer = SL_ABI_STRUCT(
-    stagelink_xfer_t, tag, SL_ABI_END(stagelink_xfer_t, tag), 1);
+    stagelink_xfer_t, SL_ABI_XFER_BASELINE, SL_ABI_XFER_BASELINE,
+    offsetof(stagelink_xfer_t, struct_size));
+/* An op of the baseline holds a baseline xfer, however the xfer grows. */
 const sl_abi_struct_t sl_abi_op = SL_ABI_STRUCT(
-    stagelink_op_t, xfer, SL_ABI_END(stagelink_op_t, xfer), 0);
+    stagelink_op_t,
+    SL_ABI_ROUND(stagelink_op_t, offsetof(stagelink_op_t, xfer) + SL_ABI_XFER_BASELINE),
+    SL_ABI_ROUND(stagelink_op_t, offsetof(stagelink_op_t, xfer) + SL_ABI_XFER_BASELINE),
+    -1);
 
-/* A struct the plugin fills is written whole by the entries of today: it
- * grows only with an entry that takes the host's size. */
+/* A struct the plugin fills in the host's memory is written whole by the
+ * entries of today: it grows only with an entry that takes the host's
+ * size.  The tag is part of the xfer's baseline. */
 _Static_assert(SL_ABI_END(stagelink_comm_info_t, node_id) ==
                    sizeof(stagelink_comm_info_t),
                "comm_info grew: add an entry that takes the host's size");
 _Static_assert(SL_ABI_END(stagelink_counters_t, transfers_completed) ==
                    sizeof(stagelink_counters_t),
                "counters grew: add an entry that takes the host's size");
+_Static_assert(sizeof(stagelink_tag_t) == 8, "the tag is fixed at 8 bytes");
 
 /* A host's size for `desc`, 0 read as the baseline, checked before any
  * byte of the struct is. */
@@ -83,8 +99,8 @@ sl_status_t sl_abi_copy_in(const sl_abi_struct_t *desc, const void *src,
     }
     memset(dst, 0, desc->known);
     memcpy(dst, src, (size < desc->known) ? size : desc->known);
-    if (desc->sized) {
-        memcpy(dst, &known, sizeof(known));
+    if (desc->size_at >= 0) {
+        memcpy((unsigned char *)dst + desc->size_at, &known, sizeof(known));
     }
     return STAGELINK_SUCCESS;
 }
@@ -166,11 +182,4 @@ sl_status_t sl_abi_ops_in(const stagelink_op_t *ops, size_t count,
 err_free:
     free(copy);
     return status;
-}
-
-void sl_abi_counters_out(const stagelink_counters_t *from,
-                         stagelink_counters_t *to)
-{
-    *to             = *from;
-    to->struct_size = sizeof(*to);
 }

@@ -9,6 +9,8 @@
 
 #include "sl_error.h"
 
+#include <stddef.h>
+
 /** What a plugin knows of one struct passed in. */
 typedef struct sl_abi_struct {
     const char *name;     /* "stagelink_xfer_t", for the sentences */
@@ -16,7 +18,7 @@ typedef struct sl_abi_struct {
     size_t      baseline; /* the v1 layout: what struct_size 0 means */
     size_t      min;      /* the smallest host struct ever published */
     size_t      align;
-    int         sized;    /* starts with uint32_t struct_size (an op does not) */
+    ptrdiff_t   size_at;  /* offset of its uint32_t struct_size; -1: none (an op) */
 } sl_abi_struct_t;
 
 extern const sl_abi_struct_t sl_abi_config, sl_abi_topology, sl_abi_xfer,
@@ -44,9 +46,5 @@ sl_status_t sl_abi_xfer_in(const stagelink_xfer_t *host,
 sl_status_t sl_abi_ops_in(const stagelink_op_t *ops, size_t count,
                           size_t op_size, const stagelink_op_t **ops_out,
                           stagelink_op_t **owned, sl_errbuf_t *eb);
-
-/** The counters as the host gets them, struct_size set. */
-void sl_abi_counters_out(const stagelink_counters_t *from,
-                         stagelink_counters_t *to);
 
 #endif

@@ -274,7 +274,6 @@ void sl_layout_cleanup(sl_layout_t *layout)
 void sl_layout_info(const sl_layout_t *layout, stagelink_comm_info_t *info)
 {
     memset(info, 0, sizeof(*info));
-    info->struct_size = sizeof(*info);
     info->rank       = layout->rank;
     info->world_size = layout->world_size;
     info->tp_size    = layout->tp_size;

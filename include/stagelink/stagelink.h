@@ -64,9 +64,10 @@ typedef enum stagelink_status {
      *  not done within STAGELINK_FINALIZE_GRACE abandoned (the sentence
      *  names how many and their tags). */
     STAGELINK_ERR_ABANDONED        = 21,
-    /** A struct the plugin cannot take: a struct_size below the v1 baseline
-     *  or not a whole number of fields, or a tail past what the plugin
-     *  knows that is not zero (see "Growing the ABI" below). */
+    /** A struct the plugin cannot take: a struct_size below the smallest
+     *  published, above 4096 (uninitialised?) or not a whole number of
+     *  fields, or a tail past what the plugin knows that is not zero (see
+     *  "Growing the ABI" below). */
     STAGELINK_ERR_ABI              = 22
 } stagelink_status_t;
 
@@ -124,22 +125,24 @@ typedef enum stagelink_dir {
 #define STAGELINK_TAG_MAX_CHUNK      0x7ffu
 
 /*
- * Growing the ABI (docs/c-api.md, "ABI v1").  Every struct that crosses
- * the vtable and may grow starts with `uint32_t struct_size`.
- *  - A struct the host passes in (config, topology, xfer): struct_size is
- *    the host's sizeof, or 0 for the v1 baseline layout (this header's, at
- *    0.1.0), so a zeroed struct needs nothing more.  Fields a smaller
- *    struct lacks read as 0.  A struct larger than the plugin knows is
- *    taken when every byte past what it knows is 0 and refused with
- *    STAGELINK_ERR_ABI otherwise (the rule of Linux's
- *    copy_struct_from_user): a field the plugin would ignore is never set.
- *  - A struct the plugin fills (comm_info, counters, gather_args): the
- *    plugin writes all of the v1 layout, struct_size included (the bytes
- *    it filled), and reads nothing of the host's, which may be
- *    uninitialised.  Such a struct grows only with an appended entry that
- *    takes the host's size.
+ * Growing the ABI (docs/c-api.md, "ABI v1").  A struct the host passes in
+ * and that may grow (config, topology, xfer) carries `uint32_t
+ * struct_size`: the config first, the others in what was padding, so the
+ * layout of every host built before it is unchanged and its zeroed
+ * struct reads as struct_size 0.
+ *  - struct_size is the host's sizeof, or 0 for the v1 baseline layout, so
+ *    a zeroed struct needs nothing more.  Fields a smaller struct lacks
+ *    read as 0.  A struct larger than the plugin knows is taken when every
+ *    byte past what it knows is 0 and refused with STAGELINK_ERR_ABI
+ *    otherwise (the rule of Linux's copy_struct_from_user): a field the
+ *    plugin would ignore is never set.
  *  - An array's element size is an argument (post_batch_sized);
  *    post_batch takes the baseline's.
+ *  - A struct the plugin fills in the host's memory (comm_info, counters)
+ *    is written whole and never read, so it may be uninitialised; it grows
+ *    only with an appended entry that takes the host's size.  gather_args,
+ *    which the plugin hands to the host's callback, says in struct_size
+ *    how much of it the plugin filled.
  */
 
 /**
@@ -194,11 +197,11 @@ typedef int (*stagelink_store_get_fn_t)(void *ctx, const char *key,
 
 /** One gathered receive, as a host gather callback sees it. */
 typedef struct stagelink_gather_args {
-    uint32_t             struct_size; /**< bytes the plugin filled */
     void                *buf;       /**< the full tensor; this rank's shard is in place */
     size_t               nbytes;
     size_t               elem_size;
     stagelink_mem_type_t mem_type;  /**< never AUTO */
+    uint32_t             struct_size; /**< bytes the plugin filled; read no field past it */
     void                *stream;    /**< the receive's stream (device memory), else NULL */
     stagelink_tag_t      tag;
     int                  tp_size, tp_index;
@@ -226,10 +229,10 @@ typedef int (*stagelink_gather_fn_t)(void *ctx,
 
 /** Rank placement given explicitly instead of Megatron's rank order. */
 typedef struct stagelink_topology {
-    uint32_t   struct_size;   /**< sizeof(stagelink_topology_t), or 0: v1 baseline */
     int        prev_rank;     /**< rank of the matching TP rank in stage i-1, or -1 */
     int        next_rank;     /**< rank of the matching TP rank in stage i+1, or -1 */
     int        tp_index;      /**< this rank's index in its TP group */
+    uint32_t   struct_size;   /**< sizeof(stagelink_topology_t), or 0: v1 baseline */
     const int *tp_ranks;      /**< tp_size world ranks of the TP group, by index */
 } stagelink_topology_t;
 
@@ -276,7 +279,6 @@ typedef struct stagelink_config {
 
 /** What a communicator resolved at init. */
 typedef struct stagelink_comm_info {
-    uint32_t         struct_size;           /**< set by the plugin: bytes filled */
     int              rank, world_size;
     int              tp_size, pp_size, dp_size;
     int              tp_index, pp_index, dp_index;
@@ -297,7 +299,6 @@ typedef struct stagelink_comm_info {
  * node identity, see STAGELINK_NODE_ID), whichever path carried them.
  */
 typedef struct stagelink_counters {
-    uint32_t struct_size;    /**< set by the plugin: bytes filled */
     uint64_t stage_bytes_sent, stage_bytes_recv;
     uint64_t gather_bytes_sent, gather_bytes_recv;
     uint64_t inter_node_bytes_sent, inter_node_bytes_recv;
@@ -307,8 +308,8 @@ typedef struct stagelink_counters {
 
 /** One tensor transfer. */
 typedef struct stagelink_xfer {
-    uint32_t             struct_size; /**< sizeof(stagelink_xfer_t), or 0: v1 baseline */
     stagelink_peer_t     peer;
+    uint32_t             struct_size; /**< sizeof(stagelink_xfer_t), or 0: v1 baseline */
     void                *buf;       /**< the full tensor (see stagelink_mode_t) */
     size_t               nbytes;    /**< size of the full tensor, any value */
     size_t               elem_size; /**< shard boundaries fall on elements; 0 = 1 */

@@ -701,6 +701,19 @@ static sl_status_t sl_nccl_post(sl_ncomm_t *c, const stagelink_op_t *ops,
     return status;
 }
 
+/* Posts ops of this build's layout with the communicator's GPU current. */
+static sl_status_t sl_nccl_post_ops(sl_ncomm_t *c, const stagelink_op_t *ops,
+                                    size_t n, stagelink_request_t **reqs)
+{
+    sl_gpu_entry_t entry;
+    sl_status_t    status;
+
+    sl_gpu_enter(c->gpu, c->context, &entry, &c->err);
+    status = sl_nccl_post(c, ops, n, reqs);
+    sl_gpu_leave(&entry);
+    return status;
+}
+
 static stagelink_status_t sl_nccl_post_batch_sized(stagelink_comm_t *c,
                                                    const stagelink_op_t *ops,
                                                    size_t n, size_t op_size,
@@ -708,14 +721,15 @@ static stagelink_status_t sl_nccl_post_batch_sized(stagelink_comm_t *c,
 {
     const stagelink_op_t *own;
     stagelink_op_t       *copy;
-    sl_gpu_entry_t        entry;
     sl_status_t           status;
+    size_t                i;
 
     SL_LIVE(c, "post_batch");
+    for (i = 0; reqs != NULL && i < n; ++i) {
+        reqs[i] = NULL; /* also when the layout is refused */
+    }
     SL_CHECK(sl_abi_ops_in(ops, n, op_size, &own, &copy, &c->err));
-    sl_gpu_enter(c->gpu, c->context, &entry, &c->err);
-    status = sl_nccl_post(c, own, n, reqs);
-    sl_gpu_leave(&entry);
+    status = sl_nccl_post_ops(c, own, n, reqs);
     free(copy);
     return status;
 }
@@ -742,8 +756,9 @@ static stagelink_status_t sl_nccl_post_one(stagelink_comm_t *c,
                         "%s: NULL transfer or request pointer",
                         (kind == STAGELINK_OP_SEND) ? "isend" : "irecv");
     }
+    *req = NULL;
     SL_CHECK(sl_abi_xfer_in(x, &op.xfer, &c->err));
-    return sl_nccl_post_batch(c, &op, 1, req);
+    return sl_nccl_post_ops(c, &op, 1, req);
 }
 
 static stagelink_status_t sl_nccl_isend(stagelink_comm_t *c,
@@ -905,7 +920,7 @@ static stagelink_status_t sl_nccl_get_counters(stagelink_comm_t *c,
         return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG,
                         "get_counters: counters is NULL");
     }
-    sl_abi_counters_out(&c->counters, out);
+    *out = c->counters;
     return STAGELINK_SUCCESS;
 }
 

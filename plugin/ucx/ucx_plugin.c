@@ -534,6 +534,7 @@ static stagelink_status_t sl_ucx_post_batch_sized(stagelink_comm_t *comm,
     const stagelink_op_t *own;
     stagelink_op_t       *copy;
     sl_status_t           status;
+    size_t                i;
 
     SL_ENTER(comm, "post_batch");
     if (count > 0 && (ops == NULL || requests == NULL)) {
@@ -541,6 +542,9 @@ static stagelink_status_t sl_ucx_post_batch_sized(stagelink_comm_t *comm,
                         "post_batch of %zu operations needs ops (%p) and "
                         "requests (%p)", count, (const void *)ops,
                         (void *)requests);
+    }
+    for (i = 0; i < count; ++i) {
+        requests[i] = NULL; /* also when the layout is refused */
     }
     SL_CHECK(sl_abi_ops_in(ops, count, op_size, &own, &copy, &comm->err));
     SL_CHECK_GOTO(sl_peer_check(comm, NULL), out);
@@ -640,7 +644,7 @@ static stagelink_status_t sl_ucx_get_counters(stagelink_comm_t *comm,
         return sl_error(&comm->err, STAGELINK_ERR_INVALID_ARG,
                         "get_counters: counters is NULL");
     }
-    sl_abi_counters_out(&comm->counters, counters);
+    *counters = comm->counters;
     return STAGELINK_SUCCESS;
 }
 

@@ -36,8 +36,8 @@ OP_SEND, OP_RECV = 0, 1
 
 
 class Topology(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_uint32), ("prev_rank", ctypes.c_int), ("next_rank", ctypes.c_int),
-                ("tp_index", ctypes.c_int),
+    _fields_ = [("prev_rank", ctypes.c_int), ("next_rank", ctypes.c_int),
+                ("tp_index", ctypes.c_int), ("struct_size", ctypes.c_uint32),
                 ("tp_ranks", ctypes.POINTER(ctypes.c_int))]
 
 
@@ -57,9 +57,9 @@ class Tag(ctypes.Structure):
 
 
 class GatherArgs(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_uint32), ("buf", ctypes.c_void_p), ("nbytes", c_size),
+    _fields_ = [("buf", ctypes.c_void_p), ("nbytes", c_size),
                 ("elem_size", c_size), ("mem_type", ctypes.c_int),
-                ("stream", ctypes.c_void_p), ("tag", Tag),
+                ("struct_size", ctypes.c_uint32), ("stream", ctypes.c_void_p), ("tag", Tag),
                 ("tp_size", ctypes.c_int), ("tp_index", ctypes.c_int),
                 ("offsets", ctypes.POINTER(c_size)),
                 ("lengths", ctypes.POINTER(c_size))]
@@ -83,7 +83,7 @@ class Config(ctypes.Structure):
 
 
 class Info(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_uint32)] + [(n, ctypes.c_int) for n in (
+    _fields_ = [(n, ctypes.c_int) for n in (
         "rank", "world_size", "tp_size", "pp_size", "dp_size", "tp_index",
         "pp_index", "dp_index", "prev_rank", "next_rank", "local_rank",
         "local_size", "mode")] + [("gather_backend", ctypes.c_char * 16),
@@ -91,7 +91,7 @@ class Info(ctypes.Structure):
 
 
 class Counters(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_uint32)] + [(n, ctypes.c_uint64) for n in (
+    _fields_ = [(n, ctypes.c_uint64) for n in (
         "stage_bytes_sent", "stage_bytes_recv", "gather_bytes_sent",
         "gather_bytes_recv", "inter_node_bytes_sent", "inter_node_bytes_recv",
         "intra_node_bytes_sent", "intra_node_bytes_recv",
@@ -99,7 +99,7 @@ class Counters(ctypes.Structure):
 
 
 class Xfer(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_uint32), ("peer", ctypes.c_int), ("buf", ctypes.c_void_p),
+    _fields_ = [("peer", ctypes.c_int), ("struct_size", ctypes.c_uint32), ("buf", ctypes.c_void_p),
                 ("nbytes", c_size), ("elem_size", c_size),
                 ("mem_type", ctypes.c_int), ("stream", ctypes.c_void_p),
                 ("memh", ctypes.c_void_p), ("tag", Tag)]

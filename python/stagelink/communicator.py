@@ -473,8 +473,7 @@ class Communicator:
             self._vt.comm_finalize(self._comm)
             lib.stagelink_loader_close(self._loader)
             raise error(status, message)
-        self.info = {name: getattr(info, name) for name, _ in _lib.Info._fields_
-                     if name != "struct_size"}
+        self.info = {name: getattr(info, name) for name, _ in _lib.Info._fields_}
         for key in ("gather_backend", "node_id"):
             self.info[key] = self.info[key].decode()
         self.plugin = self._vt.name.decode()
@@ -865,8 +864,7 @@ class Communicator:
         with self._lock:
             self._require_open("counters")
             self._call(self._vt.get_counters, self._comm, ctypes.byref(c))
-        return {name: getattr(c, name) for name, _ in _lib.Counters._fields_
-                if name != "struct_size"}
+        return {name: getattr(c, name) for name, _ in _lib.Counters._fields_}
 
     def get_error(self) -> Optional[StagelinkError]:
         """None while healthy; else the PeerFailedError or AbortedError the

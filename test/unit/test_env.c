@@ -412,7 +412,7 @@ static void test_peers(void)
     sl_errbuf_t          eb;
     int                  peers[8], n;
     int                  group[2] = {0, 1};
-    stagelink_topology_t wrap     = {0, 2, 2, 1, group};
+    stagelink_topology_t wrap     = {2, 2, 1, 0, group};
 
     CHECK(sl_layout_from_order(13, 16, 2, 4, &l, &eb) == 0, "layout");
     n = sl_layout_peers(&l, peers);
@@ -432,7 +432,7 @@ static void test_layout(void)
     sl_layout_t          l;
     sl_errbuf_t          eb;
     int                  group[2] = {4, 6};
-    stagelink_topology_t topo     = {0, -1, 9, 1, group};
+    stagelink_topology_t topo     = {-1, 9, 1, 0, group};
 
     /* 16 ranks, t = 2, p = 4, so d = 2: rank 13 = pp 3, dp 0, tp 1. */
     CHECK(sl_layout_from_order(13, 16, 2, 4, &l, &eb) == 0 && l.tp_index == 1 &&
