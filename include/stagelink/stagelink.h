@@ -390,8 +390,8 @@ typedef struct stagelink_plugin_v1 {
      * are ended first: receives are canceled at once, sends get
      * STAGELINK_FINALIZE_GRACE seconds to complete and are then abandoned
      * (UCX cannot cancel a send: their endpoints are closed by force).  It
-     * returns within that grace, the closing barrier and half a second,
-     * and returns STAGELINK_ERR_ABANDONED (the sentence, in
+     * returns within that grace, the closing barrier and half a second
+     * (a tenth more where the barrier failed), and returns STAGELINK_ERR_ABANDONED (the sentence, in
      * `last_error(comm)` even after the call, names how many and their
      * tags) when any was ended so; the communicator is finalized in every
      * case.

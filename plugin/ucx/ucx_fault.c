@@ -300,8 +300,9 @@ void sl_fault_barrier_failed(sl_comm_t *comm)
 {
     double until = sl_time_now() + SL_FAULT_SETTLE, left;
 
-    while (comm->fault == STAGELINK_SUCCESS && comm->npfds > 1 &&
-           (left = until - sl_time_now()) > 0) {
+    /* A link's error already held (from the flush) may be settled too. */
+    while ((comm->fault == STAGELINK_SUCCESS || sl_peer_unsure(comm)) &&
+           comm->npfds > 1 && (left = until - sl_time_now()) > 0) {
         if (poll(comm->pfds + 1, (nfds_t)(comm->npfds - 1),
                  (int)(left * 1e3) + 1) > 0) {
             sl_peer_polled(comm);
