@@ -142,7 +142,8 @@ err:
 }
 
 sl_status_t sl_abi_ops_in(const stagelink_op_t *ops, size_t count,
-                          size_t op_size, const stagelink_op_t **ops_out,
+                          size_t op_size, stagelink_request_t **requests,
+                          const stagelink_op_t **ops_out,
                           stagelink_op_t **owned, sl_errbuf_t *eb)
 {
     const unsigned char *base = (const void *)ops;
@@ -152,6 +153,9 @@ sl_status_t sl_abi_ops_in(const stagelink_op_t *ops, size_t count,
 
     *ops_out = ops;
     *owned   = NULL;
+    for (i = 0; requests != NULL && i < count; ++i) {
+        requests[i] = NULL;
+    }
     SL_CHECK(sl_abi_size(&sl_abi_op, &op_size, eb));
     if (count == 0 || ops == NULL) {
         return STAGELINK_SUCCESS;

@@ -42,9 +42,11 @@ sl_status_t sl_abi_xfer_in(const stagelink_xfer_t *host,
  * `count` ops `op_size` bytes apart (0: the baseline's), as this build's
  * stagelink_op_t array: *ops_out is the host's own array where its layout
  * is this build's, else a copy in *owned (free() it after the post).
+ * Every request is NULL first, so a refused batch says so in them too.
  */
 sl_status_t sl_abi_ops_in(const stagelink_op_t *ops, size_t count,
-                          size_t op_size, const stagelink_op_t **ops_out,
+                          size_t op_size, stagelink_request_t **requests,
+                          const stagelink_op_t **ops_out,
                           stagelink_op_t **owned, sl_errbuf_t *eb);
 
 #endif

@@ -722,13 +722,9 @@ static stagelink_status_t sl_nccl_post_batch_sized(stagelink_comm_t *c,
     const stagelink_op_t *own;
     stagelink_op_t       *copy;
     sl_status_t           status;
-    size_t                i;
 
     SL_LIVE(c, "post_batch");
-    for (i = 0; reqs != NULL && i < n; ++i) {
-        reqs[i] = NULL; /* also when the layout is refused */
-    }
-    SL_CHECK(sl_abi_ops_in(ops, n, op_size, &own, &copy, &c->err));
+    SL_CHECK(sl_abi_ops_in(ops, n, op_size, reqs, &own, &copy, &c->err));
     status = sl_nccl_post_ops(c, own, n, reqs);
     free(copy);
     return status;

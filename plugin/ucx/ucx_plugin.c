@@ -534,7 +534,6 @@ static stagelink_status_t sl_ucx_post_batch_sized(stagelink_comm_t *comm,
     const stagelink_op_t *own;
     stagelink_op_t       *copy;
     sl_status_t           status;
-    size_t                i;
 
     SL_ENTER(comm, "post_batch");
     if (count > 0 && (ops == NULL || requests == NULL)) {
@@ -543,10 +542,8 @@ static stagelink_status_t sl_ucx_post_batch_sized(stagelink_comm_t *comm,
                         "requests (%p)", count, (const void *)ops,
                         (void *)requests);
     }
-    for (i = 0; i < count; ++i) {
-        requests[i] = NULL; /* also when the layout is refused */
-    }
-    SL_CHECK(sl_abi_ops_in(ops, count, op_size, &own, &copy, &comm->err));
+    SL_CHECK(sl_abi_ops_in(ops, count, op_size, requests, &own, &copy,
+                           &comm->err));
     SL_CHECK_GOTO(sl_peer_check(comm, NULL), out);
     status = sl_xfer_post_batch(comm, own, count, requests);
 out:
