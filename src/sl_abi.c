@@ -65,9 +65,10 @@ static sl_status_t sl_abi_size(const sl_abi_struct_t *desc, size_t *size,
     if (*size > SL_ABI_MAX_SIZE) {
         return sl_error(eb, STAGELINK_ERR_ABI,
                         "%s of %zu bytes, more than any struct of the ABI: "
-                        "was its struct_size left uninitialised?  Zero the "
-                        "struct and set struct_size = sizeof(%s), or 0",
-                        desc->name, *size, desc->name);
+                        "was its size (struct_size, or post_batch_sized's "
+                        "op_size) left uninitialised?  Zero the struct and "
+                        "give sizeof(%s), or 0", desc->name, *size,
+                        desc->name);
     }
     if (*size < desc->min || *size % desc->align != 0) {
         return sl_error(eb, STAGELINK_ERR_ABI,

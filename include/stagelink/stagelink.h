@@ -131,7 +131,9 @@ typedef enum stagelink_dir {
  * layout of every host built before it is unchanged and its zeroed
  * struct reads as struct_size 0.
  *  - struct_size is the host's sizeof, or 0 for the v1 baseline layout, so
- *    a zeroed struct needs nothing more.  Fields a smaller struct lacks
+ *    a zeroed struct needs nothing more; a struct filled field by field
+ *    without zeroing it first has garbage there (refused with
+ *    STAGELINK_ERR_ABI): zero it, or set struct_size.  Fields a smaller struct lacks
  *    read as 0.  A struct larger than the plugin knows is taken when every
  *    byte past what it knows is 0 and refused with STAGELINK_ERR_ABI
  *    otherwise (the rule of Linux's copy_struct_from_user): a field the
@@ -142,7 +144,8 @@ typedef enum stagelink_dir {
  *    is written whole and never read, so it may be uninitialised; it grows
  *    only with an appended entry that takes the host's size.  gather_args,
  *    which the plugin hands to the host's callback, says in struct_size
- *    how much of it the plugin filled.
+ *    how much of it the plugin filled (0, from a plugin built before it
+ *    had one: all of the v1 struct).
  */
 
 /**
@@ -201,7 +204,8 @@ typedef struct stagelink_gather_args {
     size_t               nbytes;
     size_t               elem_size;
     stagelink_mem_type_t mem_type;  /**< never AUTO */
-    uint32_t             struct_size; /**< bytes the plugin filled; read no field past it */
+    uint32_t             struct_size; /**< bytes the plugin filled (0: the v1 baseline, all
+                                       *   of this struct); read no field past it */
     void                *stream;    /**< the receive's stream (device memory), else NULL */
     stagelink_tag_t      tag;
     int                  tp_size, tp_index;

@@ -164,11 +164,13 @@ static void config_cases(void)
 /* The placement Megatron's rank order gives, explicitly. */
 static void topology_cases(void)
 {
-    older_topology_t older = {.prev_rank = stage - 1,
-                              .next_rank = stage == 0 ? 1 : -1,
-                              .tp_index  = 0, .tp_ranks = tp_ranks};
+    older_topology_t older;
 
-    tp_ranks[0] = stage;
+    memset(&older, 0, sizeof(older)); /* as a host zeroes its struct */
+    older.prev_rank = stage - 1;
+    older.next_rank = stage == 0 ? 1 : -1;
+    older.tp_ranks  = tp_ranks;
+    tp_ranks[0]     = stage;
     cfg         = (later_config_t){.c = {.struct_size = sizeof(cfg.c),
                                          .tp_size     = 1,
                                          .topology    = &topo.t}};

@@ -40,7 +40,7 @@ static int mpi_gather(void *ctx, const stagelink_gather_args_t *a)
     int            counts[64], displs[64], k;
 
     /* It says how much it filled (stagelink.h, "Growing the ABI"). */
-    if (a->struct_size < sizeof(*a) || a->tp_size > 64 ||
+    if ((a->struct_size != 0 && a->struct_size < sizeof(*a)) || a->tp_size > 64 ||
         a->mem_type != STAGELINK_MEM_HOST) {
         return -1;
     }

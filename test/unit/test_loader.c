@@ -71,7 +71,7 @@ static void check_old_plugin(const char *path)
           OLD_V1_SIZE);
     CHECK(p->comm_abort != NULL && p->comm_get_error != NULL &&
               p->describe != NULL && p->wait_for != NULL &&
-              p->order_stream != NULL,
+              p->order_stream != NULL && p->post_batch_sized != NULL,
           "missing entries were not filled");
 
     memset(&config, 0, sizeof(config));
@@ -92,6 +92,9 @@ static void check_old_plugin(const char *path)
               "wait_for of an old plugin");
         CHECK(p->order_stream(comm, NULL, NULL) == STAGELINK_ERR_UNSUPPORTED,
               "order_stream of an old plugin");
+        CHECK(p->post_batch_sized(comm, NULL, 0, 0, NULL) ==
+                  STAGELINK_ERR_UNSUPPORTED,
+              "post_batch_sized of an old plugin");
         CHECK(p->comm_finalize(comm) == STAGELINK_SUCCESS, "finalize");
     }
     CHECK(p->comm_init(NULL, &comm) == STAGELINK_ERR_INVALID_ARG &&
