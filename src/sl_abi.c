@@ -121,9 +121,8 @@ static sl_status_t sl_abi_op_in(const unsigned char *host, size_t op_size,
                                                    offsetof(stagelink_op_t, xfer));
     size_t                  room  = op_size - offsetof(stagelink_op_t, xfer);
     size_t                  xsize = xfer->struct_size;
-
-    sl_status_t status;
-    char        why[SL_ERRBUF_LEN];
+    sl_status_t             status;
+    char                    why[SL_ERRBUF_LEN];
 
     if ((xsize != 0 ? xsize : sl_abi_xfer.baseline) > room) {
         return sl_error(eb, STAGELINK_ERR_ABI,
@@ -162,13 +161,12 @@ sl_status_t sl_abi_ops_in(const stagelink_op_t *ops, size_t count,
         return STAGELINK_SUCCESS;
     }
     /* This build's layout, as a host built with it passes: used in place. */
-    for (i = 0; op_size == sizeof(*ops) && i < count; ++i) {
-        if (ops[i].xfer.struct_size != 0 &&
-            ops[i].xfer.struct_size != sizeof(ops[i].xfer)) {
-            break;
-        }
+    for (i = 0; op_size == sizeof(*ops) && i < count &&
+                (ops[i].xfer.struct_size == 0 ||
+                 ops[i].xfer.struct_size == sizeof(ops[i].xfer));
+         ++i) {
     }
-    if (op_size == sizeof(*ops) && i == count) {
+    if (i == count) {
         return STAGELINK_SUCCESS;
     }
     copy = calloc(count, sizeof(*copy));

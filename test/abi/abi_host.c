@@ -89,28 +89,29 @@ static void size_cases(const char *what, uint32_t *struct_size, size_t size,
 {
     static const struct {
         const char        *name;
-        int                size; /* 0: as is; 1: sizeof; 2: later */
+        enum { AS_IS, SIZEOF, LATER, SIZEOF_PLUS_4 } size;
         uint64_t           future;
         uint32_t           value;
         stagelink_status_t want;
     } cases[] = {
-        {"of this header", 1, 0, 0, STAGELINK_SUCCESS},
-        {"struct_size 0", 0, 0, 0, STAGELINK_SUCCESS},
-        {"of a later header, its new field 0", 2, 0, 0, STAGELINK_SUCCESS},
-        {"of a later header, its new field set", 2, 1, 0, STAGELINK_ERR_ABI},
-        {"struct_size 4", 0, 0, 4, STAGELINK_ERR_ABI},
-        {"struct_size not a whole number of fields", 0, 0, 0, STAGELINK_ERR_ABI},
-        {"struct_size of garbage (uninitialised)", 0, 0, 0x7ffc1230u,
+        {"of this header", SIZEOF, 0, 0, STAGELINK_SUCCESS},
+        {"struct_size 0", AS_IS, 0, 0, STAGELINK_SUCCESS},
+        {"of a later header, its new field 0", LATER, 0, 0, STAGELINK_SUCCESS},
+        {"of a later header, its new field set", LATER, 1, 0, STAGELINK_ERR_ABI},
+        {"struct_size 4", AS_IS, 0, 4, STAGELINK_ERR_ABI},
+        {"struct_size not a whole number of fields", SIZEOF_PLUS_4, 0, 0,
+         STAGELINK_ERR_ABI},
+        {"struct_size of garbage (uninitialised)", AS_IS, 0, 0x7ffc1230u,
          STAGELINK_ERR_ABI},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
         stagelink_status_t got;
 
-        *struct_size = cases[i].size == 1   ? (uint32_t)size
-                       : cases[i].size == 2 ? (uint32_t)later_size
-                       : i == 5             ? (uint32_t)size + 4
-                                            : cases[i].value;
+        *struct_size = cases[i].size == SIZEOF          ? (uint32_t)size
+                       : cases[i].size == LATER         ? (uint32_t)later_size
+                       : cases[i].size == SIZEOF_PLUS_4 ? (uint32_t)size + 4
+                                                        : cases[i].value;
         *future      = cases[i].future;
         got          = try();
         CHECK(got == cases[i].want, "%s %s: %s, want %s", what, cases[i].name,
