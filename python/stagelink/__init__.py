@@ -1,6 +1,5 @@
 """stagelink from Python: pipeline-stage tensor transfers with Megatron's
-scatter/gather, through ctypes, with the post, test and wait compiled
-(_calls.c).
+scatter/gather, through one compiled binding of libstagelink (_calls).
 
     import stagelink, torch
     with stagelink.Communicator(tp_size=2) as comm:
@@ -44,7 +43,7 @@ __all__ = ["Communicator", "Request", "Placement", "P2POp", "Job", "job",
 
 def library_version():
     """Version of the libstagelink found at run time."""
-    return _lib.library().stagelink_version().decode()
+    return _lib.library().version()
 
 
 version = library_version  # the name of earlier releases

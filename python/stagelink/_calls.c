@@ -1,15 +1,16 @@
 /*
- * stagelink._calls: what a transfer goes through on its way (its buffer's
- * description, the post, test and wait, the Request), in compiled code.
- * Through ctypes and Python these cost several microseconds a message,
- * more than the transfer itself at a few KiB; everything else stays in
- * ctypes (_lib.py) and Python (communicator.py).  This file: one
- * communicator's plugin calls.
+ * stagelink._calls.Calls: one communicator of a loaded plugin.  It owns
+ * the communicator's life (sl_py_calls_state_t), makes every plugin call
+ * the package makes, and holds what the Communicator registered for the
+ * paths that stay in Python (sl_py_hook_t).  Python passes arguments
+ * down and gets statuses back; the compiled layer never looks up a
+ * Python name.
  *
  * SPDX-License-Identifier: MIT
  */
 #include "_calls.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 int sl_py_addr(PyObject *obj, void **out)
@@ -22,50 +23,25 @@ int sl_py_addr(PyObject *obj, void **out)
     return (*out == NULL && PyErr_Occurred()) ? -1 : 0;
 }
 
-static int calls_init(sl_py_calls_t *self, PyObject *args, PyObject *kwargs)
-{
-    PyObject *vt, *comm, *cuda_stream;
-    void *vt_addr, *comm_addr;
-    static char *names[] = {"vtable", "comm", "cuda_stream", NULL};
-
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:Calls", names, &vt,
-                                     &comm, &cuda_stream) ||
-        sl_py_addr(vt, &vt_addr) || sl_py_addr(comm, &comm_addr)) {
-        return -1;
-    }
-    if (vt_addr == NULL || comm_addr == NULL) {
-        PyErr_SetString(PyExc_ValueError, "Calls(vtable, comm, "
-                        "cuda_stream): vtable and comm are the addresses of "
-                        "a loaded plugin's vtable and of its communicator, "
-                        "not NULL");
-        return -1;
-    }
-    Py_INCREF(cuda_stream);
-    Py_XSETREF(self->cuda_stream, cuda_stream);
-    self->vt     = vt_addr;
-    self->comm   = comm_addr;
-    self->sliced = self->vt->struct_size >=
-                   offsetof(stagelink_plugin_v1_t, wait_for) +
-                   sizeof(self->vt->wait_for);
-    return 0;
-}
-
 sl_py_calls_t *sl_py_calls_of(PyObject *obj)
 {
-    sl_py_calls_t *c = (sl_py_calls_t *)obj;
-
     if (!PyObject_TypeCheck(obj, &sl_py_calls_type)) {
-        PyErr_Format(PyExc_TypeError, "a communicator's _calls is a "
+        PyErr_Format(PyExc_TypeError, "a communicator's calls are a "
                      "stagelink._calls.Calls, not %s", Py_TYPE(obj)->tp_name);
         return NULL;
     }
-    if (c->vt == NULL) {
-        /* made without its arguments: no plugin to call */
-        PyErr_SetString(PyExc_ValueError, "this Calls has no plugin: "
-                        "create it as Calls(vtable, comm, cuda_stream)");
-        return NULL;
+    return (sl_py_calls_t *)obj;
+}
+
+/* -1 with ValueError when there is no communicator to call. */
+static int calls_ready(sl_py_calls_t *self)
+{
+    if (self->comm == NULL) {
+        PyErr_SetString(PyExc_ValueError, "this Calls has no communicator: "
+                        "it is not open yet, or finalized");
+        return -1;
     }
-    return c;
+    return 0;
 }
 
 int sl_py_handle(stagelink_request_t *req)
@@ -76,6 +52,17 @@ int sl_py_handle(stagelink_request_t *req)
         return -1;
     }
     return 0;
+}
+
+PyObject *sl_py_calls_hook(sl_py_calls_t *c, sl_py_hook_t hook,
+                           PyObject *const *args, size_t nargs)
+{
+    if (c->hooks[hook] == NULL) {
+        PyErr_Format(PyExc_ValueError, "Calls: hook %d is not registered "
+                     "(Calls.bind registers them)", (int)hook);
+        return NULL;
+    }
+    return PyObject_Vectorcall(c->hooks[hook], args, nargs, NULL);
 }
 
 /* The request of an int argument: the handle a post returned. */
@@ -97,6 +84,19 @@ stagelink_status_t sl_py_calls_post(sl_py_calls_t *c, int recv,
     return status;
 }
 
+stagelink_status_t sl_py_calls_post_batch(sl_py_calls_t *c,
+                                          const stagelink_op_t *ops,
+                                          size_t count,
+                                          stagelink_request_t **reqs)
+{
+    stagelink_status_t status;
+
+    Py_BEGIN_ALLOW_THREADS
+    status = c->vt->post_batch(c->comm, ops, count, reqs);
+    Py_END_ALLOW_THREADS
+    return status;
+}
+
 stagelink_status_t sl_py_calls_wait(sl_py_calls_t *c,
                                     stagelink_request_t *req, int slice_ms)
 {
@@ -109,13 +109,13 @@ stagelink_status_t sl_py_calls_wait(sl_py_calls_t *c,
     return status;
 }
 
-/* The stream a CUDA tensor's transfer is ordered on: cuda_stream(tensor,
- * stream) (torch's current one, or `stream` recorded on the tensor). */
+/* The stream a CUDA tensor's transfer is ordered on: the cuda_stream hook
+ * (torch's current one, or `stream` recorded on the tensor). */
 static int calls_cuda_stream(sl_py_calls_t *c, PyObject *tensor,
                              PyObject *stream, void **out)
 {
-    PyObject *r = PyObject_CallFunctionObjArgs(c->cuda_stream, tensor,
-                                               stream, NULL);
+    PyObject *args[2] = {tensor, stream};
+    PyObject *r = sl_py_calls_hook(c, SL_PY_HOOK_CUDA_STREAM, args, 2);
     int       failed;
 
     if (r == NULL) {
@@ -158,40 +158,202 @@ sl_py_buffer_t *sl_py_calls_fill(sl_py_calls_t *c, PyObject *const *args,
     return b;
 }
 
-/* fill(xfer_address, recv, buf, peer, microbatch, chunk, elem_size,
- *      stream) -> Buffer: a descriptor of a batch, written at that
- * address (a stagelink_op_t's xfer). */
-static PyObject *calls_fill_py(sl_py_calls_t *self, PyObject *const *args,
-                               Py_ssize_t nargs)
+/* The plugin unloaded and every pointer into it dropped: CLOSED. */
+static void calls_unload(sl_py_calls_t *self)
 {
-    stagelink_xfer_t *xfer;
+    sl_py_lib.stagelink_loader_close(self->loader);
+    self->loader = NULL;
+    self->comm   = NULL;
+    self->vt     = NULL;
+    self->state  = SL_PY_CALLS_CLOSED;
+}
 
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "fill(xfer_address, recv, buf, "
-                        "peer, microbatch, chunk, elem_size, stream)");
+/* open(plugin, tp_size, pp_size, mode, rank, world_size, device,
+ *      topology, store_set, store_get, gather) -> (status, sentence)
+ * The plugin loaded and the communicator initialised, its placement
+ * read: NEW -> OPEN; on failure NEW -> CLOSED, nothing loaded. */
+static PyObject *calls_open(sl_py_calls_t *self, PyObject *const *args,
+                            Py_ssize_t nargs)
+{
+    stagelink_topology_t topo;
+    stagelink_config_t   cfg;
+    stagelink_status_t   status;
+    const char          *plugin = NULL;
+    char                 err[4096] = "";
+    int                 *ranks = NULL;
+
+    if (nargs != SL_PY_CONFIG_NARGS) {
+        PyErr_SetString(PyExc_TypeError, "open(plugin, tp_size, pp_size, "
+                        "mode, rank, world_size, device, topology, "
+                        "store_set, store_get, gather)");
         return NULL;
     }
-    xfer = PyLong_AsVoidPtr(args[0]);
-    if (xfer == NULL) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_ValueError, "fill: a NULL descriptor");
+    if (self->state != SL_PY_CALLS_NEW) {
+        PyErr_SetString(PyExc_ValueError, "open: this Calls was opened "
+                        "before; a communicator gets a Calls of its own");
+        return NULL;
+    }
+    if (sl_py_library_ready() ||
+        (args[0] != Py_None && (plugin = PyUnicode_AsUTF8(args[0])) == NULL) ||
+        sl_py_config_fill(self, args, &cfg, &topo, &ranks)) {
+        free(ranks);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = sl_py_lib.stagelink_loader_open(plugin, &self->loader, err,
+                                             sizeof(err));
+    if (status == STAGELINK_SUCCESS) {
+        self->vt = sl_py_lib.stagelink_loader_plugin(self->loader);
+        status   = sl_py_lib.stagelink_loader_comm_init(
+            self->loader, &cfg, &self->comm, err, sizeof(err));
+    }
+    if (status == STAGELINK_SUCCESS) {
+        status = self->vt->comm_info(self->comm, &self->info);
+        if (status != STAGELINK_SUCCESS) {
+            snprintf(err, sizeof(err), "%s", self->vt->last_error(self->comm));
+            self->vt->comm_abort(self->comm);
+            self->vt->comm_finalize(self->comm);
         }
+    }
+    Py_END_ALLOW_THREADS
+    free(ranks);
+    if (status != STAGELINK_SUCCESS) {
+        if (self->loader != NULL) {
+            calls_unload(self);
+        }
+        self->state = SL_PY_CALLS_CLOSED;
+        return Py_BuildValue("(is)", (int)status, err);
+    }
+    self->sliced = self->vt->struct_size >=
+                   offsetof(stagelink_plugin_v1_t, wait_for) +
+                   sizeof(self->vt->wait_for);
+    self->state  = SL_PY_CALLS_OPEN;
+    return Py_BuildValue("(is)", 0, "");
+}
+
+/* bind(owner, orphans, check, max_chunk, **hooks): what the Communicator
+ * registers once it is open. */
+static PyObject *calls_bind(sl_py_calls_t *self, PyObject *args,
+                            PyObject *kwargs)
+{
+    static char *names[] = {
+        "owner", "orphans", "check", "max_chunk", "acquire", "release",
+        "require_open", "reap", "args", "posted", "waited", "settle",
+        "attach_check", "arm", "raise_timeout", "result", "cuda_stream",
+        NULL};
+    PyObject     *owner, *orphans, *hooks[SL_PY_HOOK_STORE_SET];
+    int           check, i;
+    unsigned long max_chunk;
+
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kwargs, "OO!pk$OOOOOOOOOOOOO:bind", names, &owner,
+            &PyList_Type, &orphans, &check, &max_chunk,
+            &hooks[SL_PY_HOOK_ACQUIRE], &hooks[SL_PY_HOOK_RELEASE],
+            &hooks[SL_PY_HOOK_REQUIRE_OPEN], &hooks[SL_PY_HOOK_REAP],
+            &hooks[SL_PY_HOOK_ARGS], &hooks[SL_PY_HOOK_POSTED],
+            &hooks[SL_PY_HOOK_WAITED], &hooks[SL_PY_HOOK_SETTLE],
+            &hooks[SL_PY_HOOK_ATTACH_CHECK], &hooks[SL_PY_HOOK_ARM],
+            &hooks[SL_PY_HOOK_RAISE_TIMEOUT], &hooks[SL_PY_HOOK_RESULT],
+            &hooks[SL_PY_HOOK_CUDA_STREAM])) {
         return NULL;
     }
-    if (sl_py_calls_of((PyObject *)self) == NULL) {
+    for (i = 0; i < SL_PY_HOOK_STORE_SET; ++i) {
+        if (!PyCallable_Check(hooks[i])) {
+            PyErr_Format(PyExc_TypeError, "bind: every hook is a callable, "
+                         "not %R", hooks[i]);
+            return NULL;
+        }
+    }
+    for (i = 0; i < SL_PY_HOOK_STORE_SET; ++i) {
+        Py_INCREF(hooks[i]);
+        Py_XSETREF(self->hooks[i], hooks[i]);
+    }
+    Py_INCREF(owner);
+    Py_XSETREF(self->owner, owner);
+    Py_INCREF(orphans);
+    Py_XSETREF(self->orphans, orphans);
+    self->check     = check;
+    self->max_chunk = max_chunk;
+    Py_RETURN_NONE;
+}
+
+/* info() -> dict: what the communicator resolved at init. */
+static PyObject *calls_info(sl_py_calls_t *self, PyObject *unused)
+{
+    const stagelink_comm_info_t *i = &self->info;
+
+    (void)unused;
+    if (calls_ready(self)) {
         return NULL;
     }
-    return (PyObject *)sl_py_calls_fill(self, args + 1, xfer);
+    return Py_BuildValue(
+        "{" "sisisisi" "sisisisi" "sisisisi" "si" "ssss" "}", "rank", i->rank, "world_size",
+        i->world_size, "tp_size", i->tp_size, "pp_size", i->pp_size,
+        "dp_size", i->dp_size, "tp_index", i->tp_index, "pp_index",
+        i->pp_index, "dp_index", i->dp_index, "prev_rank", i->prev_rank,
+        "next_rank", i->next_rank, "local_rank", i->local_rank,
+        "local_size", i->local_size, "mode", (int)i->mode,
+        "gather_backend", i->gather_backend, "node_id", i->node_id);
+}
+
+/* counters() -> (status, dict) */
+static PyObject *calls_counters(sl_py_calls_t *self, PyObject *unused)
+{
+    stagelink_counters_t c;
+    stagelink_status_t   status;
+
+    (void)unused;
+    if (calls_ready(self)) {
+        return NULL;
+    }
+    memset(&c, 0, sizeof(c));
+    status = self->vt->get_counters(self->comm, &c);
+    return Py_BuildValue(
+        "(i{sKsKsKsKsKsKsKsKsK})", (int)status,
+        "stage_bytes_sent", (unsigned long long)c.stage_bytes_sent,
+        "stage_bytes_recv", (unsigned long long)c.stage_bytes_recv,
+        "gather_bytes_sent", (unsigned long long)c.gather_bytes_sent,
+        "gather_bytes_recv", (unsigned long long)c.gather_bytes_recv,
+        "inter_node_bytes_sent", (unsigned long long)c.inter_node_bytes_sent,
+        "inter_node_bytes_recv", (unsigned long long)c.inter_node_bytes_recv,
+        "intra_node_bytes_sent", (unsigned long long)c.intra_node_bytes_sent,
+        "intra_node_bytes_recv", (unsigned long long)c.intra_node_bytes_recv,
+        "transfers_completed", (unsigned long long)c.transfers_completed);
+}
+
+static PyObject *calls_last_error(sl_py_calls_t *self, PyObject *unused)
+{
+    (void)unused;
+    if (calls_ready(self)) {
+        return NULL;
+    }
+    return PyUnicode_DecodeUTF8(self->vt->last_error(self->comm),
+                                strlen(self->vt->last_error(self->comm)),
+                                "replace");
+}
+
+/* get_error() -> (status, failed rank): without progressing. */
+static PyObject *calls_get_error(sl_py_calls_t *self, PyObject *unused)
+{
+    stagelink_status_t status;
+    int                rank = -1;
+
+    (void)unused;
+    if (calls_ready(self)) {
+        return NULL;
+    }
+    status = self->vt->comm_get_error(self->comm, &rank);
+    return Py_BuildValue("(ii)", (int)status, rank);
 }
 
 /* test(handle) -> (status, done) */
 static PyObject *calls_test(sl_py_calls_t *self, PyObject *handle)
 {
     stagelink_request_t *req;
-    stagelink_status_t status;
-    int done = 0;
+    stagelink_status_t   status;
+    int                  done = 0;
 
-    if (sl_py_calls_of((PyObject *)self) == NULL ||
+    if (calls_ready(self) ||
         calls_request(handle, &req)) {
         return NULL;
     }
@@ -206,13 +368,13 @@ static PyObject *calls_wait(sl_py_calls_t *self, PyObject *const *args,
                             Py_ssize_t nargs)
 {
     stagelink_request_t *req;
-    int slice_ms;
+    int                  slice_ms;
 
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "wait(handle, slice_ms)");
         return NULL;
     }
-    if (sl_py_calls_of((PyObject *)self) == NULL ||
+    if (calls_ready(self) ||
         calls_request(args[0], &req)) {
         return NULL;
     }
@@ -223,36 +385,204 @@ static PyObject *calls_wait(sl_py_calls_t *self, PyObject *const *args,
     return PyLong_FromLong(sl_py_calls_wait(self, req, slice_ms));
 }
 
+/* cancel(handle) -> status */
+static PyObject *calls_cancel(sl_py_calls_t *self, PyObject *handle)
+{
+    stagelink_request_t *req;
+    stagelink_status_t   status;
+
+    if (calls_ready(self) ||
+        calls_request(handle, &req)) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = self->vt->cancel(self->comm, req);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(status);
+}
+
+/* order_stream(handle, stream) -> status: the library orders `stream`
+ * (an int, None: none) after the request's data at completion. */
+static PyObject *calls_order_stream(sl_py_calls_t *self,
+                                    PyObject *const *args, Py_ssize_t nargs)
+{
+    stagelink_request_t *req;
+    stagelink_status_t   status;
+    void                *stream;
+
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "order_stream(handle, stream)");
+        return NULL;
+    }
+    if (calls_ready(self) ||
+        calls_request(args[0], &req) || sl_py_addr(args[1], &stream)) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = self->vt->order_stream(self->comm, req, stream);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(status);
+}
+
+/* abort() -> status; from any thread, also during a wait.  Finalized: 0. */
+static PyObject *calls_abort(sl_py_calls_t *self, PyObject *unused)
+{
+    stagelink_status_t status = STAGELINK_SUCCESS;
+    stagelink_comm_t  *comm   = self->comm;
+
+    (void)unused;
+    if (comm != NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        status = self->vt->comm_abort(comm);
+        Py_END_ALLOW_THREADS
+    }
+    return PyLong_FromLong(status);
+}
+
+/* begin_close() -> bool: OPEN -> CLOSING; False when it was not open. */
+static PyObject *calls_begin_close(sl_py_calls_t *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->state != SL_PY_CALLS_OPEN) {
+        Py_RETURN_FALSE;
+    }
+    self->state = SL_PY_CALLS_CLOSING;
+    Py_RETURN_TRUE;
+}
+
+/* finalize() -> (status, sentence): comm_finalize (collective), then the
+ * plugin unloaded: OPEN or CLOSING -> CLOSED.  Once closed, (0, ""). */
+static PyObject *calls_finalize(sl_py_calls_t *self, PyObject *unused)
+{
+    stagelink_status_t status;
+    char               err[4096] = "";
+
+    (void)unused;
+    if (self->comm == NULL) {
+        return Py_BuildValue("(is)", 0, "");
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = self->vt->comm_finalize(self->comm);
+    if (status != STAGELINK_SUCCESS) {
+        snprintf(err, sizeof(err), "%s", self->vt->last_error(self->comm));
+    }
+    Py_END_ALLOW_THREADS
+    calls_unload(self);
+    return Py_BuildValue("(is)", (int)status, err);
+}
+
+static PyObject *calls_get_open(sl_py_calls_t *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->state == SL_PY_CALLS_OPEN ||
+                           self->state == SL_PY_CALLS_CLOSING);
+}
+
+static PyObject *calls_get_closing(sl_py_calls_t *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->state == SL_PY_CALLS_CLOSING);
+}
+
+static PyObject *calls_get_plugin(sl_py_calls_t *self, void *closure)
+{
+    (void)closure;
+    if (self->vt == NULL) {
+        Py_RETURN_NONE;
+    }
+    return PyUnicode_FromString(self->vt->name);
+}
+
+static int calls_traverse(sl_py_calls_t *self, visitproc visit, void *arg)
+{
+    int i;
+
+    Py_VISIT(self->owner);
+    Py_VISIT(self->orphans);
+    for (i = 0; i < SL_PY_HOOK_COUNT; ++i) {
+        Py_VISIT(self->hooks[i]);
+    }
+    return 0;
+}
+
+static int calls_clear(sl_py_calls_t *self)
+{
+    int i;
+
+    Py_CLEAR(self->owner);
+    Py_CLEAR(self->orphans);
+    for (i = 0; i < SL_PY_HOOK_COUNT; ++i) {
+        Py_CLEAR(self->hooks[i]);
+    }
+    return 0;
+}
+
+static void calls_dealloc(sl_py_calls_t *self)
+{
+    PyObject_GC_UnTrack(self);
+    calls_clear(self);
+    /* A communicator never closed stays loaded: its peers may still be
+     * in a collective with it, and the process is about to exit. */
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
 static PyMethodDef calls_methods[] = {
-    {"fill", (PyCFunction)(void (*)(void))calls_fill_py, METH_FASTCALL,
-     "fill(xfer_address, recv, buf, peer, microbatch, chunk, elem_size, "
-     "stream) -> Buffer: a batch's descriptor written at that address, "
-     "as a single post fills its own."},
+    {"open", (PyCFunction)(void (*)(void))calls_open, METH_FASTCALL,
+     "open(plugin, tp_size, pp_size, mode, rank, world_size, device, "
+     "topology, store_set, store_get, gather) -> (status, sentence): loads "
+     "the plugin and initialises the communicator (collective)."},
+    {"bind", (PyCFunction)(void (*)(void))calls_bind,
+     METH_VARARGS | METH_KEYWORDS,
+     "bind(owner, orphans, check, max_chunk, *, acquire, release, "
+     "require_open, reap, args, posted, waited, settle, attach_check, arm, "
+     "raise_timeout, result, cuda_stream): what the Communicator "
+     "registers for the paths that run in Python."},
+    {"info", (PyCFunction)calls_info, METH_NOARGS,
+     "info() -> dict: stagelink_comm_info_t, field for field."},
+    {"counters", (PyCFunction)calls_counters, METH_NOARGS,
+     "counters() -> (status, dict): stagelink_counters_t."},
+    {"last_error", (PyCFunction)calls_last_error, METH_NOARGS,
+     "last_error() -> the sentence of the last failed call."},
+    {"get_error", (PyCFunction)calls_get_error, METH_NOARGS,
+     "get_error() -> (status, failed rank)."},
     {"test", (PyCFunction)calls_test, METH_O,
      "test(handle) -> (status, done)."},
     {"wait", (PyCFunction)(void (*)(void))calls_wait, METH_FASTCALL,
      "wait(handle, slice_ms) -> status: wait_for one slice (-1: to the "
      "end); IN_PROGRESS when the slice ends first."},
+    {"cancel", (PyCFunction)calls_cancel, METH_O,
+     "cancel(handle) -> status."},
+    {"order_stream", (PyCFunction)(void (*)(void))calls_order_stream,
+     METH_FASTCALL, "order_stream(handle, stream) -> status."},
+    {"abort", (PyCFunction)calls_abort, METH_NOARGS,
+     "abort() -> status (0 once finalized)."},
+    {"begin_close", (PyCFunction)calls_begin_close, METH_NOARGS,
+     "begin_close() -> True when an open communicator began closing."},
+    {"finalize", (PyCFunction)calls_finalize, METH_NOARGS,
+     "finalize() -> (status, sentence): comm_finalize, then the plugin "
+     "unloaded; (0, '') once done."},
     {NULL, NULL, 0, NULL}
 };
 
-static void calls_dealloc(sl_py_calls_t *self)
-{
-    Py_XDECREF(self->cuda_stream);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
+static PyGetSetDef calls_getset[] = {
+    {"is_open", (getter)calls_get_open, NULL,
+     "initialised and not finalized (closing included)", NULL},
+    {"is_closing", (getter)calls_get_closing, NULL, "close() began", NULL},
+    {"plugin", (getter)calls_get_plugin, NULL, "the plugin's name", NULL},
+    {NULL, NULL, NULL, NULL, NULL}
+};
 
 PyTypeObject sl_py_calls_type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name      = "stagelink._calls.Calls",
     .tp_basicsize = sizeof(sl_py_calls_t),
     .tp_dealloc   = (destructor)calls_dealloc,
-    .tp_flags     = Py_TPFLAGS_DEFAULT,
-    .tp_doc       = "Calls(vtable, comm, cuda_stream): the posts, test and "
-                    "wait of one communicator of a loaded plugin (addresses "
-                    "as ints; cuda_stream(tensor, stream) gives the stream "
-                    "a CUDA tensor's transfer is ordered on).",
+    .tp_flags     = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc       = "Calls(): one communicator of a loaded plugin: open, "
+                    "bind, its calls, finalize.",
+    .tp_traverse  = (traverseproc)calls_traverse,
+    .tp_clear     = (inquiry)calls_clear,
     .tp_methods   = calls_methods,
-    .tp_init      = (initproc)calls_init,
+    .tp_getset    = calls_getset,
     .tp_new       = PyType_GenericNew,
 };

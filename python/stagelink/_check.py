@@ -13,7 +13,6 @@ CHECK_CHUNK_BIT - 1.
 SPDX-License-Identifier: MIT
 """
 
-import ctypes
 import struct
 
 from . import _lib
@@ -60,7 +59,9 @@ class Check:
         (code, message) or None) as it is, completed, or replaced."""
         if not self.recv or desc_err is not None:
             return err
-        theirs = _decode(bytes(self.record[self.tp_slot]))
+        size = _RECORD.size
+        theirs = _decode(bytes(self.record[self.tp_slot * size:
+                                           (self.tp_slot + 1) * size]))
         if theirs is None:
             return err
         rank, dtype, shape = theirs
@@ -82,17 +83,6 @@ class Check:
                 ShapeMismatchError)
 
 
-class Held:
-    """A descriptor record, held by its Request as a Buffer would be."""
-    __slots__ = ("keep",)
-
-    def __init__(self, keep):
-        self.keep = keep
-
-    def release(self):
-        self.keep = None
-
-
 def attach(comm, req, recv, peer, microbatch, chunk):
     """Posts the descriptor of `req`, the transfer just posted to `peer`
     on (microbatch, chunk) (the comm's lock held).  If it cannot be posted,
@@ -100,22 +90,15 @@ def attach(comm, req, recv, peer, microbatch, chunk):
     error raised."""
     buf = req._buf
     t = comm.info["tp_size"]
-    record = (ctypes.c_char * _RECORD.size * t)()
-    if not recv:
-        mine = _encode(comm.rank, buf)
-        for i in range(t):
-            record[i].raw = mine
-    desc = _lib.Xfer(peer=peer, buf=ctypes.addressof(record),
-                     nbytes=_RECORD.size * t, elem_size=_RECORD.size,
-                     mem_type=_lib.MEM_HOST,
-                     tag=_lib.Tag(microbatch=microbatch,
-                                  chunk=chunk | CHECK_CHUNK_BIT))
+    record = bytearray(_RECORD.size * t) if recv else \
+        bytearray(_encode(comm.rank, buf) * t)
     try:
-        sub = comm._post_xfer(recv, desc, Held(record),
-                              "dtype/shape descriptor of microbatch %d "
-                              "chunk %d" % (microbatch, chunk))
+        sub = comm._post_record(recv, record, peer, microbatch,
+                                chunk | CHECK_CHUNK_BIT, _RECORD.size,
+                                "dtype/shape descriptor of microbatch %d "
+                                "chunk %d" % (microbatch, chunk))
     except BaseException:
-        comm._vt.cancel(comm._comm, req._handle)
+        comm._calls.cancel(req._handle)
         comm._orphans.append(req)
         raise
     chk = Check(recv, buf, record, sub)

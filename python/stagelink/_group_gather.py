@@ -9,7 +9,7 @@ order.
 SPDX-License-Identifier: MIT
 """
 
-import ctypes
+import collections
 import logging
 
 from . import _lib
@@ -27,16 +27,23 @@ class _CudaMemory:
             "version": 3, "strides": None, "stream": None}
 
 
+# stagelink_gather_args_t as the binding passes it: buf a writable
+# memoryview of host memory, else the device address; tag (microbatch,
+# chunk, direction); offsets and lengths one per TP index.
+GatherArgs = collections.namedtuple(
+    "GatherArgs", "mem_type buf nbytes stream tag tp_index offsets lengths")
+
+
 def _as_bytes(torch, args):
     if args.mem_type == _lib.MEM_HOST:
-        raw = (ctypes.c_uint8 * args.nbytes).from_address(args.buf)
-        return torch.frombuffer(raw, dtype=torch.uint8)
+        return torch.frombuffer(args.buf, dtype=torch.uint8)
     return torch.as_tensor(_CudaMemory(args.buf, args.nbytes), device="cuda")
 
 
 class GroupGather:
-    """`callback` for stagelink_config_t.gather; `error` keeps the
-    exception of a failed gather for the caller's message."""
+    """The gather callback (stagelink_config_t.gather, for Calls.open);
+    `error` keeps the exception of a failed gather for the caller's
+    message."""
 
     def __init__(self, group):
         self.group, self.check = group, False
@@ -45,9 +52,8 @@ class GroupGather:
         # no longer pair up (one rank's descriptor may be gathered where
         # its peer's was canceled), so a later one could wait forever.
         self.failed = None
-        self.callback = _lib.GATHER(self._gather)
 
-    def _gather(self, _ctx, args_p):
+    def __call__(self, *fields):
         if self.failed is not None:
             self.error = RuntimeError(
                 "an earlier all_gather of the TP group failed (%r), so its "
@@ -56,7 +62,7 @@ class GroupGather:
             return 1
         try:
             import torch
-            args = args_p.contents
+            args = GatherArgs(*fields)
             full = _as_bytes(torch, args)
             if args.mem_type == _lib.MEM_HOST:
                 self._all_gather(torch, full, args)
@@ -89,13 +95,12 @@ class GroupGather:
         alone, so each first says which receive it rebuilds; ranks that
         complete them in different orders then fail alike, naming them,
         instead of swapping microbatches' shards."""
-        tag = args.tag
-        mine = torch.tensor([tag.microbatch, tag.chunk, tag.direction,
-                             args.nbytes], dtype=torch.int64, device=device)
-        every = torch.empty(args.tp_size * 4, dtype=torch.int64,
-                            device=device)
-        self._gather_into(every, mine, args.tp_size)
-        rows = every.view(args.tp_size, 4).tolist()
+        t = len(args.offsets)
+        mine = torch.tensor(list(args.tag) + [args.nbytes],
+                            dtype=torch.int64, device=device)
+        every = torch.empty(t * 4, dtype=torch.int64, device=device)
+        self._gather_into(every, mine, t)
+        rows = every.view(t, 4).tolist()
         if any(row != rows[0] for row in rows):
             raise ValueError(
                 "STAGELINK_CHECK: the TP ranks complete different gathered "
@@ -115,11 +120,10 @@ class GroupGather:
             dist.all_gather(list(flat.chunk(t)), mine, group=self.group)
 
     def _all_gather(self, torch, full, args):
-        t, me = args.tp_size, args.tp_index
+        t, me = len(args.offsets), args.tp_index
         if self.check:
             self._same_receive(torch, args, full.device)
-        offs = [args.offsets[k] for k in range(t)]
-        lens = [args.lengths[k] for k in range(t)]
+        offs, lens = args.offsets, args.lengths
         own = full[offs[me]:offs[me] + lens[me]]
         if all(n == lens[0] for n in lens):
             # In place where the backend reads its input before writing

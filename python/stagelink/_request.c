@@ -4,37 +4,27 @@
  * of a message's cost from Python, so their common path runs here without
  * a Python frame; every other path (an error, a deadline, a dropped
  * request to reap, a CUDA stream to order, a STAGELINK_CHECK descriptor)
- * is handed to the Communicator's and Request's Python methods, under the
- * same hold of the communicator's lock.
+ * is handed to the Python the Communicator registered (Calls.bind), under
+ * the same hold of the communicator's lock.
  *
  * SPDX-License-Identifier: MIT
  */
 #include "_request.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 #include <structmember.h>
 #include <time.h>
 
-/* Names asked for, interned once. */
-static PyObject *n_calls, *n_lock, *n_acquire, *n_release, *n_open,
-                *n_closing, *n_require_open, *n_wait, *n_orphans, *n_reap,
-                *n_arm, *n_waited, *n_posted, *n_result, *n_raise_timeout,
-                *n_settle, *n_isend, *n_irecv, *n_args, *n_max_chunk,
-                *n_check, *n_attach_check;
+/* Names passed to the require_open hook, interned once. */
+static PyObject *n_isend, *n_irecv, *n_wait, *n_batch;
 
 int sl_py_request_init(void)
 {
     static const sl_py_name_t names[] = {
-        {&n_calls, "_calls"}, {&n_lock, "_lock"}, {&n_acquire, "acquire"},
-        {&n_release, "release"}, {&n_open, "_open"},
-        {&n_closing, "_closing"}, {&n_require_open, "_require_open"},
-        {&n_wait, "wait"}, {&n_orphans, "_orphans"}, {&n_reap, "_reap"},
-        {&n_arm, "_arm_current_stream"}, {&n_waited, "_waited"},
-        {&n_posted, "_posted"}, {&n_result, "_result"},
-        {&n_raise_timeout, "_raise_timeout"}, {&n_settle, "_settle"},
-        {&n_isend, "isend"}, {&n_irecv, "irecv"}, {&n_args, "_args"},
-        {&n_max_chunk, "_max_chunk"}, {&n_check, "_check"},
-        {&n_attach_check, "_attach_check"},
+        {&n_isend, "isend"}, {&n_irecv, "irecv"}, {&n_wait, "wait"},
+        {&n_batch, "batch_isend_irecv"},
     };
 
     return sl_py_intern(names, sizeof(names) / sizeof(names[0]));
@@ -48,7 +38,7 @@ static int request_none(PyObject *obj)
 /* -1 with ValueError for a Request made without a communicator. */
 static int request_ready(sl_py_request_t *self)
 {
-    if (self->comm == NULL || self->calls == NULL) {
+    if (self->calls == NULL) {
         PyErr_SetString(PyExc_ValueError, "this Request belongs to no "
                         "communicator: Requests come from a Communicator's "
                         "isend, irecv and batch_isend_irecv");
@@ -57,95 +47,49 @@ static int request_ready(sl_py_request_t *self)
     return 0;
 }
 
-/* comm.<name>(request, status): its Python handling of a status. */
-static PyObject *request_call_status(PyObject *comm, PyObject *name,
-                                     sl_py_request_t *self,
+/* The hook `hook`(request, status): its Python handling of a status. */
+static PyObject *request_hook_status(sl_py_request_t *self,
+                                     sl_py_hook_t hook,
                                      stagelink_status_t status)
 {
-    PyObject *st = PyLong_FromLong(status), *r;
+    PyObject *args[2] = {(PyObject *)self, PyLong_FromLong(status)}, *r;
 
-    if (st == NULL) {
+    if (args[1] == NULL) {
         return NULL;
     }
-    r = PyObject_CallMethodObjArgs(comm, name, (PyObject *)self, st, NULL);
-    Py_DECREF(st);
+    r = sl_py_calls_hook(self->calls, hook, args, 2);
+    Py_DECREF(args[1]);
     return r;
 }
 
-/* The communicator's Calls, checked; kept by the request. */
-static int request_bind(sl_py_request_t *self, PyObject *comm)
+/* hook(request): a Request method on an uncommon path. */
+static int request_hook(sl_py_request_t *self, sl_py_hook_t hook)
 {
-    PyObject *calls = PyObject_GetAttr(comm, n_calls);
+    PyObject *arg = (PyObject *)self;
+    PyObject *r   = sl_py_calls_hook(self->calls, hook, &arg, 1);
 
-    if (calls == NULL) {
-        return -1;
-    }
-    if (sl_py_calls_of(calls) == NULL) {
-        Py_DECREF(calls);
-        return -1;
-    }
-    Py_INCREF(comm);
-    Py_XSETREF(self->comm, comm);
-    Py_XSETREF(self->calls, calls);
-    return 0;
-}
-
-/* Request(comm, handle=None, buf=None, what=None, check=None,
- *         stream=None) */
-static int request_init(sl_py_request_t *self, PyObject *args,
-                        PyObject *kwargs)
-{
-    static char *names[] = {"comm", "handle", "buf", "what", "check",
-                            "stream", NULL};
-    PyObject *comm, *handle = Py_None, *buf = NULL, *what = NULL;
-    PyObject *check = NULL, *stream = NULL;
-    void     *req;
-
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOOOO:Request", names,
-                                     &comm, &handle, &buf, &what, &check,
-                                     &stream) ||
-        sl_py_addr(handle, &req) || request_bind(self, comm)) {
-        return -1;
-    }
-    self->handle = req;
-    Py_XINCREF(buf);
-    Py_XSETREF(self->buf, buf);
-    Py_XINCREF(what);
-    Py_XSETREF(self->desc, what);
-    Py_XINCREF(check);
-    Py_XSETREF(self->check, check);
-    Py_XINCREF(stream);
-    Py_XSETREF(self->stream, stream);
-    return 0;
+    Py_XDECREF(r);
+    return (r == NULL) ? -1 : 0;
 }
 
 /* The communicator's lock taken (one thread in the library at a time);
- * NULL with an exception when it could not be. */
-static PyObject *request_lock(PyObject *comm)
+ * -1 with an exception when it could not be. */
+static int request_lock(sl_py_calls_t *c)
 {
-    PyObject *lock = PyObject_GetAttr(comm, n_lock), *r;
+    PyObject *r = sl_py_calls_hook(c, SL_PY_HOOK_ACQUIRE, NULL, 0);
 
-    if (lock == NULL) {
-        return NULL;
-    }
-    r = PyObject_CallMethodNoArgs(lock, n_acquire);
-    if (r == NULL) {
-        Py_DECREF(lock);
-        return NULL;
-    }
-    Py_DECREF(r);
-    return lock;
+    Py_XDECREF(r);
+    return (r == NULL) ? -1 : 0;
 }
 
 /* Gives the lock back whatever happened: `rc` as it was, or -1 when the
  * release failed; an exception being raised is kept, as the first. */
-static int request_unlock(PyObject *lock, int rc)
+static int request_unlock(sl_py_calls_t *c, int rc)
 {
     PyObject *type, *value, *tb, *r;
 
     PyErr_Fetch(&type, &value, &tb);
-    r = PyObject_CallMethodNoArgs(lock, n_release);
-    Py_DECREF(lock);
+    r = sl_py_calls_hook(c, SL_PY_HOOK_RELEASE, NULL, 0);
     if (r == NULL) {
         rc = -1;
         if (type != NULL) {
@@ -159,46 +103,29 @@ static int request_unlock(PyObject *lock, int rc)
     return rc;
 }
 
-/* Whether the communicator is open; raises ClosedError (through
- * comm._require_open(what)) when not. */
-static int request_comm_open(PyObject *comm, PyObject *what)
+/* Whether the communicator is open; raises ClosedError (through the
+ * require_open hook) when not. */
+static int request_comm_open(sl_py_calls_t *c, PyObject *what)
 {
-    PyObject *open = PyObject_GetAttr(comm, n_open), *closing, *r;
-    int       ok;
+    PyObject *r;
 
-    if (open == NULL) {
-        return -1;
-    }
-    closing = PyObject_GetAttr(comm, n_closing);
-    ok = (open == Py_True && closing == Py_False);
-    Py_DECREF(open);
-    if (closing == NULL) {
-        return -1;
-    }
-    Py_DECREF(closing);
-    if (ok) {
+    if (c->state == SL_PY_CALLS_OPEN) {
         return 0;
     }
-    r = PyObject_CallMethodOneArg(comm, n_require_open, what);
+    r = sl_py_calls_hook(c, SL_PY_HOOK_REQUIRE_OPEN, &what, 1);
     Py_XDECREF(r);
     return (r == NULL) ? -1 : 0;
 }
 
-/* Dropped requests completed first (comm._reap), when there are any. */
-static int request_reap(PyObject *comm)
+/* Dropped requests completed first (the reap hook), when there are any. */
+static int request_reap(sl_py_calls_t *c)
 {
-    PyObject  *orphans = PyObject_GetAttr(comm, n_orphans), *r;
-    Py_ssize_t n;
+    PyObject *r;
 
-    if (orphans == NULL) {
-        return -1;
+    if (c->orphans == NULL || PyList_GET_SIZE(c->orphans) == 0) {
+        return 0;
     }
-    n = PyObject_Length(orphans);
-    Py_DECREF(orphans);
-    if (n <= 0) {
-        return (int)n;
-    }
-    r = PyObject_CallMethodNoArgs(comm, n_reap);
+    r = sl_py_calls_hook(c, SL_PY_HOOK_REAP, NULL, 0);
     Py_XDECREF(r);
     return (r == NULL) ? -1 : 0;
 }
@@ -212,7 +139,7 @@ static int request_small(PyObject *obj, unsigned long long max,
     }
     *out = PyLong_AsUnsignedLongLong(obj);
     if (*out == (unsigned long long)-1 && PyErr_Occurred()) {
-        PyErr_Clear(); /* negative or too large: comm._args says so */
+        PyErr_Clear(); /* negative or too large: the args hook says so */
         return 0;
     }
     return *out <= max;
@@ -220,13 +147,14 @@ static int request_small(PyObject *obj, unsigned long long max,
 
 /* A post's (peer, microbatch, chunk, elem_size) as the descriptor takes
  * them, new references in out[4].  The common ones ("next" or "prev",
- * small ints, no elem_size) are taken in line; anything else goes to
- * comm._args, which checks it and says what is wrong. */
-static int request_args(PyObject *comm, PyObject *const *in, PyObject **out)
+ * small ints, no elem_size) are taken in line; anything else goes to the
+ * args hook, which checks it and says what is wrong. */
+static int request_args(sl_py_calls_t *c, PyObject *const *in,
+                        PyObject **out)
 {
-    PyObject          *r, *max_obj;
-    unsigned long long v, max_chunk;
-    int                peer = -1, fast, i;
+    PyObject          *r;
+    unsigned long long v;
+    int                peer = -1, i;
 
     if (PyUnicode_CheckExact(in[0])) {
         peer = (PyUnicode_CompareWithASCIIString(in[0], "next") == 0) ?
@@ -234,21 +162,9 @@ static int request_args(PyObject *comm, PyObject *const *in, PyObject **out)
                (PyUnicode_CompareWithASCIIString(in[0], "prev") == 0) ?
                STAGELINK_PEER_PREV : -1;
     }
-    fast = peer >= 0 && in[3] == Py_None &&
-           request_small(in[1], STAGELINK_TAG_MAX_MICROBATCH, &v);
-    if (fast) {
-        max_obj = PyObject_GetAttr(comm, n_max_chunk);
-        if (max_obj == NULL) {
-            return -1;
-        }
-        max_chunk = PyLong_AsUnsignedLongLong(max_obj);
-        Py_DECREF(max_obj);
-        if (max_chunk == (unsigned long long)-1 && PyErr_Occurred()) {
-            return -1;
-        }
-        fast = request_small(in[2], max_chunk, &v);
-    }
-    if (fast) {
+    if (peer >= 0 && in[3] == Py_None &&
+        request_small(in[1], STAGELINK_TAG_MAX_MICROBATCH, &v) &&
+        request_small(in[2], c->max_chunk, &v)) {
         out[0] = PyLong_FromLong(peer);
         out[3] = PyLong_FromLong(0);
         if (out[0] == NULL || out[3] == NULL) {
@@ -262,13 +178,12 @@ static int request_args(PyObject *comm, PyObject *const *in, PyObject **out)
         out[2] = in[2];
         return 0;
     }
-    r = PyObject_CallMethodObjArgs(comm, n_args, in[0], in[1], in[2], in[3],
-                                   NULL);
+    r = sl_py_calls_hook(c, SL_PY_HOOK_ARGS, in, 4);
     if (r == NULL) {
         return -1;
     }
     if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 4) {
-        PyErr_SetString(PyExc_TypeError, "Communicator._args returns "
+        PyErr_SetString(PyExc_TypeError, "the args hook returns "
                         "(peer, microbatch, chunk, elem_size)");
         Py_DECREF(r);
         return -1;
@@ -282,187 +197,286 @@ static int request_args(PyObject *comm, PyObject *const *in, PyObject **out)
 }
 
 /* With STAGELINK_CHECK, the dtype/shape descriptor of a request just
- * posted goes beside it (comm._attach_check, which cancels the transfer
- * when it cannot). */
-static int request_checked(sl_py_request_t *self, PyObject *comm,
-                           PyObject *recv, PyObject *const *args)
+ * posted goes beside it (the attach_check hook, which cancels the
+ * transfer when it cannot). */
+static int request_checked(sl_py_request_t *self, PyObject *recv,
+                           PyObject *const *args)
 {
-    PyObject *on = PyObject_GetAttr(comm, n_check), *r;
-    int       truth;
+    PyObject *call[5] = {(PyObject *)self, recv, args[0], args[1], args[2]};
+    PyObject *r;
 
-    if (on == NULL) {
-        return -1;
+    if (!self->calls->check) {
+        return 0;
     }
-    truth = PyObject_IsTrue(on);
-    Py_DECREF(on);
-    if (truth <= 0) {
-        return truth;
-    }
-    r = PyObject_CallMethodObjArgs(comm, n_attach_check, (PyObject *)self,
-                                   recv, args[0], args[1], args[2], NULL);
+    r = sl_py_calls_hook(self->calls, SL_PY_HOOK_ATTACH_CHECK, call, 5);
     Py_XDECREF(r);
     return (r == NULL) ? -1 : 0;
 }
 
-/* The post of one tensor, the lock held; args as _post's. */
-static sl_py_request_t *request_post_locked(PyTypeObject *cls,
-                                            PyObject *const *args)
+/* A new Request of `cls` on `c` for one transfer: its buffer described
+ * (held from here), *xfer filled, what it is and what a CUDA receive's
+ * wait orders after.  fill: (recv, buf, peer, microbatch, chunk,
+ * elem_size, stream); `what` NULL: a data transfer's description. */
+static sl_py_request_t *request_new(PyTypeObject *cls, sl_py_calls_t *c,
+                                    PyObject *const *fill, PyObject *what,
+                                    stagelink_xfer_t *xfer)
 {
-    stagelink_xfer_t   xfer;
-    sl_py_request_t   *self;
-    sl_py_buffer_t    *b;
-    stagelink_status_t status;
-    PyObject          *fill[7] = {NULL}, *r;
-    int                recv, i;
+    sl_py_request_t *self = (sl_py_request_t *)cls->tp_alloc(cls, 0);
+    sl_py_buffer_t  *b;
 
-    recv = PyObject_IsTrue(args[1]);
-    if (recv < 0 ||
-        request_comm_open(args[0], recv ? n_irecv : n_isend) ||
-        request_args(args[0], args + 3, fill + 2) ||
-        request_reap(args[0]) < 0) {
-        goto err_args;
+    if (self == NULL) {
+        return NULL;
     }
-    self = (sl_py_request_t *)cls->tp_alloc(cls, 0);
-    if (self == NULL || request_bind(self, args[0])) {
-        goto err;
-    }
-    /* (recv, buf, peer, microbatch, chunk, elem_size, stream) */
-    fill[0] = args[1];
-    fill[1] = args[2];
-    fill[6] = args[7];
-    b = sl_py_calls_fill((sl_py_calls_t *)self->calls, fill, &xfer);
+    self->done = 1; /* nothing to reap until it is posted */
+    Py_INCREF(c);
+    self->calls = c;
+    b = sl_py_calls_fill(c, fill, xfer);
     if (b == NULL) {
         goto err;
     }
     self->buf = (PyObject *)b;
-    /* What the request is (its sentences are made from it only when one
-     * is needed), and for a CUDA receive what its wait orders after. */
-    self->desc = PyTuple_Pack(5, args[1], fill[3], fill[4], fill[2],
-                              (PyObject *)b);
-    if (self->desc == NULL) {
-        goto err;
+    /* Its sentences are made from this only when one is needed. */
+    if (what != NULL) {
+        Py_INCREF(what);
+        self->desc = what;
+    } else {
+        self->desc = PyTuple_Pack(5, fill[0], fill[3], fill[4], fill[2],
+                                  (PyObject *)b);
+        if (self->desc == NULL) {
+            goto err;
+        }
     }
-    if (recv && b->mem == STAGELINK_MEM_CUDA) {
-        self->stream = Py_BuildValue("(Ni)", PyLong_FromVoidPtr(xfer.stream),
+    if (PyObject_IsTrue(fill[0]) && b->mem == STAGELINK_MEM_CUDA) {
+        self->stream = Py_BuildValue("(Ni)", PyLong_FromVoidPtr(xfer->stream),
                                      b->device);
         if (self->stream == NULL) {
             goto err;
         }
     }
-    status = sl_py_calls_post((sl_py_calls_t *)self->calls, recv, &xfer,
-                              &self->handle);
-    if (status != STAGELINK_SUCCESS) {
-        if (status > 0) {
-            sl_py_buffer_release(b); /* nothing was posted: memory goes */
-        }
-        r = request_call_status(args[0], n_posted, self, status);
-        Py_XDECREF(r); /* it raises */
-        goto err;
-    }
-    if (request_checked(self, args[0], args[1], fill + 2)) {
-        goto err;
-    }
-    for (i = 2; i < 6; ++i) {
-        Py_DECREF(fill[i]);
-    }
     return self;
 
 err:
-    if (self != NULL && self->handle == NULL) {
-        self->done = 1; /* nothing to reap when it is dropped */
-    }
-    Py_XDECREF(self);
-err_args:
-    for (i = 2; i < 6; ++i) {
-        Py_XDECREF(fill[i]);
-    }
+    Py_DECREF(self);
     return NULL;
 }
 
-/* Request._post(comm, recv, buf, peer, microbatch, chunk, elem_size,
+/* isend or irecv of a Request just made; a failed post raises through
+ * the posted hook, its memory let go when nothing was posted. */
+static int request_post_one(sl_py_request_t *self, int recv,
+                            const stagelink_xfer_t *xfer)
+{
+    stagelink_status_t status;
+    PyObject          *r;
+
+    status = sl_py_calls_post(self->calls, recv, xfer, &self->handle);
+    self->done = (self->handle == NULL);
+    if (status == STAGELINK_SUCCESS) {
+        return 0;
+    }
+    if (status > 0) {
+        sl_py_buffer_release((sl_py_buffer_t *)self->buf);
+    }
+    r = request_hook_status(self, SL_PY_HOOK_POSTED, status);
+    Py_XDECREF(r); /* it raises */
+    return -1;
+}
+
+/* The post of one tensor, the lock held; args as _post's. */
+static sl_py_request_t *request_post_locked(PyTypeObject *cls,
+                                            sl_py_calls_t *c,
+                                            PyObject *const *args)
+{
+    stagelink_xfer_t xfer;
+    sl_py_request_t *self = NULL;
+    PyObject        *fill[7] = {NULL};
+    int              recv, i;
+
+    recv = PyObject_IsTrue(args[1]);
+    if (recv < 0 || request_comm_open(c, recv ? n_irecv : n_isend) ||
+        request_args(c, args + 3, fill + 2) || request_reap(c)) {
+        goto out;
+    }
+    /* (recv, buf, peer, microbatch, chunk, elem_size, stream) */
+    fill[0] = args[1];
+    fill[1] = args[2];
+    fill[6] = args[7];
+    self = request_new(cls, c, fill, NULL, &xfer);
+    if (self == NULL || request_post_one(self, recv, &xfer) ||
+        request_checked(self, args[1], fill + 2)) {
+        Py_CLEAR(self);
+    }
+out:
+    for (i = 2; i < 6; ++i) {
+        Py_XDECREF(fill[i]);
+    }
+    return self;
+}
+
+/* Request._post(calls, recv, buf, peer, microbatch, chunk, elem_size,
  *               stream) -> Request
  * The whole post of one tensor, as isend and irecv take it, under the
  * communicator's lock: the arguments checked, dropped requests reaped,
  * `buf` described (its memory held by the request from here), the
  * descriptor filled and posted, and with STAGELINK_CHECK its dtype/shape
- * descriptor posted beside it.  A failed post raises, through
- * comm._posted. */
+ * descriptor posted beside it.  A failed post raises. */
 static PyObject *request_post_py(PyTypeObject *cls, PyObject *const *args,
                                  Py_ssize_t nargs)
 {
     sl_py_request_t *self;
-    PyObject        *lock;
+    sl_py_calls_t   *c;
 
     if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "_post(comm, recv, buf, peer, "
+        PyErr_SetString(PyExc_TypeError, "_post(calls, recv, buf, peer, "
                         "microbatch, chunk, elem_size, stream)");
         return NULL;
     }
-    lock = request_lock(args[0]);
-    if (lock == NULL) {
+    c = sl_py_calls_of(args[0]);
+    if (c == NULL || request_lock(c)) {
         return NULL;
     }
-    self = request_post_locked(cls, args);
-    if (request_unlock(lock, 0) && self != NULL) {
+    self = request_post_locked(cls, c, args);
+    if (request_unlock(c, 0) && self != NULL) {
         Py_CLEAR(self); /* dropped: completed in the background */
     }
     return (PyObject *)self;
 }
 
-/* _post_xfer(recv, xfer_address) -> status: isend or irecv of a
- * stagelink_xfer_t the binding built itself (a STAGELINK_CHECK record). */
-static PyObject *request_post_xfer_py(sl_py_request_t *self,
-                                      PyObject *const *args,
-                                      Py_ssize_t nargs)
+/* Request._post_record(calls, recv, record, peer, microbatch, chunk,
+ *                      elem_size, what) -> Request
+ * A host record of the binding's own (STAGELINK_CHECK's descriptor),
+ * posted as given, the lock held by the caller. */
+static PyObject *request_post_record_py(PyTypeObject *cls,
+                                        PyObject *const *args,
+                                        Py_ssize_t nargs)
 {
-    const stagelink_xfer_t *xfer;
-    int recv;
+    stagelink_xfer_t xfer;
+    sl_py_request_t *self;
+    sl_py_calls_t   *c;
+    PyObject        *fill[7];
+    int              recv;
 
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "_post_xfer(recv, xfer_address)");
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "_post_record(calls, recv, record, "
+                        "peer, microbatch, chunk, elem_size, what)");
         return NULL;
     }
-    recv = PyObject_IsTrue(args[0]);
-    xfer = PyLong_AsVoidPtr(args[1]);
-    if (recv < 0 || (xfer == NULL && PyErr_Occurred()) ||
-        request_ready(self)) {
+    c    = sl_py_calls_of(args[0]);
+    recv = PyObject_IsTrue(args[1]);
+    if (c == NULL || recv < 0 ||
+        request_comm_open(c, recv ? n_irecv : n_isend)) {
         return NULL;
     }
-    return PyLong_FromLong(sl_py_calls_post((sl_py_calls_t *)self->calls,
-                                            recv, xfer, &self->handle));
+    memcpy(fill, args + 1, 6 * sizeof(*fill));
+    fill[6] = Py_None;
+    self    = request_new(cls, c, fill, args[7], &xfer);
+    if (self == NULL || request_post_one(self, recv, &xfer)) {
+        Py_XDECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+/* Request._post_batch(calls, ops) -> (status, [Request])
+ * ops: (recv, buf, peer, microbatch, chunk) each, checked by the caller,
+ * who holds the lock.  post_batch posts all or none: on failure every
+ * buffer is let go and no Request is returned. */
+static PyObject *request_post_batch_py(PyTypeObject *cls,
+                                       PyObject *const *args,
+                                       Py_ssize_t nargs)
+{
+    stagelink_request_t **handles = NULL;
+    stagelink_op_t       *ops     = NULL;
+    stagelink_status_t    status;
+    sl_py_request_t      *req;
+    sl_py_calls_t        *c;
+    PyObject             *list = NULL, *fill[7], *zero, *r = NULL;
+    Py_ssize_t            n, i;
+
+    if (nargs != 2 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "_post_batch(calls, ops): ops a "
+                        "list of (recv, buf, peer, microbatch, chunk)");
+        return NULL;
+    }
+    c = sl_py_calls_of(args[0]);
+    if (c == NULL || request_comm_open(c, n_batch)) {
+        return NULL;
+    }
+    n       = PyList_GET_SIZE(args[1]);
+    ops     = calloc((size_t)n + 1, sizeof(*ops));
+    handles = calloc((size_t)n + 1, sizeof(*handles));
+    list    = PyList_New(n);
+    zero    = PyLong_FromLong(0);
+    if (ops == NULL || handles == NULL || list == NULL || zero == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (i = 0; i < n; ++i) {
+        PyObject *op = PyList_GET_ITEM(args[1], i);
+
+        if (!PyTuple_Check(op) || PyTuple_GET_SIZE(op) != 5) {
+            PyErr_SetString(PyExc_TypeError, "_post_batch: each op is "
+                            "(recv, buf, peer, microbatch, chunk)");
+            goto out;
+        }
+        memcpy(fill, &PyTuple_GET_ITEM(op, 0), 5 * sizeof(*fill));
+        fill[5]     = zero;
+        fill[6]     = Py_None;
+        ops[i].kind = PyObject_IsTrue(fill[0]) ? STAGELINK_OP_RECV :
+                                                 STAGELINK_OP_SEND;
+        req         = request_new(cls, c, fill, NULL, &ops[i].xfer);
+        if (req == NULL) {
+            goto out;
+        }
+        PyList_SET_ITEM(list, i, (PyObject *)req);
+    }
+    status = sl_py_calls_post_batch(c, ops, (size_t)n, handles);
+    if (status == STAGELINK_SUCCESS) {
+        for (i = 0; i < n; ++i) {
+            req         = (sl_py_request_t *)PyList_GET_ITEM(list, i);
+            req->handle = handles[i];
+            req->done   = (handles[i] == NULL);
+        }
+        r = Py_BuildValue("(iO)", 0, list);
+        goto out_free;
+    }
+    r = Py_BuildValue("(i[])", (int)status);
+out:
+    for (i = 0; list != NULL && i < n; ++i) { /* nothing stays posted */
+        req = (sl_py_request_t *)PyList_GET_ITEM(list, i);
+        if (req != NULL && req->buf != NULL) {
+            sl_py_buffer_release((sl_py_buffer_t *)req->buf);
+        }
+    }
+out_free:
+    Py_XDECREF(list);
+    Py_XDECREF(zero);
+    free(ops);
+    free(handles);
+    return r;
 }
 
 /* Completed without an error and without a descriptor to settle: its
  * memory is let go (as Communicator._complete does for status 0). */
-static int request_done_ok(sl_py_request_t *self)
+static void request_done_ok(sl_py_request_t *self)
 {
-    PyObject *buf = self->buf, *r;
+    PyObject *buf = self->buf;
 
     self->done   = 1;
     self->handle = NULL;
     self->buf    = NULL;
-    if (request_none(buf)) {
-        Py_XDECREF(buf);
-        return 0;
-    }
-    if (Py_IS_TYPE(buf, &sl_py_buffer_type)) {
+    if (buf != NULL && Py_IS_TYPE(buf, &sl_py_buffer_type)) {
         sl_py_buffer_release((sl_py_buffer_t *)buf);
-        Py_DECREF(buf);
-        return 0;
     }
-    r = PyObject_CallMethodNoArgs(buf, n_release);
-    Py_DECREF(buf);
-    Py_XDECREF(r);
-    return (r == NULL) ? -1 : 0;
+    Py_XDECREF(buf);
 }
 
-/* comm._settle(request, status), keeping the exception being raised. */
+/* The settle hook(request, status), keeping the exception being raised. */
 static void request_settle(sl_py_request_t *self, stagelink_status_t status)
 {
     PyObject *type, *value, *tb, *r;
 
     PyErr_Fetch(&type, &value, &tb);
-    r = request_call_status(self->comm, n_settle, self, status);
+    r = request_hook_status(self, SL_PY_HOOK_SETTLE, status);
     if (r == NULL) {
         PyErr_Clear();
     }
@@ -474,24 +488,19 @@ static void request_settle(sl_py_request_t *self, stagelink_status_t status)
 static int request_slice_locked(sl_py_request_t *self, int slice_ms,
                                 int *status)
 {
-    PyObject *r;
+    sl_py_calls_t *c = self->calls;
+    PyObject      *r;
 
     *status = STAGELINK_SUCCESS;
-    if (request_comm_open(self->comm, n_wait)) {
+    if (request_comm_open(c, n_wait)) {
         return -1;
     }
     if (self->done) { /* another thread completed it meanwhile */
         return 0;
     }
-    if (request_reap(self->comm) < 0) {
+    if (request_reap(c) ||
+        (!request_none(self->stream) && request_hook(self, SL_PY_HOOK_ARM))) {
         return -1;
-    }
-    if (!request_none(self->stream)) {
-        r = PyObject_CallMethodNoArgs((PyObject *)self, n_arm);
-        if (r == NULL) {
-            return -1;
-        }
-        Py_DECREF(r);
     }
     if (self->done) { /* the reap completed it */
         return 0;
@@ -499,15 +508,15 @@ static int request_slice_locked(sl_py_request_t *self, int slice_ms,
     if (sl_py_handle(self->handle)) {
         return -1;
     }
-    *status = sl_py_calls_wait((sl_py_calls_t *)self->calls, self->handle,
-                               slice_ms);
+    *status = sl_py_calls_wait(c, self->handle, slice_ms);
     if (*status == STAGELINK_IN_PROGRESS) {
         return 0;
     }
     if (*status == STAGELINK_SUCCESS && request_none(self->check)) {
-        return request_done_ok(self);
+        request_done_ok(self);
+        return 0;
     }
-    r = request_call_status(self->comm, n_waited, self, *status);
+    r = request_hook_status(self, SL_PY_HOOK_WAITED, *status);
     if (r == NULL && !self->done && *status != STAGELINK_IN_PROGRESS &&
         *status != STAGELINK_ERR_TIMEOUT) {
         request_settle(self, *status); /* an exception landed midway */
@@ -519,13 +528,11 @@ static int request_slice_locked(sl_py_request_t *self, int slice_ms,
 /* One slice of the wait, under the communicator's lock. */
 static int request_slice(sl_py_request_t *self, int slice_ms, int *status)
 {
-    PyObject *lock = request_lock(self->comm);
-
-    if (lock == NULL) {
+    if (request_lock(self->calls)) {
         return -1;
     }
-    return request_unlock(lock, request_slice_locked(self, slice_ms,
-                                                     status));
+    return request_unlock(self->calls, request_slice_locked(self, slice_ms,
+                                                            status));
 }
 
 static double request_now(void)
@@ -615,9 +622,12 @@ static PyObject *request_wait_until(sl_py_request_t *self, PyObject *seconds,
             (!self->done && seconds != NULL &&
              request_now() >= deadline)) {
             /* the library's deadline (its sentence), or this wait's */
-            r = PyObject_CallMethodOneArg(
-                (PyObject *)self, n_raise_timeout,
-                (status == STAGELINK_ERR_TIMEOUT) ? Py_None : seconds);
+            PyObject *call[2] = {(PyObject *)self,
+                                 (status == STAGELINK_ERR_TIMEOUT) ? Py_None
+                                                                   : seconds};
+
+            r = sl_py_calls_hook(self->calls, SL_PY_HOOK_RAISE_TIMEOUT,
+                                 call, 2);
             Py_XDECREF(r);
             return NULL;
         }
@@ -625,12 +635,9 @@ static PyObject *request_wait_until(sl_py_request_t *self, PyObject *seconds,
             return NULL; /* Ctrl-C: the request stays in flight */
         }
     }
-    if (!request_none(self->err) || !request_none(self->stream)) {
-        r = PyObject_CallMethodNoArgs((PyObject *)self, n_result);
-        if (r == NULL) {
-            return NULL;
-        }
-        Py_DECREF(r);
+    if ((!request_none(self->err) || !request_none(self->stream)) &&
+        request_hook(self, SL_PY_HOOK_RESULT)) {
+        return NULL;
     }
     Py_RETURN_TRUE;
 }
@@ -664,8 +671,7 @@ static int request_set_handle(sl_py_request_t *self, PyObject *value,
 static int request_traverse(sl_py_request_t *self, visitproc visit,
                             void *arg)
 {
-    Py_VISIT(self->comm);
-    Py_VISIT(self->calls);
+    Py_VISIT((PyObject *)self->calls);
     Py_VISIT(self->buf);
     Py_VISIT(self->desc);
     Py_VISIT(self->err);
@@ -678,7 +684,6 @@ static int request_traverse(sl_py_request_t *self, visitproc visit,
 
 static int request_clear(sl_py_request_t *self)
 {
-    Py_CLEAR(self->comm);
     Py_CLEAR(self->calls);
     Py_CLEAR(self->buf);
     Py_CLEAR(self->desc);
@@ -704,8 +709,6 @@ static void request_dealloc(sl_py_request_t *self)
     {name, T_OBJECT, offsetof(sl_py_request_t, field), 0, doc}
 
 static PyMemberDef request_members[] = {
-    {"_comm", T_OBJECT, offsetof(sl_py_request_t, comm), READONLY,
-     "the Communicator"},
     {"_done", T_BOOL, offsetof(sl_py_request_t, done), 0,
      "completed (or never posted)"},
     SL_PY_REQUEST_MEMBER("_buf", buf, "what holds the memory"),
@@ -722,7 +725,20 @@ static PyMemberDef request_members[] = {
     {NULL, 0, 0, 0, NULL}
 };
 
+static PyObject *request_comm(sl_py_request_t *self, void *closure)
+{
+    PyObject *owner = (self->calls != NULL) ? self->calls->owner : NULL;
+
+    (void)closure;
+    if (owner == NULL) {
+        Py_RETURN_NONE;
+    }
+    Py_INCREF(owner);
+    return owner;
+}
+
 static PyGetSetDef request_getset[] = {
+    {"_comm", (getter)request_comm, NULL, "the Communicator", NULL},
     {"_handle", (getter)request_handle, (setter)request_set_handle,
      "the library's request (an int), None once released", NULL},
     {NULL, NULL, NULL, NULL, NULL}
@@ -742,12 +758,16 @@ static PyMethodDef request_methods[] = {
      "deadline (STAGELINK_TIMEOUT): wait again or cancel it."},
     {"_post", (PyCFunction)(void (*)(void))request_post_py,
      METH_FASTCALL | METH_CLASS,
-     "_post(comm, recv, buf, peer, microbatch, chunk, elem_size, stream) "
+     "_post(calls, recv, buf, peer, microbatch, chunk, elem_size, stream) "
      "-> Request: describes buf (held by the request) and posts it."},
-    {"_post_xfer", (PyCFunction)(void (*)(void))request_post_xfer_py,
-     METH_FASTCALL,
-     "_post_xfer(recv, xfer_address) -> status: isend or irecv of a "
-     "stagelink_xfer_t the caller built."},
+    {"_post_record", (PyCFunction)(void (*)(void))request_post_record_py,
+     METH_FASTCALL | METH_CLASS,
+     "_post_record(calls, recv, record, peer, microbatch, chunk, "
+     "elem_size, what) -> Request: a host record posted as given."},
+    {"_post_batch", (PyCFunction)(void (*)(void))request_post_batch_py,
+     METH_FASTCALL | METH_CLASS,
+     "_post_batch(calls, ops) -> (status, [Request]): post_batch of "
+     "(recv, buf, peer, microbatch, chunk) each."},
     {NULL, NULL, 0, NULL}
 };
 
@@ -766,6 +786,5 @@ PyTypeObject sl_py_request_type = {
     .tp_methods        = request_methods,
     .tp_members        = request_members,
     .tp_getset         = request_getset,
-    .tp_init           = (initproc)request_init,
     .tp_new            = PyType_GenericNew,
 };

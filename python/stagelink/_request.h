@@ -1,7 +1,8 @@
 /*
  * stagelink.Request's compiled part (_request.c): the state of one posted
  * transfer, its post and its wait.  communicator.py's Request adds the
- * rest (test, cancel, what a dropped one becomes) in Python.
+ * rest (test, cancel, what a dropped one becomes) in Python, and
+ * registers what the wait hands over on its uncommon paths (Calls.bind).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -15,8 +16,7 @@
 typedef struct {
     PyObject_HEAD
     stagelink_request_t *handle;    /* NULL: never posted, or released */
-    PyObject            *comm;      /* the Communicator */
-    PyObject            *calls;     /* its Calls */
+    sl_py_calls_t       *calls;     /* its communicator's */
     PyObject            *buf;       /* what holds the memory (a Buffer) */
     PyObject            *desc;      /* what it is, for sentences */
     PyObject            *err;       /* (status, sentence) once failed */
@@ -30,7 +30,7 @@ typedef struct {
 
 extern PyTypeObject sl_py_request_type;
 
-/* Once, at the module's init: the names a request asks for; -1 on error. */
+/* Once, at the module's init: the names a request passes; -1 on error. */
 int sl_py_request_init(void);
 
 #endif

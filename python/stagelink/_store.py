@@ -12,7 +12,6 @@ rank (as torch numbers its process groups).
 SPDX-License-Identifier: MIT
 """
 
-import ctypes
 import datetime
 import itertools
 import logging
@@ -49,8 +48,9 @@ def _timeout():
 
 
 class StoreBootstrap:
-    """The store callbacks over `store`; `error` keeps the exception of a
-    failed call for the caller's message, `reads` counts the keys read."""
+    """The store callbacks over `store` (set and get, for Calls.open);
+    `error` keeps the exception of a failed call for the caller's message,
+    `reads` counts the keys read."""
 
     def __init__(self, store):
         self.store = store
@@ -59,21 +59,21 @@ class StoreBootstrap:
         self.reads = 0
         self.error = None
         self.timeout = _timeout()
-        self.set_callback = _lib.STORE_SET(self._set)
-        self.get_callback = _lib.STORE_GET(self._get)
 
-    def _set(self, _ctx, key, buf, size):
+    def set(self, key, value):
+        """Publishes `value` (bytes) under `key`; 0, or 1 on failure."""
         try:
-            name = self.prefix + key.decode()
-            self.store.set(name, ctypes.string_at(buf, size))
+            name = self.prefix + key
+            self.store.set(name, value)
             self.written.append(name)
             return 0
         except BaseException as e:  # noqa: B902 -- must not unwind into C
             return self._failed("set", key, e)
 
-    def _get(self, _ctx, key, buf, capacity, size):
+    def get(self, key):
+        """The bytes under `key` once there; 1 on failure."""
         try:
-            name = self.prefix + key.decode()
+            name = self.prefix + key
             if self.timeout is not None:
                 try:
                     self.store.wait([name], self.timeout)
@@ -84,9 +84,7 @@ class StoreBootstrap:
                     self.timeout = None  # a store without wait: get's own
             data = self.store.get(name)
             self.reads += 1
-            ctypes.memmove(buf, data, min(len(data), capacity))
-            size[0] = len(data)
-            return 0
+            return bytes(data)
         except BaseException as e:  # noqa: B902 -- must not unwind into C
             return self._failed("get", key, e)
 

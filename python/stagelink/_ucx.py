@@ -19,12 +19,12 @@ headers; UCX keeps its ABI across 1.x, newer libraries serve older callers.
 SPDX-License-Identifier: MIT
 """
 
-import ctypes
 import importlib.util
 import os
 import subprocess
 import threading
 
+from . import _calls
 from .errors import STATUS, StagelinkError
 
 # In dependency order; a library loaded by path serves every later
@@ -157,7 +157,7 @@ def choose():
                 for name in _UCX_LIBS:
                     path = os.path.join(chosen["libdir"], name)
                     if os.path.exists(path):
-                        ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                        _calls.load_global(path)
             _chosen = chosen
         return dict(_chosen)
 

@@ -21,7 +21,6 @@ SPDX-License-Identifier: MIT
 import atexit
 import collections
 import itertools
-import ctypes
 import logging
 import operator
 import os
@@ -33,17 +32,8 @@ import weakref
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import _check, _group_gather, _lib, _store
+from ._lib import _calls
 from .errors import STATUS, ClosedError, StagelinkError, error
-
-try:
-    from . import _calls
-except ImportError as e:  # a build tree's, for another interpreter
-    raise ImportError(
-        "stagelink's compiled part (stagelink._calls) cannot be imported by "
-        "%s: %s.  It is built for the interpreter of the build's -Dpython=; "
-        "run through `meson devenv -C BUILD_DIR` with that interpreter, or "
-        "install the package for this one (pip install .)"
-        % (sys.executable, e)) from None
 
 __all__ = ["Communicator", "Request", "Placement", "P2POp",
            "batch_isend_irecv"]
@@ -110,7 +100,8 @@ class Placement:
                                   self.tp_ranks, self.tp_index))
 
     def _topology(self, rank, world, tp_size):
-        """The C topology; ValueError when it cannot describe `rank`."""
+        """The topology as Calls.open takes it (prev_rank, next_rank,
+        tp_index, tp_ranks); ValueError when it cannot describe `rank`."""
         if len(self.tp_ranks) != tp_size or len(set(self.tp_ranks)) != tp_size:
             raise ValueError("placement: tp_ranks %r must be %d distinct ranks"
                              % (self.tp_ranks, tp_size))
@@ -126,10 +117,7 @@ class Placement:
                                  "give tp_index" % (rank, self.tp_ranks))
             index = self.tp_ranks.index(rank)
         index = _index(index, "placement tp_index", 0, tp_size - 1)
-        ranks = (ctypes.c_int * tp_size)(*self.tp_ranks)
-        topo = _lib.Topology(prev_rank=ends[0], next_rank=ends[1],
-                             tp_index=index, tp_ranks=ranks)
-        return topo, ranks
+        return (ends[0], ends[1], index, list(self.tp_ranks))
 
 
 class Request(_calls.Request):
@@ -179,7 +167,7 @@ class Request(_calls.Request):
         if want == self._ordered:
             return
         comm = self._comm
-        status = comm._vt.order_stream(comm._comm, self._handle, want)
+        status = comm._calls.order_stream(self._handle, want)
         if status == 0:
             self._ordered = want
         elif status != STATUS["ERR_UNSUPPORTED"]:  # an older plugin: below
@@ -255,9 +243,9 @@ class Request(_calls.Request):
             comm._require_open("cancel")
             if self._done:
                 return False
-            comm._call(comm._vt.cancel, comm._comm, self._handle)
+            comm._call(comm._calls.cancel, self._handle)
             if self._check is not None:
-                comm._vt.cancel(comm._comm, self._check.request._handle)
+                comm._calls.cancel(self._check.request._handle)
         return True
 
     def __del__(self):
@@ -313,15 +301,10 @@ def job() -> Job:
     """Rank and world size as the library reads the launcher's environment
     (torchrun, stagelink_run, mpirun, srun), so a program sizes itself the
     same way under each; StagelinkError (ERR_CONFIG) without a launcher."""
-    info = _lib.JobInfo(struct_size=ctypes.sizeof(_lib.JobInfo))
-    err = ctypes.create_string_buffer(1024)
-    status = _lib.library().stagelink_job_query(ctypes.byref(info), err,
-                                                len(err))
+    status, found = _lib.library().job_query()
     if status != 0:
-        raise error(status, err.value.decode())
-    return Job(info.rank, info.world_size, info.local_rank, info.local_size,
-               info.launcher.decode(), info.bootstrap.decode(),
-               info.bootstrap_reason.decode())
+        raise error(status, found)
+    return Job(*found)
 
 
 def batch_isend_irecv(p2p_op_list: Sequence["P2POp"]) -> List[Request]:
@@ -399,56 +382,34 @@ class Communicator:
         if rank is not None:
             world_size = _index(world_size, "world_size", 1, 1 << 30)
             rank = _index(rank, "rank", 0, world_size - 1)
-        cfg = _lib.Config(struct_size=ctypes.sizeof(_lib.Config),
-                          tp_size=tp_size, pp_size=pp_size, mode=mode_value)
-        if rank is not None:
-            cfg.rank, cfg.world_size = rank, world_size
-            cfg.flags = _lib.CONFIG_RANK_SET
+        # The communicator's life and calls (open, closing, finalized).
+        self._calls = _calls.Calls()
         if device is not None:  # else the library takes the current context
             device = _device_index(device)
-            cfg.device = device
-            cfg.flags |= _lib.CONFIG_DEVICE_SET
-        keep = None
+        topology = None
         if placement is not None:
             if not isinstance(placement, Placement):
                 raise TypeError("placement must be a stagelink.Placement")
             if rank is None:
                 here = job()
-            topo, ranks = placement._topology(
+            topology = placement._topology(
                 rank if rank is not None else here.rank,
                 world_size if rank is not None else here.world_size, tp_size)
-            keep = (topo, ranks)
-            cfg.topology = ctypes.pointer(topo)
         if tp_group is not None:
             _check_tp_group(tp_group, tp_size, rank, placement)
         if store is not None and store is not False:
             # Numbered only once every argument passed, alike on every rank.
             bootstrap = _store.StoreBootstrap(store)
-            cfg.store_set = bootstrap.set_callback
-            cfg.store_get = bootstrap.get_callback
-
         gather = None
         if tp_group is not None:
             gather = _group_gather.GroupGather(tp_group)
-            cfg.gather = gather.callback
 
-        lib = _lib.library()
-        err = ctypes.create_string_buffer(4096)
-        self._open = False
-        self._loader, self._comm = ctypes.c_void_p(), ctypes.c_void_p()
-        status = lib.stagelink_loader_open(
-            plugin.encode() if plugin else None, ctypes.byref(self._loader),
-            err, len(err))
+        _lib.library()
+        status, message = self._calls.open(
+            plugin, tp_size, pp_size, mode_value, rank, world_size, device,
+            topology, bootstrap.set if bootstrap else None,
+            bootstrap.get if bootstrap else None, gather)
         if status != 0:
-            raise error(status, err.value.decode())
-        self._vt = lib.stagelink_loader_plugin(self._loader).contents
-        status = lib.stagelink_loader_comm_init(
-            self._loader, ctypes.byref(cfg), ctypes.byref(self._comm), err,
-            len(err))
-        del keep
-        if status != 0:
-            lib.stagelink_loader_close(self._loader)
-            message = err.value.decode()
             if bootstrap is not None and bootstrap.error is not None:
                 message += " (the store raised %r)" % bootstrap.error
             raise error(status, message)
@@ -456,33 +417,19 @@ class Communicator:
         self._bootstrap = bootstrap
         self._gather = gather
         self._lock = threading.RLock()   # one thread in the library at a time
-        # posts, test and wait: compiled (_calls.c), the rest through ctypes
-        self._calls = _calls.Calls(ctypes.addressof(self._vt),
-                                   self._comm.value, _cuda_stream)
         # abort must not race finalize; reentrant for a signal handler that
         # aborts while close() finalizes on the same thread.
         self._life = threading.RLock()
         self._queue = queue.SimpleQueue()
         self._orphans, self._held = [], []
-        self._open, self._closing, self._aborted = True, False, False
-        info = _lib.Info()
-        status = self._vt.comm_info(self._comm, ctypes.byref(info))
-        if status != 0:
-            message = self._vt.last_error(self._comm).decode()
-            self._vt.comm_abort(self._comm)
-            self._vt.comm_finalize(self._comm)
-            lib.stagelink_loader_close(self._loader)
-            raise error(status, message)
-        self.info = {name: getattr(info, name) for name, _ in _lib.Info._fields_}
-        for key in ("gather_backend", "node_id"):
-            self.info[key] = self.info[key].decode()
-        self.plugin = self._vt.name.decode()
+        self._aborted = False
+        self.info = self._calls.info()
+        self.plugin = self._calls.plugin
         self._check = _check.enabled()
         self._max_chunk = _check.max_chunk(self._check)
         if self._check and self.plugin != "ucx":
-            self._vt.comm_abort(self._comm)
-            self._vt.comm_finalize(self._comm)
-            lib.stagelink_loader_close(self._loader)
+            self._calls.abort()
+            self._calls.finalize()
             raise StagelinkError(
                 STATUS["ERR_UNSUPPORTED"], "STAGELINK_CHECK sends its "
                 "descriptors from host memory, which the %s plugin cannot "
@@ -490,6 +437,17 @@ class Communicator:
                 % self.plugin)
         if gather is not None and self.info["gather_backend"] == "host":
             gather.agree_on_check(self._check)
+        # What the compiled posts and waits hand over on their uncommon
+        # paths: registered, never looked up by name.
+        self._calls.bind(
+            self, self._orphans, self._check, self._max_chunk,
+            acquire=self._lock.acquire, release=self._lock.release,
+            require_open=self._require_open, reap=self._reap,
+            args=self._args, posted=self._posted, waited=self._waited,
+            settle=self._settle, attach_check=self._attach_check,
+            arm=Request._arm_current_stream,
+            raise_timeout=Request._raise_timeout, result=Request._result,
+            cuda_stream=_cuda_stream)
         # The helper thread's torch calls run on the same device.
         self._device = device if device is not None else _cuda_device()
         self._helper = threading.Thread(target=self._serve, daemon=True,
@@ -506,6 +464,9 @@ class Communicator:
     pp_index = property(lambda self: self.info["pp_index"])
     is_first_stage = property(lambda self: self.info["prev_rank"] < 0)
     is_last_stage = property(lambda self: self.info["next_rank"] < 0)
+    # The life of the communicator is the binding's (Calls' state).
+    _open = property(lambda self: self._calls.is_open)
+    _closing = property(lambda self: self._calls.is_closing)
 
     def __repr__(self):
         return ("<stagelink.Communicator rank %d of %d, stage %d, TP index "
@@ -525,7 +486,7 @@ class Communicator:
                               "block); create a new Communicator" % what)
 
     def _raise(self, status):
-        raise error(status, self._vt.last_error(self._comm).decode())
+        raise error(status, self._calls.last_error())
 
     def _call(self, fn, *args):
         status = fn(*args)
@@ -538,7 +499,7 @@ class Communicator:
         req._done, req._handle = True, None
         if status != 0:
             req._err = (status, message if message is not None else
-                        self._vt.last_error(self._comm).decode())
+                        self._calls.last_error())
             gather = getattr(self, "_gather", None)
             if gather is not None and gather.error is not None:
                 req._err = (status, "%s (the TP group's all_gather raised "
@@ -549,8 +510,8 @@ class Communicator:
         buf, req._buf = req._buf, None
         if buf is None:
             return
-        if status != 0 and (status in _HOLD_UNTIL_CLOSE or self._vt.comm_get_error(
-                self._comm, ctypes.byref(ctypes.c_int(-1))) != 0):
+        if status != 0 and (status in _HOLD_UNTIL_CLOSE or
+                            self._calls.get_error()[0] != 0):
             # After a failure or an abort the transport may still write
             # into it until finalize, whatever status the request ended with
             # first (stagelink.h, comm_abort).
@@ -568,7 +529,7 @@ class Communicator:
             message = ("%s completed as an exception (Ctrl-C?) arrived; its "
                        "outcome is unknown" % req._what)
         else:
-            message = self._vt.last_error(self._comm).decode()
+            message = self._calls.last_error()
         probe, done = self._calls.test(req._handle)
         if done:
             self._complete(req, probe)
@@ -614,7 +575,7 @@ class Communicator:
         if status == 0:
             self._complete(req, status)
         elif status == _TIMEOUT:
-            req._timed_out = self._vt.last_error(self._comm).decode()
+            req._timed_out = self._calls.last_error()
         elif status != _IN_PROGRESS:  # failed, or the call itself did
             message = self._settle(req, status)
             if not req._done:
@@ -627,7 +588,7 @@ class Communicator:
         chk, req._check = req._check, None
         sub = chk.request
         if not sub._done and status not in (0, STATUS["ERR_SIZE_MISMATCH"]):
-            self._vt.cancel(self._comm, sub._handle)
+            self._calls.cancel(sub._handle)
         # The sender posts it with the data: once the data is here, so is
         # it, unless the sender does not check (STAGELINK_CHECK differs).
         end = time.monotonic() + _CHECK_WAIT
@@ -742,19 +703,6 @@ class Communicator:
             elem_size = _index(elem_size, "elem_size", 1, 1 << 40)
         return peer_value, microbatch, chunk, elem_size or 0
 
-    def _fill(self, arr, i, op):
-        """Element `i` of a batch's descriptors (the library copies them at
-        the post), filled as a single post fills its own: its Buffer, and
-        what describes it."""
-        recv = op._kind() == _lib.OP_RECV
-        peer, microbatch, chunk, _ = self._args(op.peer, op.microbatch,
-                                                op.chunk, None)
-        arr[i].kind = op._kind()
-        b = self._calls.fill(ctypes.addressof(arr) + i * ctypes.sizeof(
-            _lib.Op) + _lib.Op.xfer.offset, recv, op.tensor, peer,
-            microbatch, chunk, 0, None)
-        return b, (recv, microbatch, chunk, peer, b)
-
     def _posted(self, req, status):
         """After a post that failed or raised (self._lock held): a Request
         owns what the library does from the moment it does (the call set
@@ -764,18 +712,14 @@ class Communicator:
         if req._handle is None:
             req._done, req._buf = True, None  # nothing was posted
         if status is not None:
-            raise error(status, self._vt.last_error(self._comm).decode())
+            raise error(status, self._calls.last_error())
 
-    def _post_xfer(self, recv, xfer, held, what):
-        """Posts a descriptor of the binding's own (self._lock held)."""
-        req = Request(self, None, held, what)
-        status = None
-        try:
-            status = req._post_xfer(recv, ctypes.addressof(xfer))
-        finally:
-            if status != 0:
-                self._posted(req, status)
-        return req
+    def _post_record(self, recv, record, peer, microbatch, chunk,
+                     elem_size, what):
+        """Posts a host record of the binding's own (a bytearray; the
+        STAGELINK_CHECK descriptor), as given (self._lock held)."""
+        return Request._post_record(self._calls, recv, record, peer,
+                                    microbatch, chunk, elem_size, what)
 
     def _attach_check(self, req, recv, peer, microbatch, chunk):
         """With STAGELINK_CHECK: the dtype/shape descriptor of `req`, just
@@ -790,7 +734,7 @@ class Communicator:
         Request.  Shards fall on whole elements (elem_size, default the
         buffer's item size).  A CUDA tensor is ordered on `stream` (a
         cudaStream_t as an int; default torch's current stream)."""
-        return Request._post(self, False, buf, peer, microbatch, chunk,
+        return Request._post(self._calls, False, buf, peer, microbatch, chunk,
                              elem_size, stream)
 
     def irecv(self, buf: Buffer, peer: Peer = "prev", microbatch: int = 0,
@@ -798,21 +742,21 @@ class Communicator:
               stream: Optional[int] = None) -> Request:
         """Starts receiving into `buf` (the full tensor; writable) from a
         neighbour stage; returns a Request."""
-        return Request._post(self, True, buf, peer, microbatch, chunk,
+        return Request._post(self._calls, True, buf, peer, microbatch, chunk,
                              elem_size, stream)
 
     def send(self, buf: Buffer, peer: Peer = "next", microbatch: int = 0,
              chunk: int = 0, elem_size: Optional[int] = None,
              stream: Optional[int] = None) -> None:
         """isend, then wait."""
-        Request._post(self, False, buf, peer, microbatch, chunk, elem_size,
+        Request._post(self._calls, False, buf, peer, microbatch, chunk, elem_size,
                       stream).wait()
 
     def recv(self, buf: Buffer, peer: Peer = "prev", microbatch: int = 0,
              chunk: int = 0, elem_size: Optional[int] = None,
              stream: Optional[int] = None) -> None:
         """irecv, then wait."""
-        Request._post(self, True, buf, peer, microbatch, chunk, elem_size,
+        Request._post(self._calls, True, buf, peer, microbatch, chunk, elem_size,
                       stream).wait()
 
     def batch_isend_irecv(self, p2p_op_list: Sequence["P2POp"]
@@ -829,55 +773,45 @@ class Communicator:
                 raise ValueError("%r belongs to another Communicator" % op)
         if not ops:
             return []
-        arr = (_lib.Op * len(ops))()
-        built = [self._fill(arr, i, op) for i, op in enumerate(ops)]
+        built = []
+        for op in ops:
+            recv = op._kind() == _lib.OP_RECV
+            peer, microbatch, chunk, _ = self._args(op.peer, op.microbatch,
+                                                    op.chunk, None)
+            built.append((recv, op.tensor, peer, microbatch, chunk))
         with self._lock:
             self._require_open("batch_isend_irecv")
             self._reap()
-            handles = (ctypes.c_void_p * len(ops))()
-            status = None
-            try:
-                status = self._vt.post_batch(self._comm, arr, len(ops),
-                                             handles)
-            finally:
-                posted = [Request(self, h, b, what,
-                                  stream=_stream_of(what[0], op.xfer, b))
-                          for op, h, (b, what) in zip(arr, handles, built)
-                          if h]
+            status, posted = Request._post_batch(self._calls, built)
             if status != 0:  # then none of the batch stays posted
-                message = self._vt.last_error(self._comm).decode()
-                for req in posted:
-                    req._done, req._buf = True, None
-                for b, _ in built:
-                    b.release()
-                raise error(status, message)
+                raise error(status, self._calls.last_error())
             if self._check:
-                for req, (_, (recv, microbatch, chunk, peer, _)) in zip(
-                        posted, built):
+                for req, (recv, _, peer, microbatch, chunk) in zip(posted,
+                                                                   built):
                     self._attach_check(req, recv, peer, microbatch, chunk)
             return posted
 
     # -- the communicator as a whole -----------------------------------------
     def counters(self) -> Dict[str, int]:
         """Byte counters since init (stagelink_counters_t) as a dict."""
-        c = _lib.Counters()
         with self._lock:
             self._require_open("counters")
-            self._call(self._vt.get_counters, self._comm, ctypes.byref(c))
-        return {name: getattr(c, name) for name, _ in _lib.Counters._fields_}
+            status, counters = self._calls.counters()
+            if status != 0:
+                self._raise(status)
+        return counters
 
     def get_error(self) -> Optional[StagelinkError]:
         """None while healthy; else the PeerFailedError or AbortedError the
         communicator holds (`failed_rank` set on it), without progressing
         it."""
-        rank = ctypes.c_int(-1)
         with self._lock:
             self._require_open("get_error")
-            status = self._vt.comm_get_error(self._comm, ctypes.byref(rank))
+            status, rank = self._calls.get_error()
             if status == 0:
                 return None
-            exc = error(status, self._vt.last_error(self._comm).decode())
-        exc.failed_rank = rank.value
+            exc = error(status, self._calls.last_error())
+        exc.failed_rank = rank
         return exc
 
     def abort(self) -> None:
@@ -888,7 +822,7 @@ class Communicator:
         with self._life:
             if self._open:
                 self._aborted = True
-                self._call(self._vt.comm_abort, self._comm)
+                self._call(self._calls.abort)
 
     def close(self) -> None:
         """Finalizes (collective: every rank calls it) and unloads the
@@ -900,9 +834,8 @@ class Communicator:
         the barrier before the exception goes on.  A second close() does
         nothing."""
         with self._life:
-            if not self._open or self._closing:
+            if not self._calls.begin_close():
                 return
-            self._closing = True
         self._queue.put(_STOP)
         if self._helper is not threading.current_thread():
             self._helper.join()
@@ -910,7 +843,7 @@ class Communicator:
             status = self._finalize()
         except BaseException:
             self._aborted = True
-            self._vt.comm_abort(self._comm)
+            self._calls.abort()
             self._finalize()
             raise
         if status == STATUS["ERR_ABANDONED"]:
@@ -922,11 +855,7 @@ class Communicator:
 
     def _finalize(self):
         with self._lock, self._life:
-            self._open = False
-            status = self._vt.comm_finalize(self._comm)
-            self._abandoned = self._vt.last_error(self._comm).decode() \
-                if status != 0 else ""
-            _lib.library().stagelink_loader_close(self._loader)
+            status, self._abandoned = self._calls.finalize()
             if self._bootstrap is not None:
                 self._bootstrap.forget()
             self._bootstrap = None
@@ -935,7 +864,8 @@ class Communicator:
         for b in self._held + [r._buf for r in self._orphans]:
             if b is not None:
                 b.release()
-        self._held, self._orphans = [], []
+        self._held = []
+        del self._orphans[:]  # the list the binding was given
         return status
 
     def __enter__(self):
@@ -1024,14 +954,6 @@ def _check_tp_group(tp_group, tp_size, rank, placement):
             "wrong place; pass the TP group itself (torch.distributed."
             "new_group sorts its ranks: order tp_ranks alike)"
             % (got, rank, want, where))
-
-
-def _stream_of(recv, xfer, b):
-    """What a CUDA receive's Request of a batch orders the current stream
-    after (a single post's is set by _calls.post)."""
-    if not recv or b.mem != _lib.MEM_CUDA:
-        return None
-    return (xfer.stream or 0, b.device)
 
 
 def _cuda_stream(tensor, stream):

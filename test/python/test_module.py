@@ -24,10 +24,10 @@ def check(cond, what):
 
 lib = _lib.library()
 for code, name in enumerate(errors.STATUS_NAMES):
-    got = lib.stagelink_status_string(code).decode()
+    got = lib.status_string(code)
     check(got == "STAGELINK_" + name, "status %d: the library says %s, the "
           "package %s" % (code, got, name))
-check(lib.stagelink_status_string(len(errors.STATUS_NAMES)).decode() ==
+check(lib.status_string(len(errors.STATUS_NAMES)) ==
       "STAGELINK_ERR_UNKNOWN_STATUS", "the library has statuses the package "
       "does not know")
 
