@@ -63,7 +63,7 @@ while IFS=$'\t' read -r name value scope; do
             fail "rank $r accepted $name=$value"
         fi
     done
-done < <("$build/test/env_invalid")
+done < <("$build/test/fault/env_invalid")
 [ $cases -gt 40 ] || fail "only $cases invalid values came from the table"
 
 # Values in the forms users write run README's example.

@@ -67,7 +67,7 @@ check torchrun-standalone-c 4 $c_env "$tr" --standalone --nproc-per-node 4 \
 check torchrun-standalone-py 4 $py_env "$tr" --standalone --nproc-per-node 4 \
     example.py
 check torchrun-megatron-core 0 $py_env "$tr" --standalone --nproc-per-node 4 \
-    "$src/test/python/test_megatron_core.py" 2
+    -m pytest "$src/test/python/test_megatron_core.py" --tp 2
 for launcher in torchrun mpirun; do
     for kind in c py; do
         check $launcher-two-node-$kind 4 "$src/test/launchers/two_node.sh" \

@@ -12,4 +12,4 @@ rate=""
 . "$src/tools/lab/netns-lib.sh"
 setup_nodes 2
 PEER_KILL_NETNS="${tag}n0 ${tag}n1" PEER_KILL_ADDR=198.18.0.1 \
-    "$build/test/peer_kill"
+    "$build/test/fault/peer_kill"

@@ -1,4 +1,4 @@
-"""What the Megatron tests share: the check list, and the model of
+"""What the Megatron tests share: the model of
 tanh(Linear) layers, one per virtual stage, with its data and the
 single-process reference.  A case carries p, t, v, m, sp and varlen, and
 may carry cp (context parallelism: each CP rank holds its own contiguous
@@ -13,13 +13,6 @@ import torch
 
 H, B, DTYPE = 16, 2, torch.float64
 DEVICE = torch.device(os.environ.get("STAGELINK_TEST_DEVICE", "cpu"))
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
 
 
 def seq_len(k, case):

@@ -1,39 +1,32 @@
-"""The ctypes binding between two pipeline stages (t = WORLD_SIZE / 2):
+"""The binding between two pipeline stages (t = WORLD_SIZE / 2):
 bytearray, bytes, numpy and torch buffers forward and back, byte for byte;
 errors become StagelinkError with the library's status and sentence.
-Run by stagelink_run with /usr/bin/python3 (Debian's numpy and torch).
+Run by stagelink_run, pytest in every rank, with /usr/bin/python3 (Debian's
+numpy and torch) or the wheel's environment.
 SPDX-License-Identifier: MIT
 """
 import datetime
-import os
-import sys
 
-try:
-    import numpy as np
-    import torch
-except ImportError as e:  # only where Debian's packages are absent
-    print("SKIP: %s (install python3-numpy and python3-torch)" % e)
-    sys.exit(77)
+import pytest
 
-import stagelink
+from conftest import check, require
 
-world = int(os.environ["WORLD_SIZE"])
-failures = []
+np, torch = require("numpy", "torch",
+                    why="install python3-numpy and python3-torch")
+
+import stagelink  # noqa: E402
 
 
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
+@pytest.fixture(scope="module")
+def comm(world):
+    with stagelink.Communicator(tp_size=world // 2) as c:
+        yield c
 
 
-with stagelink.Communicator(tp_size=world // 2) as comm:
-    stage = comm.info["pp_index"]
-    first = stage == 0
-
-    # bytearray and bytes (sends only), forward.
+def test_bytes_forward(comm):
+    """bytearray and bytes (sends only), forward."""
     payload = bytes(range(256)) * 37
-    if first:
+    if comm.is_first_stage:
         comm.send(payload, microbatch=1)
         comm.send(bytearray(payload), microbatch=2)
     else:
@@ -42,23 +35,27 @@ with stagelink.Communicator(tp_size=world // 2) as comm:
             comm.recv(got, microbatch=mb)
             check(bytes(got) == payload, "bytes/bytearray microbatch %d" % mb)
 
-    # numpy float32 forward, whole elements per TP shard.
+
+def test_numpy_forward(comm):
+    """numpy float32 forward, whole elements per TP shard."""
     a = np.arange(10007, dtype=np.float32) * 0.5
-    if first:
+    if comm.is_first_stage:
         comm.send(a, microbatch=3)
     else:
         b = np.zeros_like(a)
         comm.recv(b, microbatch=3)
         check(np.array_equal(a, b), "numpy float32")
 
-    # torch tensors: activations forward, gradients back (both in flight).
+
+def test_torch_both_ways(comm):
+    """torch tensors: activations forward, gradients back (both in flight)."""
     torch.manual_seed(7)
     act = torch.randn(33, 129)
     grad = torch.randn(33, 129, dtype=torch.float64)
-    if first:
+    if comm.is_first_stage:
+        g = torch.zeros_like(grad)
         reqs = [comm.isend(act, microbatch=4),
-                comm.irecv(g := torch.zeros_like(grad), peer="next",
-                           microbatch=4)]
+                comm.irecv(g, peer="next", microbatch=4)]
         for r in reqs:
             r.wait()
         check(torch.equal(g, grad), "torch gradient back")
@@ -70,7 +67,11 @@ with stagelink.Communicator(tp_size=world // 2) as comm:
             pass
         check(torch.equal(x, act), "torch activation forward")
 
-    # Errors carry the status and the library's sentence.
+
+def test_errors(comm):
+    """Errors carry the status and the library's sentence."""
+    first = comm.is_first_stage
+    act = torch.randn(33, 129)
     try:
         comm.isend(act, peer="prev" if first else "next", microbatch=9)
         check(False, "a send past the pipeline's end was accepted")
@@ -90,32 +91,39 @@ with stagelink.Communicator(tp_size=world // 2) as comm:
     except ValueError:
         pass
 
-    # A post's arguments: the common ones are taken in line, any other is
-    # checked by the binding, and a refused one posts nothing.
-    for kwargs, kind in (({"microbatch": -1}, ValueError),
-                         ({"microbatch": 1 << 32}, ValueError),
-                         ({"microbatch": True}, TypeError),
-                         ({"microbatch": 1.0}, TypeError),
-                         ({"chunk": 1 << 11}, ValueError),
-                         ({"chunk": -2}, ValueError),
-                         ({"peer": "nxt"}, ValueError),
-                         ({"peer": None}, TypeError),
-                         ({"elem_size": 0}, ValueError)):
-        try:
-            comm.isend(act, **kwargs)
-            check(False, "isend(**%r) was accepted" % kwargs)
-        except kind as e:
-            check(list(kwargs)[0] in str(e), "isend(**%r): %s" % (kwargs, e))
-    other = comm.info["next_rank"] if first else comm.info["prev_rank"]
-    if first:  # a rank for the peer, index-able ints for the tag
-        comm.send(act, peer=other, microbatch=np.int64(6), chunk=np.int16(3))
+
+@pytest.mark.parametrize("kwargs, kind", [
+    ({"microbatch": -1}, ValueError), ({"microbatch": 1 << 32}, ValueError),
+    ({"microbatch": True}, TypeError), ({"microbatch": 1.0}, TypeError),
+    ({"chunk": 1 << 11}, ValueError), ({"chunk": -2}, ValueError),
+    ({"peer": "nxt"}, ValueError), ({"peer": None}, TypeError),
+    ({"elem_size": 0}, ValueError)])
+def test_post_argument_refused(comm, kwargs, kind):
+    """A post's arguments: the common ones are taken in line, any other is
+    checked by the binding, and a refused one posts nothing."""
+    with pytest.raises(kind) as e:
+        comm.isend(torch.zeros(4), **kwargs)
+    check(list(kwargs)[0] in str(e.value), "isend(**%r): %s" % (kwargs,
+                                                                e.value))
+
+
+def test_rank_as_peer(comm):
+    """A rank for the peer, index-able ints for the tag."""
+    act = torch.arange(33 * 129, dtype=torch.float32).reshape(33, 129)
+    if comm.is_first_stage:
+        comm.send(act, peer=comm.info["next_rank"], microbatch=np.int64(6),
+                  chunk=np.int16(3))
     else:
         y = torch.empty_like(act)
-        comm.recv(y, peer=other, microbatch=np.uint32(6), chunk=3)
+        comm.recv(y, peer=comm.info["prev_rank"], microbatch=np.uint32(6),
+                  chunk=3)
         check(torch.equal(y, act), "a rank as peer, numpy ints as the tag")
 
-    # wait()'s own arguments, refused before it waits; a timeout given by
-    # position; a Request that no communicator made.
+
+def test_wait_arguments(comm):
+    """wait()'s own arguments, refused before it waits; a timeout given by
+    position; a Request that no communicator made."""
+    first = comm.is_first_stage
     r = (comm.isend(bytes(8), microbatch=7) if first else
          comm.irecv(bytearray(8), microbatch=7))
     for args, kwargs, kind in (((1, 2), {}, TypeError),
@@ -144,30 +152,28 @@ with stagelink.Communicator(tp_size=world // 2) as comm:
             check(False, "a canceled receive completed")
         except stagelink.CanceledError:
             pass
-    try:
+    with pytest.raises(ValueError, match="no communicator"):
         stagelink.Request.__new__(stagelink.Request).wait()
-        check(False, "a Request of no communicator waited")
-    except ValueError as e:
-        check("no communicator" in str(e), str(e))
+
+
+def test_counters(comm):
     check(comm.counters()["transfers_completed"] >= 5, "counters")
-    print("rank %d (stage %d, %s plugin, stagelink %s): %s" % (
-        comm.info["rank"], stage, comm.plugin, stagelink.version(),
-        "all checks passed" if not failures else "%d failed" % len(failures)))
 
-# device=: checked here, then handed to comm_init (STAGELINK_CONFIG_DEVICE_SET),
-# which refuses it where no GPU is usable, with the library's reason.
-for bad, kind in ((-1, ValueError), ("cpu", ValueError), (True, TypeError)):
-    try:
+
+@pytest.mark.parametrize("bad, kind", [(-1, ValueError), ("cpu", ValueError),
+                                       (True, TypeError)])
+def test_device_refused(world, bad, kind):
+    """device=: checked here before comm_init."""
+    with pytest.raises(kind):
         stagelink.Communicator(tp_size=world // 2, device=bad)
-        check(False, "device=%r was accepted" % (bad,))
-    except kind:
-        pass
-if not torch.cuda.is_available():
-    try:
-        stagelink.Communicator(tp_size=world // 2, device=0)
-        check(False, "device=0 was accepted without a usable GPU")
-    except stagelink.StagelinkError as e:
-        check(e.status == "ERR_CONFIG" and "CUDA device 0" in str(e)
-              and "STAGELINK_CONFIG_DEVICE_SET" in str(e), str(e))
 
-sys.exit(1 if failures else 0)
+
+def test_device_without_gpu(world):
+    """device= handed to comm_init (STAGELINK_CONFIG_DEVICE_SET), which
+    refuses it where no GPU is usable, with the library's reason."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is usable here")
+    with pytest.raises(stagelink.StagelinkError) as e:
+        stagelink.Communicator(tp_size=world // 2, device=0)
+    check(e.value.status == "ERR_CONFIG" and "CUDA device 0" in str(e.value)
+          and "STAGELINK_CONFIG_DEVICE_SET" in str(e.value), str(e.value))

@@ -8,24 +8,24 @@ rank's weight gradients must equal the single-process model's.
 Cases: both schedules, with and without sequence parallelism (each TP rank
 holds its own [s/t, b, h] slice: mode "full"; otherwise the replicated
 [s, b, h] goes scatter_gather), with fixed and variable sequence lengths
-(the shape exchange).  p = WORLD_SIZE / t, t from argv (default 1).
-Run by stagelink_run (one node) or stagelink_two_node.sh (two namespaces).
+(the shape exchange).  p = WORLD_SIZE / t, t from --tp (default 1).
+Run by stagelink_run (one node) or test/launchers/two_node.sh (two
+namespaces), pytest in every rank.
 SPDX-License-Identifier: MIT
 """
 import os
-import sys
 from types import SimpleNamespace
 
-try:
-    import torch
-except ImportError as e:
-    print("SKIP: %s (install python3-torch)" % e)
-    sys.exit(77)
+import pytest
 
-import stagelink
-import stagelink.megatron as p2p
+from conftest import check, require
 
-from tanh_pipeline import (B, DTYPE, H, batch, check, failures, layer,
+torch, = require("torch", why="install python3-torch")
+
+import stagelink  # noqa: E402
+import stagelink.megatron as p2p  # noqa: E402
+
+from tanh_pipeline import (B, DTYPE, H, batch, layer,  # noqa: E402
                            my_slice, reference, seq_len)
 
 
@@ -295,20 +295,12 @@ def run(case, world, t):
                                    worst, sent), flush=True)
 
 
-def main():
-    world = int(os.environ["WORLD_SIZE"])
-    t = int(sys.argv[1]) if len(sys.argv) > 1 else 1
-    p = world // t
-    for name, v, sp, varlen in (("1F1B", 1, False, False),
-                                ("1F1B sequence-parallel varlen", 1, True,
-                                 True),
-                                ("interleaved varlen", 2, False, True),
-                                ("interleaved sequence-parallel", 2, True,
-                                 False)):
-        run(SimpleNamespace(name=name, p=p, t=t, v=v, sp=sp, varlen=varlen,
-                            m=2 * p if v > 1 else 2 * p + 1), world, t)
-    return 1 if failures else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+@pytest.mark.parametrize("name, v, sp, varlen", [
+    ("1F1B", 1, False, False),
+    ("1F1B sequence-parallel varlen", 1, True, True),
+    ("interleaved varlen", 2, False, True),
+    ("interleaved sequence-parallel", 2, True, False)])
+def test_schedule(world, tp, name, v, sp, varlen):
+    p = world // tp
+    run(SimpleNamespace(name=name, p=p, t=tp, v=v, sp=sp, varlen=varlen,
+                        m=2 * p if v > 1 else 2 * p + 1), world, tp)

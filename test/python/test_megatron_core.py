@@ -29,14 +29,15 @@ model, the data and every boundary tensor are on the rank's GPU instead
 (LOCAL_RANK modulo the GPUs), with no shim (tools/lab/gpu-check runs it).
 
 Usage (p = WORLD_SIZE / (t * cp), context parallelism cp default 1):
-stagelink_run -n 4 -- python test_megatron_core.py T [CP]
+stagelink_run -n 4 -- python -m pytest test_megatron_core.py --tp T [--cp CP]
 SPDX-License-Identifier: MIT
 """
 import dataclasses
 import os
-import sys
 import warnings
 from types import SimpleNamespace
+
+import pytest
 
 warnings.filterwarnings("ignore", module="megatron")  # no apex, TE here
 
@@ -50,20 +51,21 @@ try:
     from megatron.core.process_groups_config import ProcessGroupCollection
     from megatron.core.transformer.transformer_config import TransformerConfig
 except ImportError as e:
-    print("SKIP: %s (tools/make-venv.sh makes .venv with megatron-core)" % e)
-    sys.exit(77)
+    pytest.skip("%s (tools/make-venv.sh makes .venv with megatron-core)" % e,
+                allow_module_level=True)
 
-import stagelink
-import stagelink.megatron
+import stagelink  # noqa: E402
+import stagelink.megatron  # noqa: E402
 
-import megatron_cpu
-from tanh_pipeline import (B, DEVICE, DTYPE, H, batch, check, failures,
+import megatron_cpu  # noqa: E402
+from conftest import check  # noqa: E402
+from tanh_pipeline import (B, DEVICE, DTYPE, H, batch,  # noqa: E402
                            layer, my_slice, reference, seq_len)
 
 if DEVICE.type == "cuda":
     if not torch.cuda.is_available():
-        print("SKIP: STAGELINK_TEST_DEVICE=cuda, but torch sees no GPU")
-        sys.exit(77)
+        pytest.skip("STAGELINK_TEST_DEVICE=cuda, but torch sees no GPU",
+                    allow_module_level=True)
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) %
                           torch.cuda.device_count())
 else:
@@ -273,7 +275,7 @@ def overlap_ring(t, p):
                 exc, "batch_p2p_comm")
 
 
-def misuse(t, p):
+def misuse(t, p, monkeypatch):
     """Each refused before anything is posted, with a sentence that says
     what to do; nothing is left half-made (the next case still runs)."""
     pp, config = one_chunk_pipeline(t, p)
@@ -288,7 +290,7 @@ def misuse(t, p):
                     pp, config, mode="scatter_gather"), ValueError,
                 "sequence_parallel", "full")
     # A mode the code asks for and a STAGELINK_MODE naming another.
-    os.environ["STAGELINK_MODE"] = "sharded"
+    monkeypatch.setenv("STAGELINK_MODE", "sharded")
     refused("STAGELINK_MODE=sharded against the code's mode",
             lambda: stagelink.megatron.P2PCommunicator(
                 pp, config, mode="full"), stagelink.StagelinkError,
@@ -304,16 +306,16 @@ def misuse(t, p):
             ValueError, "STAGELINK_MODE=\"sharded\"", "unset STAGELINK_MODE")
     if t > 1:
         # Sequence parallelism asks for full though the code named none.
-        os.environ["STAGELINK_MODE"] = "scatter_gather"
+        monkeypatch.setenv("STAGELINK_MODE", "scatter_gather")
         refused("STAGELINK_MODE=scatter_gather under sequence_parallel",
                 lambda: stagelink.megatron.P2PCommunicator(pp, config),
                 stagelink.StagelinkError, "sequence_parallel",
                 "STAGELINK_MODE=scatter_gather", "set it to full")
-    os.environ["STAGELINK_MODE"] = "full"
+    monkeypatch.setenv("STAGELINK_MODE", "full")
     ab = stagelink.megatron.P2PCommunicator(pp, replicated).communicator
     check(ab.info["mode"] == stagelink._lib.MODES["full"],
           "STAGELINK_MODE=full did not choose full for a replicated boundary")
-    del os.environ["STAGELINK_MODE"]
+    monkeypatch.delenv("STAGELINK_MODE")
     # A Communicator whose placement is not Megatron's groups.
     if t > 1:
         wrong = stagelink.Communicator(tp_size=1, mode="full")
@@ -324,13 +326,8 @@ def misuse(t, p):
         wrong.close()
 
 
-def main():
-    t = int(sys.argv[1]) if len(sys.argv) > 1 else 1
-    cp = int(sys.argv[2]) if len(sys.argv) > 2 else 1
-    dist.init_process_group("gloo")
-    world = dist.get_world_size()
-    p = world // (t * cp)
-    stagelink.megatron.install()
+def make_cases(t, cp, p):
+    """Every case of a job of t, cp and p, one layout after another."""
     cases = []
     for sched, v in (("1f1b", 1), ("interleaved", 2)):
         # m not divisible by p: the interleaved schedule then takes
@@ -363,56 +360,90 @@ def main():
                   for c in cases if not c.sp]
     # Megatron's --use-tp-pp-dp-mapping (which upstream refuses with
     # context parallelism: the expert layers' data-parallel size differs).
-    order = "tp-cp-ep-pp-dp" if cp == 1 else "tp-cp-ep-dp-pp"
-    explicit = "1f1b explicit " + order
-    base = dict(vars(cases[0]), route="explicit", order=order)
-    cases.append(SimpleNamespace(**dict(base, name=explicit)))
-    cases.append(SimpleNamespace(**dict(base, name=explicit + " full",
-                                        mode="full")))
+    base = dict(vars(cases[0]), route="explicit", order=explicit_order(cp))
+    cases.append(SimpleNamespace(**dict(base, name=explicit_name(cp))))
+    cases.append(SimpleNamespace(**dict(base, name=explicit_name(cp) +
+                                        " full", mode="full")))
     if t > 1:
         cases.append(SimpleNamespace(**dict(
-            base, name=explicit + " tp_group-gather", gather="tp_group")))
+            base, name=explicit_name(cp) + " tp_group-gather",
+            gather="tp_group")))
     cases.sort(key=lambda c: (c.order, c.v))  # one layout after another
-    sent, stage = {}, {}
-    misuse(t, p)
-    overlap_ring(t, p)
+    return cases
+
+
+def explicit_order(cp):
+    return "tp-cp-ep-pp-dp" if cp == 1 else "tp-cp-ep-dp-pp"
+
+
+def explicit_name(cp):
+    return "1f1b explicit " + explicit_order(cp)
+
+
+def pytest_generate_tests(metafunc):
+    if "case" in metafunc.fixturenames:
+        t, cp = (metafunc.config.getoption(o) for o in ("--tp", "--cp"))
+        cases = make_cases(t, cp, int(os.environ["WORLD_SIZE"]) // (t * cp))
+        metafunc.parametrize("case", cases, ids=[c.name for c in cases])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def job():
+    dist.init_process_group("gloo")
+    stagelink.megatron.install()
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def p(world, tp, cp):
+    return world // (tp * cp)
+
+
+_sent = {}  # case name -> (stage bytes sent, pipeline rank)
+
+
+def test_misuse(tp, p, monkeypatch):
+    misuse(tp, p, monkeypatch)
+
+
+def test_overlap_ring(tp, p):
+    overlap_ring(tp, p)
     dist.barrier()
-    for case in cases:
-        sent[case.name], stage[case.name] = run_case(case)
-        print("rank %d: %s ok" % (dist.get_rank(), case.name), flush=True)
-        dist.barrier()
-    # forward_only sends the forward boundaries alone: what training sends
-    # less the backward ones (none from the last stage without
-    # interleaving; every stage sends backward with it).
-    for case in cases:
+
+
+def test_schedule(case):
+    _sent[case.name] = run_case(case)
+    dist.barrier()
+
+
+def test_forward_only_bytes(tp, cp, p):
+    """forward_only sends the forward boundaries alone: what training
+    sends less the backward ones (none from the last stage without
+    interleaving; every stage sends backward with it)."""
+    for case in make_cases(tp, cp, p):
         if getattr(case, "forward_only", False):
             train = case.name.replace(" forward_only", "")
-            fwd, both = sent[case.name], sent[train]
-            alone = case.v == 1 and stage[case.name] == 0
-            last = case.v == 1 and stage[case.name] == p - 1
+            (fwd, stage), (both, _) = _sent[case.name], _sent[train]
+            alone = case.v == 1 and stage == 0
+            last = case.v == 1 and stage == p - 1
             check((fwd == both if alone else fwd < both) and
                   (fwd == 0) == last,
                   "%s: stage %d sent %d bytes, training %d (want %s)" % (
-                      case.name, stage[case.name], fwd, both,
+                      case.name, stage, fwd, both,
                       "the same" if alone else "none" if last else "fewer"))
-    # The same schedule, scatter_gather against full: 1/t of the bytes.
-    sg, full = (sent[explicit + s] for s in ("", " full"))
-    # Every stage sends (forward or backward): none may send nothing.
-    check(sg * t == full and full > 0,
+
+
+def test_scatter_gather_bytes(tp, cp):
+    """The same schedule, scatter_gather against full: 1/t of the bytes;
+    every stage sends (forward or backward): none may send nothing."""
+    explicit = explicit_name(cp)
+    sg, full = (_sent[explicit + s][0] for s in ("", " full"))
+    check(sg * tp == full and full > 0,
           "stage bytes sent: scatter_gather %d, full %d (want 1/%d)"
-          % (sg, full, t))
-    if t > 1:
-        by_group = sent[explicit + " tp_group-gather"]
+          % (sg, full, tp))
+    if tp > 1:
+        by_group = _sent[explicit + " tp_group-gather"][0]
         check(by_group == sg, "stage bytes sent with the TP group's gather: "
               "%d, with stagelink's %d (want the same 1/%d)" % (by_group, sg,
-                                                                 t))
-    if failures:
-        print("rank %d: %d failures" % (dist.get_rank(), len(failures)))
-    else:
-        print("rank %d: %d cases passed" % (dist.get_rank(), len(cases)))
-    dist.destroy_process_group()
-    return 1 if failures else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+                                                                 tp))

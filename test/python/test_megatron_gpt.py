@@ -13,7 +13,7 @@ CPU shims (megatron_cpu.py, each replacing one upstream line): the
 schedules' CUDA token counter, the global memory buffer's CUDA device,
 and the CUDA RNG tracker's fork around dropout (0 here).
 
-Usage: stagelink_run -n 4 -- python test_megatron_gpt.py T
+Usage: stagelink_run -n 4 -- python -m pytest test_megatron_gpt.py --tp T
 SPDX-License-Identifier: MIT
 """
 import os
@@ -21,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 import warnings
+
+import pytest
 
 warnings.filterwarnings("ignore")  # no apex, transformer engine, absl here
 
@@ -35,12 +37,12 @@ try:
     from megatron.core.transformer.transformer_config import \
         TransformerConfig
 except ImportError as e:
-    print("SKIP: %s (tools/make-venv.sh makes .venv with megatron-core)" % e)
-    sys.exit(77)
+    pytest.skip("%s (tools/make-venv.sh makes .venv with megatron-core)" % e,
+                allow_module_level=True)
 
-import megatron_cpu
-import stagelink.megatron
-from tanh_pipeline import check, failures
+import megatron_cpu  # noqa: E402
+import stagelink.megatron  # noqa: E402
+from conftest import check  # noqa: E402
 
 VOCAB, SEQ, B, H, HEADS, M = 64, 8, 2, 16, 4, 3
 megatron_cpu.token_counter()
@@ -151,40 +153,42 @@ def run(t, weights, grads):
     return case
 
 
-def main():
-    if sys.argv[1:2] == ["--reference"]:
-        reference(sys.argv[2], sys.argv[3], int(sys.argv[4]))
-        return 0
-    t = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+@pytest.fixture(scope="module", autouse=True)
+def job():
     dist.init_process_group("gloo")
     stagelink.megatron.install()
-    tmp = tempfile.mkdtemp(prefix="stagelink-gpt-") if dist.get_rank() == 0 \
-        else None
-    box = [tmp]
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def single_process(tp):
+    """The whole model's weights and gradients, from rank 0's run of this
+    file in a process of its own (--reference), for every rank."""
+    box = [tempfile.mkdtemp(prefix="stagelink-gpt-")
+           if dist.get_rank() == 0 else None]
     dist.broadcast_object_list(box)
-    tmp = box[0]
-    paths = [os.path.join(tmp, "weights.pt"), os.path.join(tmp, "grads.pt")]
+    paths = [os.path.join(box[0], "weights.pt"),
+             os.path.join(box[0], "grads.pt")]
     if dist.get_rank() == 0:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_",
                                     "STAGELINK_", "TORCHELASTIC"))}
-        layers = 2 * (dist.get_world_size() // t)
+        layers = 2 * (dist.get_world_size() // tp)
         subprocess.run([sys.executable, __file__, "--reference"] + paths +
                        [str(layers)], env=env, check=True)
     dist.barrier()
-    weights, grads = (torch.load(path) for path in paths)
-    cases = [run(t, weights, grads)]
+    yield [torch.load(path) for path in paths]
     dist.barrier()
-    print("rank %d: %s" % (dist.get_rank(), "%d failures" % len(failures)
-                           if failures else "passed: " + ", ".join(cases)))
     if dist.get_rank() == 0:
         for path in paths:
             os.unlink(path)
-        os.rmdir(tmp)
-    dist.destroy_process_group()
-    return 1 if failures else 0
+        os.rmdir(box[0])
 
 
+def test_one_step(tp, single_process):
+    run(tp, *single_process)
 
-if __name__ == "__main__":
-    sys.exit(main())
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--reference"]:
+    reference(sys.argv[2], sys.argv[3], int(sys.argv[4]))

@@ -1,7 +1,7 @@
 """The package without a communicator: status names agree with the
 library's, the exception classes, the version, and what a user sees when
 libstagelink cannot be found (a clear StagelinkError, not a bare OSError).
-Usage: test_module.py PROJECT_VERSION
+Usage: pytest test_module.py --project-version VERSION
 SPDX-License-Identifier: MIT
 """
 import builtins
@@ -10,83 +10,95 @@ import pickle
 import subprocess
 import sys
 
+import pytest
+
 import stagelink
+from conftest import check
 from stagelink import _lib, errors
 
-failures = []
+
+def test_status_names():
+    lib = _lib.library()
+    for code, name in enumerate(errors.STATUS_NAMES):
+        got = lib.status_string(code)
+        check(got == "STAGELINK_" + name, "status %d: the library says %s, "
+              "the package %s" % (code, got, name))
+    check(lib.status_string(len(errors.STATUS_NAMES)) ==
+          "STAGELINK_ERR_UNKNOWN_STATUS", "the library has statuses the "
+          "package does not know")
 
 
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
+def test_versions(request):
+    want = request.config.getoption("--project-version")
+    check(stagelink.__version__ == want == stagelink.library_version(),
+          "versions: package %s, meson %s, library %s" % (
+              stagelink.__version__, want, stagelink.library_version()))
 
 
-lib = _lib.library()
-for code, name in enumerate(errors.STATUS_NAMES):
-    got = lib.status_string(code)
-    check(got == "STAGELINK_" + name, "status %d: the library says %s, the "
-          "package %s" % (code, got, name))
-check(lib.status_string(len(errors.STATUS_NAMES)) ==
-      "STAGELINK_ERR_UNKNOWN_STATUS", "the library has statuses the package "
-      "does not know")
-
-check(stagelink.__version__ == sys.argv[1] == stagelink.library_version(),
-      "versions: package %s, meson %s, library %s" % (
-          stagelink.__version__, sys.argv[1], stagelink.library_version()))
-
-kinds = {"ERR_PEER_FAILED": stagelink.PeerFailedError,
-         "ERR_TIMEOUT": stagelink.TimeoutError,
-         "ERR_SIZE_MISMATCH": stagelink.SizeMismatchError,
-         "ERR_ABORTED": stagelink.AbortedError,
-         "ERR_CANCELED": stagelink.CanceledError,
-         "ERR_TAG_IN_USE": stagelink.TagInUseError,
-         "ERR_TRANSPORT": stagelink.StagelinkError}
-for name, kind in kinds.items():
+@pytest.mark.parametrize("name, kind", [
+    ("ERR_PEER_FAILED", stagelink.PeerFailedError),
+    ("ERR_TIMEOUT", stagelink.TimeoutError),
+    ("ERR_SIZE_MISMATCH", stagelink.SizeMismatchError),
+    ("ERR_ABORTED", stagelink.AbortedError),
+    ("ERR_CANCELED", stagelink.CanceledError),
+    ("ERR_TAG_IN_USE", stagelink.TagInUseError),
+    ("ERR_TRANSPORT", stagelink.StagelinkError)])
+def test_exception_kinds(name, kind):
     e = errors.error(errors.STATUS[name], "a sentence")
     check(type(e) is kind and isinstance(e, stagelink.StagelinkError) and
           isinstance(e, RuntimeError) and e.status == name and
           str(e) == name + ": a sentence", "%s gives %r" % (name, e))
     back = pickle.loads(pickle.dumps(e))
     check(type(back) is kind and str(back) == str(e), "pickled %r" % e)
-check(issubclass(stagelink.TimeoutError, builtins.TimeoutError),
-      "stagelink.TimeoutError is no builtin TimeoutError")
-check(issubclass(stagelink.ShapeMismatchError, stagelink.SizeMismatchError),
-      "ShapeMismatchError is no SizeMismatchError")
 
-# No library where it is looked for: one sentence saying what to do.
-env = dict(os.environ, STAGELINK_LIBRARY="/nonexistent/libstagelink.so.1")
-out = subprocess.run([sys.executable, "-c",
-                      "import stagelink; stagelink.Communicator()"],
-                     env=env, capture_output=True, text=True, timeout=60)
-last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ""
-check(out.returncode != 0 and last.startswith("stagelink.errors.StagelinkError"
-                                              ": ERR_NOT_FOUND") and
-      "STAGELINK_LIBRARY" in last and "meson devenv" in last,
-      "a missing library: %s" % last)
 
-# The package's own variables go through the library's one parser.
-probe = ("import stagelink; from stagelink import _check\n"
-         "try:\n    print(_check.enabled())\n"
-         "except stagelink.StagelinkError as e:\n    print(e)\n")
-for value, want in (("on", "True"), ("Yes", "True"), ("off", "False"),
-                    ("2", 'ERR_CONFIG: STAGELINK_CHECK="2" is not valid')):
+def test_exception_bases():
+    check(issubclass(stagelink.TimeoutError, builtins.TimeoutError),
+          "stagelink.TimeoutError is no builtin TimeoutError")
+    check(issubclass(stagelink.ShapeMismatchError,
+                     stagelink.SizeMismatchError),
+          "ShapeMismatchError is no SizeMismatchError")
+
+
+def test_library_missing():
+    """No library where it is looked for: one sentence saying what to do."""
+    env = dict(os.environ, STAGELINK_LIBRARY="/nonexistent/libstagelink.so.1")
+    out = subprocess.run([sys.executable, "-c",
+                          "import stagelink; stagelink.Communicator()"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ""
+    check(out.returncode != 0 and
+          last.startswith("stagelink.errors.StagelinkError: ERR_NOT_FOUND")
+          and "STAGELINK_LIBRARY" in last and "meson devenv" in last,
+          "a missing library: %s" % last)
+
+
+@pytest.mark.parametrize("value, want", [
+    ("on", "True"), ("Yes", "True"), ("off", "False"),
+    ("2", 'ERR_CONFIG: STAGELINK_CHECK="2" is not valid')])
+def test_check_variable_parsed(value, want):
+    """The package's own variables go through the library's one parser."""
+    probe = ("import stagelink; from stagelink import _check\n"
+             "try:\n    print(_check.enabled())\n"
+             "except stagelink.StagelinkError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", probe],
                          env=dict(os.environ, STAGELINK_CHECK=value),
                          capture_output=True, text=True, timeout=60)
     check(out.stdout.startswith(want), "STAGELINK_CHECK=%s: %s%s" % (
         value, out.stdout, out.stderr[-300:]))
-out = subprocess.run([sys.executable, "-c", "import stagelink; "
-                      "stagelink.Communicator()"],
-                     env=dict(os.environ, STAGELINK_UCX="sytem"),
-                     capture_output=True, text=True, timeout=60)
-check(out.returncode != 0 and 'STAGELINK_UCX="sytem" is not valid' in
-      out.stderr, "STAGELINK_UCX=sytem: %s" % out.stderr[-300:])
-check(_lib.setting("STAGELINK_CHUNK") == "auto" and
-      float(_lib.setting("STAGELINK_TIMEOUT")) > 0, "settings read back: %s, %s" % (
-              _lib.setting("STAGELINK_CHUNK"),
-              _lib.setting("STAGELINK_TIMEOUT")))
 
-print("%d checks failed" % len(failures) if failures else
-      "all checks passed")
-sys.exit(1 if failures else 0)
+
+def test_ucx_variable_parsed():
+    out = subprocess.run([sys.executable, "-c", "import stagelink; "
+                          "stagelink.Communicator()"],
+                         env=dict(os.environ, STAGELINK_UCX="sytem"),
+                         capture_output=True, text=True, timeout=60)
+    check(out.returncode != 0 and 'STAGELINK_UCX="sytem" is not valid' in
+          out.stderr, "STAGELINK_UCX=sytem: %s" % out.stderr[-300:])
+
+
+def test_settings_read_back():
+    chunk, timeout = (_lib.setting("STAGELINK_CHUNK"),
+                      _lib.setting("STAGELINK_TIMEOUT"))
+    check(chunk == "auto" and float(timeout) > 0,
+          "settings read back: %s, %s" % (chunk, timeout))

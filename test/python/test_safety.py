@@ -17,7 +17,8 @@ was seen to do (issue 12's table), between two pipeline stages of t ranks
 - calls after close() raise ClosedError;
 - an exception inside `with` aborts: the failing rank leaves at once and its
   peer gets PeerFailedError, not a timeout.
-Run by stagelink_run with the interpreter the package is installed for.
+Run by stagelink_run, pytest in every rank, with the interpreter the
+package is installed for; the cases run in this order.
 SPDX-License-Identifier: MIT
 """
 import builtins
@@ -28,22 +29,22 @@ import sys
 import threading
 import time
 
-try:
-    import numpy as np
-    import torch
-except ImportError as e:  # only where Debian's packages are absent
-    print("SKIP: %s (install python3-numpy and python3-torch)" % e)
-    sys.exit(77)
+import pytest
 
-import stagelink
+from conftest import check, require
 
-failures = []
+np, torch = require("numpy", "torch",
+                    why="install python3-numpy and python3-torch")
+
+import stagelink  # noqa: E402
 
 
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
+@pytest.fixture(scope="module")
+def comm(world):
+    """One communicator for the cases before test_after_close closes it."""
+    c = stagelink.Communicator(tp_size=world // 2)
+    yield c
+    c.close()
 
 
 def pattern(n, seed):
@@ -80,7 +81,7 @@ def barrier(comm, mb, patient=False):
                     raise
 
 
-def dropped_send(comm):
+def test_dropped_send(comm):
     for i, nbytes in enumerate((64 << 10, 96 << 10, 16 << 20)):
         mb = 100 + i
         if comm.is_first_stage:
@@ -97,7 +98,7 @@ def dropped_send(comm):
                   "dropped isend of %d bytes: wrong data" % nbytes)
 
 
-def deallocated_output(comm):
+def test_deallocated_output(comm):
     for i, n in enumerate((24000, 1 << 20)):
         mb = 110 + i
         if comm.is_first_stage:
@@ -118,7 +119,7 @@ def deallocated_output(comm):
                   "wrong data" % n)
 
 
-def dropped_recv(comm):
+def test_dropped_recv(comm):
     n, mb = 1 << 18, 120
     if comm.is_first_stage:
         barrier(comm, 220)
@@ -144,7 +145,7 @@ def dropped_recv(comm):
         del junk
 
 
-def wait_again(comm):
+def test_wait_again(comm):
     n, mb = 4096, 130
     if comm.is_first_stage:
         barrier(comm, 230)
@@ -180,7 +181,7 @@ def wait_again(comm):
         barrier(comm, 231)
 
 
-def interrupted(comm):
+def test_interrupted(comm):
     n, mb = 1000, 140
     if comm.is_first_stage:
         barrier(comm, 240)
@@ -213,7 +214,7 @@ def interrupted(comm):
           "waited again, has wrong data")
 
 
-def bad_arguments(comm):
+def test_bad_arguments(comm):
     t = torch.zeros(4)
     cases = [
         (lambda: comm.isend(t, peer="nxt"), ValueError, "'nxt'"),
@@ -243,7 +244,7 @@ def bad_arguments(comm):
                                                           words, e))
 
 
-def quiet_errors(comm):
+def test_quiet_errors(comm):
     """Errors the caller receives are not also WARN lines on stderr."""
     import tempfile
     peer = "next" if comm.is_first_stage else "prev"
@@ -278,7 +279,7 @@ def quiet_errors(comm):
           "logged as WARN: %r" % text)
 
 
-def readonly_sends(comm):
+def test_readonly_sends(comm):
     mb = 150
     arr = np.arange(1000, dtype=np.float32)
     arr.setflags(write=False)
@@ -299,7 +300,13 @@ def readonly_sends(comm):
         check(bytes(text) == b"read-only bytes", "bytes")
 
 
-def after_close(comm, pending):
+def test_after_close(comm):
+    """Calls after close() raise ClosedError; a second close and an abort
+    after it do nothing."""
+    pending = comm.irecv(torch.empty(4), peer="next" if comm.is_first_stage
+                         else "prev", microbatch=999)
+    barrier(comm, 998)
+    comm.close()
     for what, fn in [("counters", comm.counters),
                      ("isend", lambda: comm.isend(bytearray(4))),
                      ("wait of a request canceled by close", pending.wait),
@@ -313,10 +320,10 @@ def after_close(comm, pending):
     comm.abort()  # as is an abort after close
 
 
-def library_deadline():
+def test_library_deadline(world, monkeypatch):
     """STAGELINK_TIMEOUT passes: TimeoutError, then a second wait gets the
     data."""
-    os.environ["STAGELINK_TIMEOUT"] = "1"
+    monkeypatch.setenv("STAGELINK_TIMEOUT", "1")
     with stagelink.Communicator(tp_size=world // 2) as comm:
         n, mb = 2048, 7
         if comm.is_first_stage:
@@ -334,12 +341,11 @@ def library_deadline():
             req.wait()
             check(torch.equal(got, pattern(n, mb)),
                   "wait after STAGELINK_TIMEOUT: wrong data")
-    os.environ["STAGELINK_TIMEOUT"] = "60"
 
 
-def dtype_check():
+def test_dtype_check(world, monkeypatch):
     """STAGELINK_CHECK=1: the same 12 bytes as f16[6] and f32[3]."""
-    os.environ["STAGELINK_CHECK"] = "1"
+    monkeypatch.setenv("STAGELINK_CHECK", "1")
     with stagelink.Communicator(tp_size=world // 2) as comm:
         if comm.is_first_stage:
             comm.send(torch.ones(6, dtype=torch.float16), microbatch=1)
@@ -369,11 +375,11 @@ def dtype_check():
             except stagelink.SizeMismatchError as e:
                 check("float16[7]" in str(e), "size mismatch names the "
                       "sender's shape: %s" % e)
-    del os.environ["STAGELINK_CHECK"]
 
 
-def exception_in_with():
-    """The first stage raises inside `with` while its peer waits for it."""
+def test_exception_in_with(world):
+    """The first stage raises inside `with` while its peer waits for it;
+    last: the first stage leaves the job after it."""
     start = time.monotonic()
     try:
         with stagelink.Communicator(tp_size=world // 2) as comm:
@@ -396,23 +402,3 @@ def exception_in_with():
         check(first and str(e) == "the model raised" and took < 10,
               "the failing rank left `with` in %.1f s: %r" % (took, e))
 
-
-world = int(os.environ["WORLD_SIZE"])
-comm = stagelink.Communicator(tp_size=world // 2)
-print(repr(comm), flush=True)
-for case in (dropped_send, deallocated_output, dropped_recv, wait_again,
-             interrupted, bad_arguments, quiet_errors, readonly_sends):
-    case(comm)
-    print("rank %d: %s done" % (comm.rank, case.__name__), flush=True)
-pending = comm.irecv(torch.empty(4), peer="next" if comm.is_first_stage
-                     else "prev", microbatch=999)
-barrier(comm, 998)
-rank = comm.rank
-comm.close()
-after_close(comm, pending)
-library_deadline()
-dtype_check()
-exception_in_with()  # last: the first stage leaves the job after it
-print("rank %d: %s" % (rank, "all checks passed" if not failures else
-                       "%d failed" % len(failures)), flush=True)
-sys.exit(1 if failures else 0)

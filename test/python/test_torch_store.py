@@ -12,25 +12,49 @@ receives in different orders refused.  t = WORLD_SIZE / 2.
 SPDX-License-Identifier: MIT
 """
 import gc
-import os
-import sys
 
-try:
-    import torch
-    import torch.distributed as dist
-except ImportError as e:
-    print("SKIP: %s (install python3-torch)" % e)
-    sys.exit(77)
+import pytest
 
-import stagelink
+from conftest import check, require
 
-failures = []
+torch, dist = require("torch", "torch.distributed", why="install python3-torch")
+
+import stagelink  # noqa: E402
 
 
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
+@pytest.fixture(scope="module", autouse=True)
+def job():
+    """torch.distributed's default group over gloo (env://, on
+    stagelink_run's MASTER_PORT) for the whole file."""
+    dist.init_process_group("gloo")
+    yield
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def t(world):
+    return world // 2
+
+
+@pytest.fixture(scope="module")
+def stage(rank, t):
+    """Reverse rank order: stage 0 is the upper half of the ranks."""
+    return 1 - rank // t
+
+
+@pytest.fixture(scope="module")
+def placement(rank, t, stage):
+    return stagelink.Placement(
+        prev_rank=None if stage == 0 else rank + t,
+        next_rank=rank - t if stage == 0 else None,
+        tp_ranks=[(1 - stage) * t + i for i in range(t)])
+
+
+@pytest.fixture(scope="module")
+def tp_groups(t):
+    """Each stage's TP group (every rank makes every group, in order)."""
+    return [dist.new_group(list(range(s * t, s * t + t))) for s in (0, 1)]
 
 
 def exchange(comm, base):
@@ -59,61 +83,54 @@ def exchange(comm, base):
         check(torch.equal(got, fwd), "forward data (base %d)" % base)
 
 
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-t = world // 2
-dist.init_process_group("gloo")  # env:// on stagelink_run's MASTER_PORT
+def test_default_store(world, t):
+    """The default group's store, ranks from torch.distributed."""
+    with stagelink.Communicator(tp_size=t) as comm:
+        check(comm.rank == dist.get_rank() and comm.world_size == world,
+              "ranks from torch.distributed: %r" % comm)
+        exchange(comm, 10)
 
-# 1. The default group's store, ranks from torch.distributed.
-with stagelink.Communicator(tp_size=t) as comm:
-    check(comm.rank == dist.get_rank() and comm.world_size == world,
-          "ranks from torch.distributed: %r" % comm)
-    exchange(comm, 10)
 
-# 2. A store passed in, with the stages in reverse rank order: stage 0 is
-# the upper half of the ranks.
-stage = 1 - rank // t
-tp_ranks = [(1 - stage) * t + i for i in range(t)]
-placement = stagelink.Placement(
-    prev_rank=None if stage == 0 else rank + t,
-    next_rank=rank - t if stage == 0 else None, tp_ranks=tp_ranks)
-store = dist.PrefixStore("mine", dist.distributed_c10d._get_default_store())
-with stagelink.Communicator(tp_size=t, store=store, rank=rank,
-                            world_size=world, placement=placement) as comm:
-    check(comm.is_first_stage == (stage == 0) and
-          comm.is_last_stage == (stage == 1) and
-          comm.info["tp_index"] == rank % t,
-          "placement: rank %d (%r) is not stage %d, TP index %d"
-          % (rank, comm.info, stage, rank % t))
-    # Only the ranks it talks to: t - 1 TP peers and one stage neighbour,
-    # in three exchanges (facts, addresses, the NCCL gather's cards; the
-    # launcher gives the local rank), whatever the world size.
-    reads = comm._bootstrap.reads
-    check(0 < reads <= 3 * t, "init read %d keys, more than 3 exchanges "
-          "with %d peers" % (reads, t))
-    exchange(comm, 20)
-    gc.collect()  # the store callback must outlive a collection: finalize
-    # runs its closing barrier through it
-    try:
-        comm.batch_isend_irecv([stagelink.P2POp(comm.isend, torch.zeros(4),
-                                                rank)])
-        check(False, "its own rank accepted as a peer")
-    except ValueError as e:
-        check("no neighbour" in str(e), "own rank as peer: %s" % e)
+def test_store_passed_in(rank, world, t, stage, placement):
+    """A store passed in, with the stages in reverse rank order."""
+    store = dist.PrefixStore("mine",
+                             dist.distributed_c10d._get_default_store())
+    with stagelink.Communicator(tp_size=t, store=store, rank=rank,
+                                world_size=world,
+                                placement=placement) as comm:
+        check(comm.is_first_stage == (stage == 0) and
+              comm.is_last_stage == (stage == 1) and
+              comm.info["tp_index"] == rank % t,
+              "placement: rank %d (%r) is not stage %d, TP index %d"
+              % (rank, comm.info, stage, rank % t))
+        # Only the ranks it talks to: t - 1 TP peers and one stage
+        # neighbour, in three exchanges (facts, addresses, the NCCL
+        # gather's cards; the launcher gives the local rank), whatever the
+        # world size.
+        reads = comm._bootstrap.reads
+        check(0 < reads <= 3 * t, "init read %d keys, more than 3 "
+              "exchanges with %d peers" % (reads, t))
+        exchange(comm, 20)
+        gc.collect()  # the store callback must outlive a collection:
+        # finalize runs its closing barrier through it
+        with pytest.raises(ValueError, match="no neighbour"):
+            comm.batch_isend_irecv([stagelink.P2POp(
+                comm.isend, torch.zeros(4), rank)])
 
-# 3. Misplacement, refused on every rank before anything is posted: a
-# tp_group that is not the TP group, and neighbours that do not name each
-# other back (found in init's exchange with them).
-if t > 1:
+
+def test_misplacement(rank, t, stage, placement, monkeypatch):
+    """Refused on every rank before anything is posted: a tp_group that is
+    not the TP group, and neighbours that do not name each other back
+    (found in init's exchange with them)."""
+    if t == 1:
+        pytest.skip("t = 1 has no TP group to misplace")
     across = [dist.new_group([i, i + t]) for i in range(t)]
-    try:
+    with pytest.raises(ValueError, match="tp_group holds ranks"):
         stagelink.Communicator(tp_size=t, tp_group=across[rank % t])
-        check(False, "a tp_group across the stages accepted")
-    except ValueError as e:
-        check("tp_group holds ranks" in str(e), "wrong tp_group: %s" % e)
     crossed = stagelink.Placement(
         prev_rank=None if stage == 0 else rank + t,
         next_rank=(rank + 1) % t if stage == 0 else None,
-        tp_ranks=tp_ranks)
+        tp_ranks=placement.tp_ranks)
     try:
         stagelink.Communicator(tp_size=t, placement=crossed)
         check(False, "neighbours that do not name each other accepted")
@@ -124,28 +141,26 @@ if t > 1:
     # others, waiting for its keys, fail at STAGELINK_TIMEOUT, not at the
     # store's own timeout.
     bad = stagelink.Placement(prev_rank=1 if rank == 0 else placement.prev_rank,
-                              next_rank=placement.next_rank, tp_ranks=tp_ranks)
-    timeout, os.environ["STAGELINK_TIMEOUT"] = \
-        os.environ.get("STAGELINK_TIMEOUT"), "3"
+                              next_rank=placement.next_rank,
+                              tp_ranks=placement.tp_ranks)
+    monkeypatch.setenv("STAGELINK_TIMEOUT", "3")
     try:
         stagelink.Communicator(tp_size=t, placement=bad)
         check(False, "a TP peer as the previous stage accepted")
     except stagelink.StagelinkError as e:
         want = "previous stage" if rank == 0 else "did that rank start"
         check(want in str(e), "rank 0 refused alone: %s" % e)
-    if timeout is None:
-        del os.environ["STAGELINK_TIMEOUT"]
-    else:
-        os.environ["STAGELINK_TIMEOUT"] = timeout
 
-# 4. STAGELINK_CHECK with the TP group's gather: TP ranks that complete
-# their gathered receives in different orders fail alike, naming them,
-# instead of rebuilding one microbatch from another's shards.
-if t > 1:
-    os.environ["STAGELINK_CHECK"] = "1"
-    groups = [dist.new_group(list(range(s * t, s * t + t))) for s in (0, 1)]
+
+def test_check_gather_order(rank, t, tp_groups, monkeypatch):
+    """STAGELINK_CHECK with the TP group's gather: TP ranks that complete
+    their gathered receives in different orders fail alike, naming them,
+    instead of rebuilding one microbatch from another's shards."""
+    if t == 1:
+        pytest.skip("t = 1 gathers nothing")
+    monkeypatch.setenv("STAGELINK_CHECK", "1")
     with stagelink.Communicator(tp_size=t,
-                                tp_group=groups[rank // t]) as comm:
+                                tp_group=tp_groups[rank // t]) as comm:
         if comm.is_first_stage:
             for mb in (0, 1):
                 comm.send(torch.full((1000,), float(mb)), "next",
@@ -161,11 +176,16 @@ if t > 1:
                 except stagelink.StagelinkError as e:
                     check("in the same order" in str(e),
                           "gathers out of order: %s" % e)
-    # Set on TP index 0 only: the gathers go unchecked (a warning), not one
-    # rank's check paired with the other's data.
-    os.environ["STAGELINK_CHECK"] = "1" if rank % t == 0 else "0"
+
+
+def test_check_on_one_tp_rank(rank, t, tp_groups, monkeypatch):
+    """Set on TP index 0 only: the gathers go unchecked (a warning), not
+    one rank's check paired with the other's data."""
+    if t == 1:
+        pytest.skip("t = 1 gathers nothing")
+    monkeypatch.setenv("STAGELINK_CHECK", "1" if rank % t == 0 else "0")
     with stagelink.Communicator(tp_size=t,
-                                tp_group=groups[rank // t]) as comm:
+                                tp_group=tp_groups[rank // t]) as comm:
         if comm.is_first_stage:
             comm.send(torch.arange(1000.), "next")
         else:
@@ -173,10 +193,3 @@ if t > 1:
             comm.recv(got, "prev")
             check(torch.equal(got, torch.arange(1000.)),
                   "STAGELINK_CHECK on one TP rank: wrong data")
-    del os.environ["STAGELINK_CHECK"]
-
-dist.barrier()
-dist.destroy_process_group()
-print("rank %d: %s" % (rank, "all checks passed" if not failures else
-                       "%d failed" % len(failures)), flush=True)
-sys.exit(1 if failures else 0)

@@ -58,23 +58,27 @@ check() {
         failed=1
     fi
 }
-check module $clean "$py" "$src/test/python/test_module.py" \
+# The Python tests run under pytest (test/python/conftest.py), in every
+# rank of a job.
+pytest="$py -m pytest"
+tests=$src/test/python
+check module $clean $pytest "$tests/test_module.py" --project-version \
     "$("$py" -c 'import stagelink; print(stagelink.__version__)')"
 for t in 1 2; do
     n=$((2 * t))
-    check binding-t$t run -n $n -- "$py" "$src/test/python/test_binding.py"
-    check safety-t$t run -n $n -- "$py" "$src/test/python/test_safety.py"
-    check torch-store-t$t run -n $n -- "$py" "$src/test/python/test_torch_store.py"
+    check binding-t$t run -n $n -- $pytest "$tests/test_binding.py"
+    check safety-t$t run -n $n -- $pytest "$tests/test_safety.py"
+    check torch-store-t$t run -n $n -- $pytest "$tests/test_torch_store.py"
     check torch-example-t$t run -n $n -- "$py" "$src/python/examples/two_stage_torch.py"
-    check megatron-t$t run -n 4 -- "$py" "$src/test/python/test_megatron.py" $t
-    check megatron-core-p$((4 / t))-t$t run -n 4 -- "$py" \
-        "$src/test/python/test_megatron_core.py" $t
-    check megatron-gpt-p$((4 / t))-t$t run -n 4 -- "$py" \
-        "$src/test/python/test_megatron_gpt.py" $t
+    check megatron-t$t run -n 4 -- $pytest "$tests/test_megatron.py" --tp $t
+    check megatron-core-p$((4 / t))-t$t run -n 4 -- $pytest \
+        "$tests/test_megatron_core.py" --tp $t
+    check megatron-gpt-p$((4 / t))-t$t run -n 4 -- $pytest \
+        "$tests/test_megatron_gpt.py" --tp $t
 done
-check megatron-core-p2-t1 run -n 2 -- "$py" "$src/test/python/test_megatron_core.py" 1
-check megatron-core-p2-t1-cp2 run -n 4 -- "$py" \
-    "$src/test/python/test_megatron_core.py" 1 2
+check megatron-core-p2-t1 run -n 2 -- $pytest "$tests/test_megatron_core.py"
+check megatron-core-p2-t1-cp2 run -n 4 -- $pytest \
+    "$tests/test_megatron_core.py" --cp 2
 # Two simulated nodes, one stage of t = 2 each: the boundary crosses the
 # link (needs root for the namespaces: skipped, saying so, without).
 two_node() {
@@ -82,8 +86,8 @@ two_node() {
         -R "$venv/bin/stagelink_run" -N 2 run -- "$@"
 }
 if [ "$(id -u)" = 0 ] && command -v ip >/dev/null; then
-    check megatron-core-two-node-t2 two_node "$py" \
-        "$src/test/python/test_megatron_core.py" 2
+    check megatron-core-two-node-t2 two_node $pytest \
+        "$tests/test_megatron_core.py" --tp 2
 else
     echo "skip megatron-core-two-node-t2 (network namespaces need root and ip)"
 fi
@@ -113,5 +117,5 @@ else:
 check ucx-refused ucx_refused
 check ucx-system ucx_is system '[0-9.]* at run time (/usr/lib'
 check binding-t2-system-ucx env STAGELINK_UCX=system \
-    $clean "$venv/bin/stagelink_run" -T 240 -n 4 -- "$py" "$src/test/python/test_binding.py"
+    $clean "$venv/bin/stagelink_run" -T 240 -n 4 -- $pytest "$tests/test_binding.py"
 exit $failed
