@@ -9,6 +9,7 @@
  *   stagelink_run -n 2 -- cycles [CYCLES]
  * SPDX-License-Identifier: MIT
  */
+#include "check.h"
 #include "resources.h"
 
 #include <stagelink/loader.h>
@@ -23,9 +24,9 @@
 #ifdef __SANITIZE_ADDRESS__
 /* ASan's quarantine holds freed memory by design; LeakSanitizer checks
  * the heap instead. */
-#define CHECK_RSS 0
+#define MEASURE_RSS 0
 #else
-#define CHECK_RSS 1
+#define MEASURE_RSS 1
 #endif
 #define N_ELEMS    16384
 
@@ -104,16 +105,13 @@ int main(int argc, char **argv)
     printf("rank %s: %d cycles; after %d: %d fds, %ld KiB; at the end: %d fds, "
            "%ld KiB\n", getenv("RANK") ? getenv("RANK") : "?", cycles, WARMUP,
            fds0, rss0 >> 10, fds, rss >> 10);
-    if (fds0 < 3 || rss0 <= 0) { /* /proc unreadable: nothing measured */
-        fprintf(stderr, "cannot measure descriptors (%d) or RSS (%ld) from "
-                "/proc/self\n", fds0, rss0);
-        return 1;
-    }
-    if (fds != fds0 || (CHECK_RSS && rss - rss0 > RSS_SLACK)) {
-        fprintf(stderr, "resources grew over %d cycles: fds %d -> %d, RSS %ld "
-                "-> %ld KiB (slack %ld KiB)\n", cycles - WARMUP, fds0, fds,
-                rss0 >> 10, rss >> 10, RSS_SLACK >> 10);
-        return 1;
-    }
-    return 0;
+    /* /proc unreadable: nothing measured */
+    CHECK(fds0 >= 3 && rss0 > 0, "cannot measure descriptors (%d) or RSS "
+          "(%ld) from /proc/self", fds0, rss0);
+    CHECK(fds == fds0, "descriptors grew over %d cycles: %d -> %d",
+          cycles - WARMUP, fds0, fds);
+    CHECK(!MEASURE_RSS || rss - rss0 <= RSS_SLACK, "RSS grew over %d cycles: "
+          "%ld -> %ld KiB (slack %ld KiB)", cycles - WARMUP, rss0 >> 10,
+          rss >> 10, RSS_SLACK >> 10);
+    return check_summary();
 }

@@ -10,6 +10,7 @@
  * recvs: rank 1 posts 8 receives that rank 0 never sends (canceled at once,
  * so both return well within the grace).  SPDX-License-Identifier: MIT
  */
+#include "check.h"
 #include "host.h"
 
 #include <stdio.h>
@@ -40,7 +41,7 @@ int main(int argc, char **argv)
     char                 mark[96];
     stagelink_status_t   st;
     unsigned char       *bufs[COUNT];
-    int                  sends, holder, rank, i, failures = 0;
+    int                  sends, holder, rank, i;
     char                 sentence[4096], want[64];
 
     if (argc != 2 || (strcmp(argv[1], "sends") && strcmp(argv[1], "recvs"))) {
@@ -91,41 +92,28 @@ int main(int argc, char **argv)
     printf("rank %d: finalize took %.3f s (grace %.1f s): %s%s%s\n", rank, took,
            grace, stagelink_status_string(st), holder ? ": " : "",
            holder ? sentence : "");
-    if (took > (sends ? grace : 0.0) + 1.0) {
-        fprintf(stderr, "rank %d: finalize took %.3f s, more than %s1 s\n",
-                rank, took, sends ? "the grace plus " : "");
-        ++failures;
-    }
+    CHECK(took <= (sends ? grace : 0.0) + 1.0, "rank %d: finalize took %.3f s, "
+          "more than %s1 s", rank, took, sends ? "the grace plus " : "");
     if (holder) {
-        if (st != STAGELINK_ERR_ABANDONED) {
-            fprintf(stderr, "rank %d: finalize returned %s with %d %s in "
-                    "flight, expected STAGELINK_ERR_ABANDONED\n", rank,
-                    stagelink_status_string(st), COUNT, argv[1]);
-            ++failures;
-        }
+        CHECK(st == STAGELINK_ERR_ABANDONED, "rank %d: finalize returned %s "
+              "with %d %s in flight, expected STAGELINK_ERR_ABANDONED", rank,
+              stagelink_status_string(st), COUNT, argv[1]);
         for (i = 0; i < COUNT; ++i) {
             snprintf(want, sizeof(want), "microbatch %d chunk 0", i);
-            if (strstr(sentence, want) == NULL) {
-                fprintf(stderr, "rank %d: the sentence does not name \"%s\"\n",
-                        rank, want);
-                ++failures;
-            }
+            CHECK(strstr(sentence, want) != NULL, "rank %d: the sentence does "
+                  "not name \"%s\"", rank, want);
         }
         snprintf(want, sizeof(want), "%d %s", COUNT,
                  sends ? "sends not done" : "receives canceled");
-        if (strstr(sentence, want) == NULL) {
-            fprintf(stderr, "rank %d: the sentence does not say \"%s\"\n",
-                    rank, want);
-            ++failures;
-        }
-    } else if (st != STAGELINK_SUCCESS) {
-        fprintf(stderr, "rank %d: finalize returned %s with nothing in "
-                "flight\n", rank, stagelink_status_string(st));
-        ++failures;
+        CHECK(strstr(sentence, want) != NULL, "rank %d: the sentence does not "
+              "say \"%s\"", rank, want);
+    } else {
+        CHECK(st == STAGELINK_SUCCESS, "rank %d: finalize returned %s with "
+              "nothing in flight", rank, stagelink_status_string(st));
     }
     sl_host_close(&host);
     for (i = 0; holder && i < COUNT; ++i) {
         free(bufs[i]); /* the transport is done with them after finalize */
     }
-    return failures ? 1 : 0;
+    return check_summary();
 }

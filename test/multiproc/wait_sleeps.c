@@ -10,6 +10,7 @@
  *
  * SPDX-License-Identifier: MIT
  */
+#include "check.h"
 #include "host.h"
 
 #include <getopt.h>
@@ -77,17 +78,15 @@ int main(int argc, char **argv)
         cpu  = clock_s(CLOCK_THREAD_CPUTIME_ID) - cpu;
         printf("waited %.1f ms for a peer computing %.0f ms, on the CPU %.2f ms\n",
                wall * 1e3, compute_ms, cpu * 1e3);
-        if (rc == 0 && wall < compute_ms * 0.5e-3) {
-            fprintf(stderr, "FAIL: the wait took %.1f ms, under half the peer's "
-                    "%.0f ms of compute: it did not wait on it\n", wall * 1e3, compute_ms);
-            rc = -1;
-        } else if (rc == 0 && cpu > wall / 10) {
-            fprintf(stderr, "FAIL: the wait spent %.1f of its %.1f ms on the CPU: "
-                    "it polled instead of sleeping\n", cpu * 1e3, wall * 1e3);
-            rc = -1;
-        }
+        CHECK(rc != 0 || wall >= compute_ms * 0.5e-3, "the wait took %.1f "
+              "ms, under half the peer's %.0f ms of compute: it did not wait "
+              "on it", wall * 1e3, compute_ms);
+        CHECK(rc != 0 || cpu <= wall / 10, "the wait spent %.1f of its %.1f "
+              "ms on the CPU: it polled instead of sleeping", cpu * 1e3,
+              wall * 1e3);
     }
+    CHECK(rc == 0, "a transfer failed (the log says which)");
     sl_host_close(&h);
     free(buf);
-    return rc == 0 ? 0 : 1;
+    return check_summary();
 }
