@@ -81,6 +81,17 @@ def rank():
     return int(os.environ["RANK"])
 
 
+@pytest.fixture(scope="module")
+def gloo_job():
+    """torch.distributed's default group over gloo for the module (env://:
+    the launcher's MASTER_ADDR and MASTER_PORT)."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    yield dist
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 @pytest.fixture(autouse=True)
 def _soft_checks():
     del _failed[:]

@@ -388,11 +388,8 @@ def pytest_generate_tests(metafunc):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def job():
-    dist.init_process_group("gloo")
+def job(gloo_job):
     stagelink.megatron.install()
-    yield
-    dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")

@@ -22,14 +22,7 @@ torch, dist = require("torch", "torch.distributed", why="install python3-torch")
 import stagelink  # noqa: E402
 
 
-@pytest.fixture(scope="module", autouse=True)
-def job():
-    """torch.distributed's default group over gloo (env://, on
-    stagelink_run's MASTER_PORT) for the whole file."""
-    dist.init_process_group("gloo")
-    yield
-    dist.barrier()
-    dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("gloo_job")
 
 
 @pytest.fixture(scope="module")
