@@ -10,6 +10,7 @@
  */
 #include "_calls.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,7 +93,9 @@ stagelink_status_t sl_py_calls_post_batch(sl_py_calls_t *c,
     stagelink_status_t status;
 
     Py_BEGIN_ALLOW_THREADS
-    status = c->vt->post_batch(c->comm, ops, count, reqs);
+    status = c->batch_sized ? c->vt->post_batch_sized(c->comm, ops, count,
+                                                      sizeof(*ops), reqs)
+                            : c->vt->post_batch(c->comm, ops, count, reqs);
     Py_END_ALLOW_THREADS
     return status;
 }
@@ -158,14 +161,20 @@ sl_py_buffer_t *sl_py_calls_fill(sl_py_calls_t *c, PyObject *const *args,
     return b;
 }
 
-/* The plugin unloaded and every pointer into it dropped: CLOSED. */
+/* The plugin unloaded and every pointer into it dropped, the config's
+ * callbacks let go (the store, the TP group): CLOSED. */
 static void calls_unload(sl_py_calls_t *self)
 {
+    int i;
+
     sl_py_lib.stagelink_loader_close(self->loader);
     self->loader = NULL;
     self->comm   = NULL;
     self->vt     = NULL;
     self->state  = SL_PY_CALLS_CLOSED;
+    for (i = SL_PY_HOOK_STORE_SET; i <= SL_PY_HOOK_GATHER; ++i) {
+        Py_CLEAR(self->hooks[i]);
+    }
 }
 
 /* open(plugin, tp_size, pp_size, mode, rank, world_size, device,
@@ -227,6 +236,9 @@ static PyObject *calls_open(sl_py_calls_t *self, PyObject *const *args,
     self->sliced = self->vt->struct_size >=
                    offsetof(stagelink_plugin_v1_t, wait_for) +
                    sizeof(self->vt->wait_for);
+    self->batch_sized = self->vt->struct_size >=
+                        offsetof(stagelink_plugin_v1_t, post_batch_sized) +
+                        sizeof(self->vt->post_batch_sized);
     self->state  = SL_PY_CALLS_OPEN;
     return Py_BuildValue("(is)", 0, "");
 }
@@ -307,7 +319,9 @@ static PyObject *calls_counters(sl_py_calls_t *self, PyObject *unused)
         return NULL;
     }
     memset(&c, 0, sizeof(c));
+    Py_BEGIN_ALLOW_THREADS
     status = self->vt->get_counters(self->comm, &c);
+    Py_END_ALLOW_THREADS
     return Py_BuildValue(
         "(i{sKsKsKsKsKsKsKsKsK})", (int)status,
         "stage_bytes_sent", (unsigned long long)c.stage_bytes_sent,
@@ -321,15 +335,21 @@ static PyObject *calls_counters(sl_py_calls_t *self, PyObject *unused)
         "transfers_completed", (unsigned long long)c.transfers_completed);
 }
 
+/* The sentence, copied once: comm_abort may rewrite it meanwhile. */
 static PyObject *calls_last_error(sl_py_calls_t *self, PyObject *unused)
 {
+    const char *text;
+    char        copy[4096];
+
     (void)unused;
     if (calls_ready(self)) {
         return NULL;
     }
-    return PyUnicode_DecodeUTF8(self->vt->last_error(self->comm),
-                                strlen(self->vt->last_error(self->comm)),
-                                "replace");
+    Py_BEGIN_ALLOW_THREADS
+    text = self->vt->last_error(self->comm);
+    snprintf(copy, sizeof(copy), "%s", (text != NULL) ? text : "");
+    Py_END_ALLOW_THREADS
+    return PyUnicode_DecodeUTF8(copy, (Py_ssize_t)strlen(copy), "replace");
 }
 
 /* get_error() -> (status, failed rank): without progressing. */
@@ -342,7 +362,9 @@ static PyObject *calls_get_error(sl_py_calls_t *self, PyObject *unused)
     if (calls_ready(self)) {
         return NULL;
     }
+    Py_BEGIN_ALLOW_THREADS
     status = self->vt->comm_get_error(self->comm, &rank);
+    Py_END_ALLOW_THREADS
     return Py_BuildValue("(ii)", (int)status, rank);
 }
 
@@ -368,6 +390,7 @@ static PyObject *calls_wait(sl_py_calls_t *self, PyObject *const *args,
                             Py_ssize_t nargs)
 {
     stagelink_request_t *req;
+    long                 slice;
     int                  slice_ms;
 
     if (nargs != 2) {
@@ -378,10 +401,16 @@ static PyObject *calls_wait(sl_py_calls_t *self, PyObject *const *args,
         calls_request(args[0], &req)) {
         return NULL;
     }
-    slice_ms = PyLong_AsLong(args[1]);
-    if (slice_ms == -1 && PyErr_Occurred()) {
+    slice = PyLong_AsLong(args[1]);
+    if (slice == -1 && PyErr_Occurred()) {
         return NULL;
     }
+    if (slice < -1 || slice > INT_MAX) {
+        PyErr_Format(PyExc_ValueError, "wait: slice_ms %ld is not -1 (to "
+                     "the end) or milliseconds up to %d", slice, INT_MAX);
+        return NULL;
+    }
+    slice_ms = (int)slice;
     return PyLong_FromLong(sl_py_calls_wait(self, req, slice_ms));
 }
 
@@ -427,13 +456,14 @@ static PyObject *calls_order_stream(sl_py_calls_t *self,
 /* abort() -> status; from any thread, also during a wait.  Finalized: 0. */
 static PyObject *calls_abort(sl_py_calls_t *self, PyObject *unused)
 {
-    stagelink_status_t status = STAGELINK_SUCCESS;
-    stagelink_comm_t  *comm   = self->comm;
+    const stagelink_plugin_v1_t *vt     = self->vt;
+    stagelink_comm_t            *comm   = self->comm;
+    stagelink_status_t           status = STAGELINK_SUCCESS;
 
     (void)unused;
     if (comm != NULL) {
         Py_BEGIN_ALLOW_THREADS
-        status = self->vt->comm_abort(comm);
+        status = vt->comm_abort(comm);
         Py_END_ALLOW_THREADS
     }
     return PyLong_FromLong(status);

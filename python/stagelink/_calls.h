@@ -51,6 +51,7 @@ typedef struct {
     const stagelink_plugin_v1_t *vt;
     stagelink_comm_info_t        info;
     int                          sliced;    /* the plugin has wait_for */
+    int                          batch_sized; /* ... post_batch_sized */
     int                          check;     /* STAGELINK_CHECK */
     unsigned long                max_chunk; /* of a post's chunk */
     PyObject                    *owner;     /* the Communicator */

@@ -11,12 +11,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The status of a callback's result (an int); a callback that raised or
- * returned anything else is reported unraisable and fails the call. */
+/* The status of a callback's result (an int, 0 for success); a callback
+ * that raised or returned anything else is reported unraisable and fails
+ * the call. */
 static int config_status(PyObject *r, PyObject *hook)
 {
     long status = (r != NULL && PyLong_Check(r)) ? PyLong_AsLong(r) : 1;
 
+    if (r != NULL && !PyLong_Check(r)) {
+        PyErr_Format(PyExc_TypeError, "a store or gather callback returned "
+                     "%R, not a status (an int)", r);
+    }
     if (r == NULL || PyErr_Occurred()) {
         PyErr_WriteUnraisable(hook);
         status = 1;
@@ -58,6 +63,9 @@ static int config_store_get(void *ctx, const char *key, void *buf,
         r = sl_py_calls_hook(c, SL_PY_HOOK_STORE_GET, &arg, 1);
         Py_DECREF(arg);
     }
+    if (r != NULL && PyLong_Check(r) && PyLong_AsLong(r) == 0) {
+        Py_SETREF(r, PyLong_FromLong(1)); /* success without a value */
+    }
     if (r != NULL && PyBytes_Check(r)) {
         *size = (size_t)PyBytes_GET_SIZE(r);
         memcpy(buf, PyBytes_AS_STRING(r), (*size < capacity) ? *size :
@@ -73,7 +81,8 @@ static int config_store_get(void *ctx, const char *key, void *buf,
 
 /* gather(mem_type, buf, nbytes, stream, (microbatch, chunk, direction),
  *        tp_index, offsets, lengths): buf a writable memoryview of host
- * memory, else the device address. */
+ * memory, else the device address.  The view is valid for the call only
+ * (the receive's buffer, which the host owns), as the memory it shows. */
 static int config_gather(void *ctx, const stagelink_gather_args_t *a)
 {
     sl_py_calls_t   *c     = ctx;
@@ -183,19 +192,24 @@ int sl_py_config_fill(sl_py_calls_t *c, PyObject *const *args,
                       stagelink_config_t *cfg, stagelink_topology_t *topo,
                       int **ranks)
 {
-    int set, mode = 0, store_set, store_get, gather;
+    int set, rank_set, world_set, mode = 0, store_set, store_get, gather;
 
     memset(cfg, 0, sizeof(*cfg));
     cfg->struct_size = sizeof(*cfg);
     if (config_int(args[1], &cfg->tp_size, &set) ||
         config_int(args[2], &cfg->pp_size, &set) ||
         config_int(args[3], &mode, &set) ||
-        config_int(args[4], &cfg->rank, &set) ||
-        config_int(args[5], &cfg->world_size, &set)) {
+        config_int(args[4], &cfg->rank, &rank_set) ||
+        config_int(args[5], &cfg->world_size, &world_set)) {
+        return -1;
+    }
+    if (rank_set != world_set) {
+        PyErr_SetString(PyExc_ValueError, "open: give rank and world_size "
+                        "together, or neither");
         return -1;
     }
     cfg->mode   = (stagelink_mode_t)mode;
-    cfg->flags |= set ? STAGELINK_CONFIG_RANK_SET : 0;
+    cfg->flags |= rank_set ? STAGELINK_CONFIG_RANK_SET : 0;
     if (config_int(args[6], &cfg->device, &set)) {
         return -1;
     }

@@ -10,6 +10,7 @@
 #include "_library.h"
 
 #include <dlfcn.h>
+#include <string.h>
 
 sl_py_library_t sl_py_lib;
 
@@ -122,7 +123,11 @@ static PyObject *library_env_value(PyObject *module, PyObject *arg)
     }
     status = sl_py_lib.stagelink_env_value(name, value, sizeof(value), err,
                                            sizeof(err));
-    return Py_BuildValue("(iss)", (int)status, value, err);
+    return Py_BuildValue("(iNN)", (int)status,
+                         PyUnicode_DecodeUTF8(value, (Py_ssize_t)strlen(value),
+                                              "replace"),
+                         PyUnicode_DecodeUTF8(err, (Py_ssize_t)strlen(err),
+                                              "replace"));
 }
 
 /* job_query() -> (status, (rank, world_size, local_rank, local_size,

@@ -360,9 +360,8 @@ static PyObject *request_post_record_py(PyTypeObject *cls,
                         "peer, microbatch, chunk, elem_size, what)");
         return NULL;
     }
-    c    = sl_py_calls_of(args[0]);
-    recv = PyObject_IsTrue(args[1]);
-    if (c == NULL || recv < 0 ||
+    c = sl_py_calls_of(args[0]);
+    if (c == NULL || (recv = PyObject_IsTrue(args[1])) < 0 ||
         request_comm_open(c, recv ? n_irecv : n_isend)) {
         return NULL;
     }
@@ -391,6 +390,7 @@ static PyObject *request_post_batch_py(PyTypeObject *cls,
     sl_py_calls_t        *c;
     PyObject             *list = NULL, *fill[7], *zero, *r = NULL;
     Py_ssize_t            n, i;
+    int                   recv;
 
     if (nargs != 2 || !PyList_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "_post_batch(calls, ops): ops a "
@@ -419,10 +419,13 @@ static PyObject *request_post_batch_py(PyTypeObject *cls,
             goto out;
         }
         memcpy(fill, &PyTuple_GET_ITEM(op, 0), 5 * sizeof(*fill));
-        fill[5]     = zero;
-        fill[6]     = Py_None;
-        ops[i].kind = PyObject_IsTrue(fill[0]) ? STAGELINK_OP_RECV :
-                                                 STAGELINK_OP_SEND;
+        fill[5] = zero;
+        fill[6] = Py_None;
+        recv    = PyObject_IsTrue(fill[0]);
+        if (recv < 0) {
+            goto out;
+        }
+        ops[i].kind = recv ? STAGELINK_OP_RECV : STAGELINK_OP_SEND;
         req         = request_new(cls, c, fill, NULL, &ops[i].xfer);
         if (req == NULL) {
             goto out;

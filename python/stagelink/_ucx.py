@@ -24,7 +24,6 @@ import os
 import subprocess
 import threading
 
-from . import _calls
 from .errors import STATUS, StagelinkError
 
 # In dependency order; a library loaded by path serves every later
@@ -152,12 +151,13 @@ def choose():
     global _chosen
     with _lock:
         if _chosen is None:
+            from . import _lib  # the binding, imported with its message
             chosen = _decide()
             if chosen["ucx"] == "wheel":
                 for name in _UCX_LIBS:
                     path = os.path.join(chosen["libdir"], name)
                     if os.path.exists(path):
-                        _calls.load_global(path)
+                        _lib._calls.load_global(path)
             _chosen = chosen
         return dict(_chosen)
 

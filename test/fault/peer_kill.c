@@ -71,21 +71,17 @@ typedef enum when {
     TP_DURING_SEND /* t = 2: a sender dies, its TP group must hear of it */
 } when_t;
 
+typedef struct rank_ctx rank_ctx_t;
+
 typedef struct scenario {
     const char *name;
     when_t      when;
     int         world, tp, victim;
+    /* What a rank does before the transfer that must fail (NULL: nothing);
+     * nonzero: this rank makes no such transfer. */
+    int       (*setup)(rank_ctx_t *c);
+    int         await_death; /* survivors post once the death is seen */
 } scenario_t;
-
-static const scenario_t scenarios[] = {
-    {"before",         BEFORE,         2, 1, 0},
-    {"during-send",    DURING_SEND,    2, 1, 0},
-    {"during-recv",    DURING_RECV,    2, 1, 1},
-    {"after",          AFTER,          2, 1, 1},
-    {"last-words",     LAST_WORDS,     2, 1, 0},
-    {"abort",          ABORT,          2, 1, -1},
-    {"tp-during-send", TP_DURING_SEND, 4, 2, 0},
-};
 
 /* What each rank reports, in memory shared with the parent. */
 typedef struct rank_report {
@@ -228,6 +224,22 @@ static void flow_watch_stop(flow_watch_t *w)
     close(w->stop);
 }
 
+/* One rank of a scenario, between its steps. */
+struct rank_ctx {
+    const scenario_t            *sc;
+    placement_t                  where;
+    int                          rank, sender;
+    rank_report_t               *me;
+    const stagelink_plugin_v1_t *sl;
+    stagelink_comm_t            *comm;
+    unsigned char               *buf;
+    stagelink_xfer_t             x;        /* the transfer that must fail */
+    watchdog_t                   dog;      /* ABORT's receiver */
+    pthread_t                    dog_thread;
+    int                          dog_on, watching;
+    flow_watch_t                 watch;    /* TP_DURING_SEND's receivers */
+};
+
 /*
  * The victim's side of a transfer goes as far as the scenario says, then
  * it dies.  It never progresses after the survivors post, so whatever they
@@ -325,10 +337,14 @@ static void enter_netns(const char *name, rank_report_t *me)
  * the survivor's receive, posted before, though the survivor waits for it
  * only once the death can be seen.  The victim's buffer holds 1s.
  */
-static void last_words(const scenario_t *sc, int rank,
-                       const stagelink_plugin_v1_t *sl, stagelink_comm_t *comm,
-                       unsigned char *buf, rank_report_t *me)
+static int last_words(rank_ctx_t *c)
 {
+    const scenario_t            *sc   = c->sc;
+    const stagelink_plugin_v1_t *sl   = c->sl;
+    stagelink_comm_t            *comm = c->comm;
+    unsigned char               *buf  = c->buf;
+    rank_report_t               *me   = c->me;
+    int                          rank = c->rank;
     stagelink_xfer_t     x   = {.peer = (rank == sc->victim)
                                             ? STAGELINK_PEER_NEXT
                                             : STAGELINK_PEER_PREV,
@@ -379,42 +395,118 @@ static void last_words(const scenario_t *sc, int rank,
         me->op_status = st;
         _exit(1);
     }
+    return 0;
 }
 
-static void run_rank(const scenario_t *sc, int rank, int port,
-                     placement_t where)
+/* BEFORE: the victim dies right after init. */
+static int victim_dies(rank_ctx_t *c)
 {
-    rank_report_t               *me = &shm->r[rank];
-    const stagelink_plugin_v1_t *sl;
-    stagelink_loader_t          *loader;
-    stagelink_config_t           cfg = {.struct_size = sizeof(cfg)};
-    stagelink_comm_t            *comm;
-    stagelink_comm_info_t        info;
+    if (c->rank == c->sc->victim) {
+        raise(SIGKILL);
+    }
+    return 0;
+}
+
+/* AFTER: one transfer completes, then the victim dies; the transfer that
+ * must fail is the next microbatch. */
+static int first_transfer(rank_ctx_t *c)
+{
+    const stagelink_plugin_v1_t *sl  = c->sl;
+    stagelink_xfer_t             ack = c->x;
     stagelink_request_t         *req = NULL;
-    stagelink_xfer_t             x;
+    int                          st;
+
+    st = c->sender ? sl->isend(c->comm, &c->x, &req)
+                   : sl->irecv(c->comm, &c->x, &req);
+    if (st == STAGELINK_SUCCESS) {
+        st = sl->wait(c->comm, req);
+    }
+    /* A rendezvous send completes only once the receiver's
+     * acknowledgement has left, which a receiver killed right after its
+     * own completion may never send: the sender posts a second, small
+     * message only after its send completed, and the victim dies once
+     * that arrived. */
+    ack.nbytes         = 1;
+    ack.tag.microbatch = 2;
+    if (st == STAGELINK_SUCCESS) {
+        st = c->sender ? sl->isend(c->comm, &ack, &req)
+                       : sl->irecv(c->comm, &ack, &req);
+    }
+    if (st == STAGELINK_SUCCESS) {
+        st = sl->wait(c->comm, req);
+    }
+    if (st != STAGELINK_SUCCESS) {
+        snprintf(c->me->msg, sizeof(c->me->msg), "first transfer: %s: %s",
+                 stagelink_status_string(st), sl->last_error(c->comm));
+        c->me->op_status = st;
+        _exit(1);
+    }
+    victim_dies(c);
+    c->x.tag.microbatch = 1;
+    return 0;
+}
+
+/* ABORT: the sender never sends, so its receiver stays blocked until a
+ * watchdog thread aborts. */
+static int start_watchdog(rank_ctx_t *c)
+{
+    if (c->sender) {
+        return 1;
+    }
+    c->dog    = (watchdog_t){c->sl, c->comm, eventfd(0, EFD_CLOEXEC)};
+    c->dog_on = 1;
+    pthread_create(&c->dog_thread, NULL, watchdog_main, &c->dog);
+    return 0;
+}
+
+/* TP_DURING_SEND: receivers tell the victim when its bytes land. */
+static int watch_for_bytes(rank_ctx_t *c)
+{
+    if (!c->sender) {
+        if (flow_watch_start(&c->watch, c->buf, c->me) != 0) {
+            _exit(1);
+        }
+        c->watching = 1;
+    }
+    return 0;
+}
+
+static const scenario_t scenarios[] = {
+    /* name, when, world, tp, victim, setup, survivors await the death */
+    {"before",         BEFORE,         2, 1, 0,  victim_dies,     1},
+    {"during-send",    DURING_SEND,    2, 1, 0,  NULL,            1},
+    {"during-recv",    DURING_RECV,    2, 1, 1,  NULL,            0},
+    {"after",          AFTER,          2, 1, 1,  first_transfer,  1},
+    {"last-words",     LAST_WORDS,     2, 1, 0,  last_words,      1},
+    {"abort",          ABORT,          2, 1, -1, start_watchdog,  0},
+    {"tp-during-send", TP_DURING_SEND, 4, 2, 0,  watch_for_bytes, 0},
+};
+
+/* A rank's placement, its communicator and the transfer that must fail;
+ * every failure here ends the rank (its report says why). */
+static stagelink_loader_t *rank_start(rank_ctx_t *c, int port)
+{
+    const scenario_t            *sc  = c->sc;
+    stagelink_config_t           cfg = {.struct_size = sizeof(cfg)};
+    stagelink_comm_info_t        info;
+    stagelink_loader_t          *loader;
     char                         env[32], err[1024];
-    int                          sender, st;
-    int                          watching = 0;
-    flow_watch_t                 watch;
-    unsigned char               *buf;
-    double                       t0;
-    pthread_t                    dog;
-    watchdog_t                   w;
+    size_t                       nbytes = (size_t)BIG * (size_t)sc->tp;
 
     alarm(30); /* a hang shows as a signal, never as a stuck test */
-    shm->pid[rank] = getpid(); /* before init: a survivor reads it after */
+    shm->pid[c->rank] = getpid(); /* before init: a survivor reads it after */
     snprintf(env, sizeof(env), "%d", port);
     setenv("STAGELINK_BOOTSTRAP_ADDR",
-           (where == NETNS) ? netns_addr : "127.0.0.1", 1);
+           (c->where == NETNS) ? netns_addr : "127.0.0.1", 1);
     setenv("STAGELINK_BOOTSTRAP_PORT", env, 1);
     setenv("STAGELINK_TIMEOUT", "2", 1);
-    if (where == NETNS) {
-        enter_netns(netns[rank / sc->tp], me);
-    } else if (where == NODE_ID) {
-        snprintf(env, sizeof(env), "node-%d", rank / sc->tp);
+    if (c->where == NETNS) {
+        enter_netns(netns[c->rank / sc->tp], c->me);
+    } else if (c->where == NODE_ID) {
+        snprintf(env, sizeof(env), "node-%d", c->rank / sc->tp);
         setenv("STAGELINK_NODE_ID", env, 1);
     }
-    if (sc->when == TP_DURING_SEND && where == ONE_NODE) {
+    if (sc->when == TP_DURING_SEND && c->where == ONE_NODE) {
         /* A receiver in the middle of a CMA read of the victim holds a
          * reference to its address space, so the kernel has that receiver
          * tear it down (15-115 ms measured here, and more the bigger the
@@ -425,126 +517,93 @@ static void run_rank(const scenario_t *sc, int rank, int port,
          * as the victim died).  A UCX_TLS given by the caller stays. */
         setenv("UCX_TLS", "^cma,tcp", 0);
     }
-    me->fds_before = open_fds();
+    c->me->fds_before = open_fds();
     /* The whole tensor, of which each TP rank moves BIG bytes. */
-    buf = malloc((size_t)BIG * (size_t)sc->tp);
-    memset(buf, rank + 1, (size_t)BIG * (size_t)sc->tp);
+    c->buf = malloc(nbytes);
+    memset(c->buf, c->rank + 1, nbytes);
     if (stagelink_loader_open(NULL, &loader, err, sizeof(err)) !=
         STAGELINK_SUCCESS) {
-        snprintf(me->msg, sizeof(me->msg), "%.1000s", err);
+        snprintf(c->me->msg, sizeof(c->me->msg), "%.1000s", err);
         _exit(1);
     }
-    sl = stagelink_loader_plugin(loader);
-    cfg.rank       = rank;
+    c->sl          = stagelink_loader_plugin(loader);
+    cfg.rank       = c->rank;
     cfg.world_size = sc->world;
     cfg.tp_size    = sc->tp;
     cfg.mode       = STAGELINK_MODE_SCATTER_GATHER;
     cfg.flags      = STAGELINK_CONFIG_RANK_SET;
-    if (stagelink_loader_comm_init(loader, &cfg, &comm, err, sizeof(err)) !=
+    if (stagelink_loader_comm_init(loader, &cfg, &c->comm, err, sizeof(err)) !=
         STAGELINK_SUCCESS) {
-        snprintf(me->msg, sizeof(me->msg), "%.1000s", err);
+        snprintf(c->me->msg, sizeof(c->me->msg), "%.1000s", err);
         _exit(1);
     }
-    me->reached = 1;
-    sl->comm_info(comm, &info);
-    sender = info.next_rank >= 0;
-    x = (stagelink_xfer_t){.peer   = sender ? STAGELINK_PEER_NEXT
-                                            : STAGELINK_PEER_PREV,
-                           .buf    = buf,
-                           .nbytes = (size_t)BIG * (size_t)sc->tp,
-                           .elem_size = 1};
+    c->me->reached = 1;
+    c->sl->comm_info(c->comm, &info);
+    c->sender = info.next_rank >= 0;
+    c->x = (stagelink_xfer_t){.peer = c->sender ? STAGELINK_PEER_NEXT
+                                                : STAGELINK_PEER_PREV,
+                              .buf = c->buf, .nbytes = nbytes,
+                              .elem_size = 1};
+    return loader;
+}
 
-    if (sc->when == BEFORE && rank == sc->victim) {
-        raise(SIGKILL);
-    }
-    if (sc->when == AFTER) {
-        stagelink_xfer_t ack = x;
+/* The transfer that must fail: posted (the victim dies in it), waited,
+ * and what came of it reported. */
+static void rank_transfer(rank_ctx_t *c)
+{
+    const scenario_t    *sc  = c->sc;
+    rank_report_t       *me  = c->me;
+    stagelink_request_t *req = NULL;
+    double               t0;
+    int                  st;
 
-        st = sender ? sl->isend(comm, &x, &req) : sl->irecv(comm, &x, &req);
-        if (st == STAGELINK_SUCCESS) {
-            st = sl->wait(comm, req);
-        }
-        /* A rendezvous send completes only once the receiver's
-         * acknowledgement has left, which a receiver killed right after its
-         * own completion may never send: the sender posts a second, small
-         * message only after its send completed, and the victim dies once
-         * that arrived. */
-        ack.nbytes         = 1;
-        ack.tag.microbatch = 2;
-        if (st == STAGELINK_SUCCESS) {
-            st = sender ? sl->isend(comm, &ack, &req)
-                        : sl->irecv(comm, &ack, &req);
-        }
-        if (st == STAGELINK_SUCCESS) {
-            st = sl->wait(comm, req);
-        }
-        if (st != STAGELINK_SUCCESS) {
-            snprintf(me->msg, sizeof(me->msg), "first transfer: %s: %s",
-                     stagelink_status_string(st), sl->last_error(comm));
-            me->op_status = st;
-            _exit(1);
-        }
-        if (rank == sc->victim) {
-            raise(SIGKILL);
-        }
-        x.tag.microbatch = 1;
-    }
-    if (sc->when == LAST_WORDS) {
-        last_words(sc, rank, sl, comm, buf, me);
-    }
-    if (sc->when == ABORT) {
-        if (sender) {
-            /* Never sends: the receiver stays blocked until the abort. */
-            goto finalize;
-        }
-        w = (watchdog_t){sl, comm, eventfd(0, EFD_CLOEXEC)};
-        pthread_create(&dog, NULL, watchdog_main, &w);
-    }
-
-    /* The survivor's transfer meets a peer that is dead already. */
-    if ((sc->when == BEFORE || sc->when == AFTER || sc->when == DURING_SEND ||
-         sc->when == LAST_WORDS) &&
-        rank != sc->victim) {
+    if (sc->await_death && c->rank != sc->victim) {
         await_victim_death(sc->victim, me);
     }
-    if (sc->when == TP_DURING_SEND && !sender) {
-        if (flow_watch_start(&watch, buf, me) != 0) {
-            _exit(1);
-        }
-        watching = 1;
-    }
-    atomic_fetch_add(&shm->posted, rank != sc->victim);
+    atomic_fetch_add(&shm->posted, c->rank != sc->victim);
     t0 = sl_time_now();
-    st = sender ? sl->isend(comm, &x, &req) : sl->irecv(comm, &x, &req);
-    if (rank == sc->victim) {
-        die_mid_transfer(sc, where, sl, comm, req);
+    st = c->sender ? c->sl->isend(c->comm, &c->x, &req)
+                   : c->sl->irecv(c->comm, &c->x, &req);
+    if (c->rank == sc->victim) {
+        die_mid_transfer(sc, c->where, c->sl, c->comm, req);
     }
-    if (sc->when == ABORT) {
-        eventfd_write(w.posted, 1);
+    if (c->dog_on) {
+        eventfd_write(c->dog.posted, 1);
     }
     if (st == STAGELINK_SUCCESS) {
-        st = sl->wait(comm, req);
+        st = c->sl->wait(c->comm, req);
     }
-    if (watching) {
-        flow_watch_stop(&watch);
+    if (c->watching) {
+        flow_watch_stop(&c->watch);
     }
     me->op_end    = sl_time_now();
     me->op_secs   = me->op_end - t0;
     me->op_status = st;
-    snprintf(me->msg, sizeof(me->msg), "%s", sl->last_error(comm));
-    if (sc->when == ABORT) {
-        pthread_join(dog, NULL);
-        close(w.posted);
+    snprintf(me->msg, sizeof(me->msg), "%s", c->sl->last_error(c->comm));
+    if (c->dog_on) {
+        pthread_join(c->dog_thread, NULL);
+        close(c->dog.posted);
     }
-    me->err_status = sl->comm_get_error(comm, &me->failed_rank);
+    me->err_status = c->sl->comm_get_error(c->comm, &me->failed_rank);
+}
 
-finalize:
-    t0             = sl_time_now();
-    me->fin_status = sl->comm_finalize(comm);
-    me->fin_secs   = sl_time_now() - t0;
+static void run_rank(const scenario_t *sc, int rank, int port,
+                     placement_t where)
+{
+    rank_ctx_t          c = {.sc = sc, .where = where, .rank = rank,
+                             .me = &shm->r[rank]};
+    stagelink_loader_t *loader = rank_start(&c, port);
+    double              t0;
+
+    if (sc->setup == NULL || sc->setup(&c) == 0) {
+        rank_transfer(&c);
+    }
+    t0               = sl_time_now();
+    c.me->fin_status = c.sl->comm_finalize(c.comm);
+    c.me->fin_secs   = sl_time_now() - t0;
     stagelink_loader_close(loader);
-    free(buf);
-    me->fds_after = open_fds();
+    free(c.buf);
+    c.me->fds_after = open_fds();
     _exit(0);
 }
 

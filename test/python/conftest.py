@@ -12,6 +12,7 @@ skipped exits 77, which meson and stagelink_run read as a skip.
 
 SPDX-License-Identifier: MIT
 """
+import contextlib
 import importlib
 import os
 
@@ -25,6 +26,19 @@ def check(cond, what):
     if not cond:
         _failed.append(what)
         print("FAIL:", what, flush=True)
+
+
+@contextlib.contextmanager
+def module_comm(request, comm):
+    """`comm` for a module's tests, closed after them; aborted first when a
+    test failed, so the peers fail at once instead of waiting for this
+    rank's transfers until their deadline."""
+    try:
+        yield comm
+    finally:
+        if request.session.testsfailed:
+            comm.abort()
+        comm.close()
 
 
 def require(*modules, why=""):

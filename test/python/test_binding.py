@@ -9,7 +9,7 @@ import datetime
 
 import pytest
 
-from conftest import check, require
+from conftest import check, module_comm, require
 
 np, torch = require("numpy", "torch",
                     why="install python3-numpy and python3-torch")
@@ -17,9 +17,29 @@ np, torch = require("numpy", "torch",
 import stagelink  # noqa: E402
 
 
+@pytest.mark.parametrize("bad, kind", [(-1, ValueError), ("cpu", ValueError),
+                                       (True, TypeError)])
+def test_device_refused(world, bad, kind):
+    """device=: checked here before comm_init (first: no communicator of
+    this module is open yet, as a user's first call)."""
+    with pytest.raises(kind):
+        stagelink.Communicator(tp_size=world // 2, device=bad)
+
+
+def test_device_without_gpu(world):
+    """device= handed to comm_init (STAGELINK_CONFIG_DEVICE_SET), which
+    refuses it where no GPU is usable, with the library's reason."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is usable here")
+    with pytest.raises(stagelink.StagelinkError) as e:
+        stagelink.Communicator(tp_size=world // 2, device=0)
+    check(e.value.status == "ERR_CONFIG" and "CUDA device 0" in str(e.value)
+          and "STAGELINK_CONFIG_DEVICE_SET" in str(e.value), str(e.value))
+
+
 @pytest.fixture(scope="module")
-def comm(world):
-    with stagelink.Communicator(tp_size=world // 2) as c:
+def comm(request, world):
+    with module_comm(request, stagelink.Communicator(tp_size=world // 2)) as c:
         yield c
 
 
@@ -158,22 +178,5 @@ def test_wait_arguments(comm):
 
 def test_counters(comm):
     check(comm.counters()["transfers_completed"] >= 5, "counters")
-
-
-@pytest.mark.parametrize("bad, kind", [(-1, ValueError), ("cpu", ValueError),
-                                       (True, TypeError)])
-def test_device_refused(world, bad, kind):
-    """device=: checked here before comm_init."""
-    with pytest.raises(kind):
-        stagelink.Communicator(tp_size=world // 2, device=bad)
-
-
-def test_device_without_gpu(world):
-    """device= handed to comm_init (STAGELINK_CONFIG_DEVICE_SET), which
-    refuses it where no GPU is usable, with the library's reason."""
-    if torch.cuda.is_available():
-        pytest.skip("a GPU is usable here")
-    with pytest.raises(stagelink.StagelinkError) as e:
-        stagelink.Communicator(tp_size=world // 2, device=0)
-    check(e.value.status == "ERR_CONFIG" and "CUDA device 0" in str(e.value)
-          and "STAGELINK_CONFIG_DEVICE_SET" in str(e.value), str(e.value))
+    check(stagelink.version() == stagelink.library_version(),
+          "stagelink.version, the name of earlier releases")

@@ -12,7 +12,7 @@ import gc
 
 import pytest
 
-from conftest import check, require_cuda
+from conftest import check, module_comm, require_cuda
 
 torch = require_cuda()
 
@@ -22,8 +22,8 @@ N = 1 << 22
 
 
 @pytest.fixture(scope="module")
-def comm(world):
-    with stagelink.Communicator(tp_size=world // 2) as c:
+def comm(request, world):
+    with module_comm(request, stagelink.Communicator(tp_size=world // 2)) as c:
         yield c
 
 

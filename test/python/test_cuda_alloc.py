@@ -9,7 +9,7 @@ SPDX-License-Identifier: MIT
 """
 import pytest
 
-from conftest import check, require_cuda
+from conftest import check, module_comm, require_cuda
 
 torch = require_cuda()
 
@@ -25,8 +25,8 @@ def pattern(n, salt):
 
 
 @pytest.fixture(scope="module")
-def comm(world):
-    with stagelink.Communicator(tp_size=world // 2) as c:
+def comm(request, world):
+    with module_comm(request, stagelink.Communicator(tp_size=world // 2)) as c:
         yield c
 
 

@@ -31,7 +31,7 @@ import time
 
 import pytest
 
-from conftest import check, require
+from conftest import check, module_comm, require
 
 np, torch = require("numpy", "torch",
                     why="install python3-numpy and python3-torch")
@@ -40,11 +40,10 @@ import stagelink  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def comm(world):
+def comm(request, world):
     """One communicator for the cases before test_after_close closes it."""
-    c = stagelink.Communicator(tp_size=world // 2)
-    yield c
-    c.close()
+    with module_comm(request, stagelink.Communicator(tp_size=world // 2)) as c:
+        yield c
 
 
 def pattern(n, seed):
