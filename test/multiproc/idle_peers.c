@@ -20,6 +20,7 @@
  * leaves the collective; rank 0 checks that every "done" came before the
  * first "resumed".  SPDX-License-Identifier: MIT
  */
+#include "check.h"
 #include "host.h"
 #include "pattern.h"
 
@@ -51,7 +52,7 @@ typedef struct slot {
 
 typedef struct idle {
     sl_host_t host;
-    int       tp, pp, per_dir, failures;
+    int       tp, pp, per_dir;
     size_t    max_bytes;
     uint64_t  seed;
     char      complete[8];
@@ -172,13 +173,10 @@ static void slot_verify(idle_t *c, const slot_t *s)
     uint64_t seed = sl_pattern_seed(s->src_stage, s->mb, 0, s->backward);
     size_t   bad  = sl_pattern_check(s->buf, 0, s->nbytes, seed);
 
-    if (bad != SIZE_MAX) {
-        fprintf(stderr, "rank %d: %s mb %u (%zu bytes): byte %zu is 0x%02x, "
-                "expected the pattern of stage %d\n", c->host.info.rank,
-                s->backward ? "backward" : "forward", s->mb, s->nbytes, bad,
-                s->buf[bad], s->src_stage);
-        ++c->failures;
-    }
+    CHECK(bad == SIZE_MAX, "rank %d: %s mb %u (%zu bytes): byte %zu is "
+          "0x%02x, expected the pattern of stage %d", c->host.info.rank,
+          s->backward ? "backward" : "forward", s->mb, s->nbytes, bad,
+          (bad != SIZE_MAX) ? s->buf[bad] : 0, s->src_stage);
 }
 
 static void slot_post(idle_t *c, slot_t *s)
@@ -192,9 +190,10 @@ static void slot_post(idle_t *c, slot_t *s)
     st = s->recv ? c->host.plugin->irecv(c->host.comm, &x, &s->req)
                  : c->host.plugin->isend(c->host.comm, &x, &s->req);
     if (sl_host_report(&c->host, st, s->recv ? "irecv" : "isend")) {
-        ++c->failures;
         s->req = NULL;
     }
+    CHECK(s->req != NULL, "rank %d: %s of mb %u refused (above)",
+          c->host.info.rank, s->recv ? "irecv" : "isend", s->mb);
 }
 
 /* By wait, or by test with 100 us naps in between (a host polling its
@@ -202,7 +201,7 @@ static void slot_post(idle_t *c, slot_t *s)
 static void slot_complete(idle_t *c, slot_t *s, int by_test)
 {
     stagelink_status_t st;
-    int                done = 0;
+    int                done = 0, failed;
 
     if (s->req == NULL) {
         return;
@@ -218,9 +217,10 @@ static void slot_complete(idle_t *c, slot_t *s, int by_test)
         st = c->host.plugin->wait(c->host.comm, s->req);
     }
     s->req = NULL;
-    if (sl_host_report(&c->host, st, by_test ? "test" : "wait")) {
-        ++c->failures;
-    } else if (s->recv) {
+    failed = sl_host_report(&c->host, st, by_test ? "test" : "wait");
+    CHECK(!failed, "rank %d: %s of mb %u failed (above)", c->host.info.rank,
+          by_test ? "test" : "wait", s->mb);
+    if (!failed && s->recv) {
         slot_verify(c, s);
     }
 }
@@ -391,11 +391,12 @@ int main(int argc, char **argv)
         return 1;
     }
     base = c.seed;
-    for (rc = 0; rc == 0 && c.failures == 0 && c.round < c.rounds; ++c.round) {
+    for (rc = 0; rc == 0 && check_failed == 0 && c.round < c.rounds;
+         ++c.round) {
         c.seed = base + (uint64_t)c.round;
         rc     = run(&c);
     }
-    if (rc == 0 && c.failures == 0) {
+    if (rc == 0 && check_failed == 0) {
         printf("rank %d: %d rounds of %d each way, completed by %s, then "
                "idle: ok\n", c.host.info.rank, c.rounds, c.per_dir,
                c.complete);
@@ -420,5 +421,7 @@ int main(int argc, char **argv)
         }
     }
 #endif
-    return (rc == 0 && c.failures == 0) ? 0 : 1;
+    CHECK(rc == 0, "rank %d: a round or the order of completions failed "
+          "(above)", rank);
+    return check_summary();
 }

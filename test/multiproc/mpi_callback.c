@@ -11,6 +11,7 @@
  * Run under mpirun with 2t ranks.
  * SPDX-License-Identifier: MIT
  */
+#include "check.h"
 #include "host.h"
 #include "pattern.h"
 
@@ -57,8 +58,17 @@ static int mpi_gather(void *ctx, const stagelink_gather_args_t *a)
 
 #define NSIZES 5
 
+/* Whether `buf` holds the pattern of (stage, microbatch), whole. */
+static int pattern_ok(const unsigned char *buf, size_t n, int stage,
+                      int microbatch)
+{
+    return sl_pattern_check(buf, 0, n, sl_pattern_seed(stage,
+                                                       (uint32_t)microbatch,
+                                                       0, 0)) == SIZE_MAX;
+}
+
 /* Every receive in flight at once, gathered by the host, in post order. */
-static int host_gather_run(stagelink_loader_t *loader, stagelink_config_t *cfg,
+static void host_gather_run(stagelink_loader_t *loader, stagelink_config_t *cfg,
                            const size_t *sizes, int rank, int stage)
 {
     const stagelink_plugin_v1_t *p = stagelink_loader_plugin(loader);
@@ -69,8 +79,7 @@ static int host_gather_run(stagelink_loader_t *loader, stagelink_config_t *cfg,
     host_gather_t                g = {MPI_COMM_NULL, 0, 0, -1};
     unsigned char               *buf[NSIZES];
     char                         err[1024];
-    int                          failures = 0, i;
-    size_t                       bad;
+    int                          i;
 
     MPI_Comm_split(MPI_COMM_WORLD, stage, rank, &g.tp);
     cfg->gather     = mpi_gather;
@@ -79,52 +88,43 @@ static int host_gather_run(stagelink_loader_t *loader, stagelink_config_t *cfg,
         fprintf(stderr, "rank %d: %s\n", rank, err);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    if (p->comm_info(comm, &info) != 0 ||
-        strcmp(info.gather_backend, "host") != 0) {
-        fprintf(stderr, "rank %d: gathers with %s, not the host's callback\n",
-                rank, info.gather_backend);
-        ++failures;
-    }
+    CHECK(p->comm_info(comm, &info) == 0 &&
+          strcmp(info.gather_backend, "host") == 0,
+          "rank %d: gathers with %s, not the host's callback", rank,
+          info.gather_backend);
     for (i = 0; i < NSIZES; ++i) {
         buf[i] = malloc(sizes[i] + 1);
         if (stage == 1) {
             memset(buf[i], 0xee, sizes[i]);
             x = sl_host_xfer(STAGELINK_PEER_PREV, buf[i], sizes[i], 1,
                              (uint32_t)i, 0);
-            failures += p->irecv(comm, &x, &req[i]) != 0;
+            CHECK(p->irecv(comm, &x, &req[i]) == 0, "rank %d: irecv %d: %s",
+                  rank, i, p->last_error(comm));
         }
     }
     MPI_Barrier(MPI_COMM_WORLD);
     for (i = NSIZES - 1; stage == 0 && i >= 0; --i) {
         sl_pattern_fill(buf[i], 0, sizes[i], sl_pattern_seed(1, (uint32_t)i, 0, 0));
         x = sl_host_xfer(STAGELINK_PEER_NEXT, buf[i], sizes[i], 1, (uint32_t)i, 0);
-        failures += p->isend(comm, &x, &req[i]) != 0;
+        CHECK(p->isend(comm, &x, &req[i]) == 0, "rank %d: isend %d: %s",
+              rank, i, p->last_error(comm));
     }
     for (i = 0; i < NSIZES; ++i) {
-        if (p->wait(comm, req[i]) != 0) {
-            fprintf(stderr, "rank %d: %s\n", rank, p->last_error(comm));
-            ++failures;
-        } else if (stage == 1 &&
-                   (bad = sl_pattern_check(buf[i], 0, sizes[i],
-                                           sl_pattern_seed(1, (uint32_t)i, 0, 0))) != SIZE_MAX) {
-            fprintf(stderr, "rank %d: host-gathered %zu bytes differ at %zu\n",
-                    rank, sizes[i], bad);
-            ++failures;
-        }
+        int ok = p->wait(comm, req[i]) == 0;
+
+        CHECK(ok, "rank %d: %s", rank, p->last_error(comm));
+        CHECK(!ok || stage != 1 || pattern_ok(buf[i], sizes[i], 1, i),
+              "rank %d: host-gathered %zu bytes differ", rank, sizes[i]);
     }
     /* Every receive but the empty one (nothing to gather). */
-    if (stage == 1 && (g.calls != NSIZES - 1 || g.out_of_order != 0)) {
-        fprintf(stderr, "rank %d: %d host gathers (%d out of post order), "
-                "want %d in order\n", rank, g.calls, g.out_of_order,
-                NSIZES - 1);
-        ++failures;
-    }
+    CHECK(stage != 1 || (g.calls == NSIZES - 1 && g.out_of_order == 0),
+          "rank %d: %d host gathers (%d out of post order), want %d in order",
+          rank, g.calls, g.out_of_order, NSIZES - 1);
     for (i = 0; i < NSIZES; ++i) {
         free(buf[i]);
     }
     p->comm_finalize(comm);
     MPI_Comm_free(&g.tp);
-    return failures;
 }
 
 int main(int argc, char **argv)
@@ -139,8 +139,8 @@ int main(int argc, char **argv)
     stagelink_xfer_t     x;
     MPI_Comm             world = MPI_COMM_WORLD;
     char                 err[1024];
-    int                  rank, size, t, stage, group[64], i, failures = 0;
-    size_t               s, bad;
+    int                  rank, size, t, stage, group[64], i, failed;
+    size_t               s;
     unsigned char       *buf;
 
     MPI_Init(&argc, &argv);
@@ -183,28 +183,24 @@ int main(int argc, char **argv)
         if (stage == 0) {
             sl_pattern_fill(buf, 0, sizes[s], sl_pattern_seed(0, (uint32_t)s, 0, 0));
         }
-        if ((stage == 0 ? p->isend(comm, &x, &req) : p->irecv(comm, &x, &req)) ||
-            p->wait(comm, req)) {
-            fprintf(stderr, "rank %d: %s\n", rank, p->last_error(comm));
-            ++failures;
-        } else if (stage == 1 &&
-                   (bad = sl_pattern_check(buf, 0, sizes[s],
-                                           sl_pattern_seed(0, (uint32_t)s, 0, 0))) != SIZE_MAX) {
-            fprintf(stderr, "rank %d: %zu bytes differ at %zu\n", rank,
-                    sizes[s], bad);
-            ++failures;
-        }
+        int ok = (stage == 0 ? p->isend(comm, &x, &req)
+                             : p->irecv(comm, &x, &req)) == 0 &&
+                 p->wait(comm, req) == 0;
+
+        CHECK(ok, "rank %d: %s", rank, p->last_error(comm));
+        CHECK(!ok || stage != 1 || pattern_ok(buf, sizes[s], 0, (int)s),
+              "rank %d: %zu bytes differ", rank, sizes[s]);
         free(buf);
     }
     p->comm_finalize(comm);
-    failures += host_gather_run(loader, &cfg, sizes, rank, stage);
+    host_gather_run(loader, &cfg, sizes, rank, stage);
     stagelink_loader_close(loader);
-    MPI_Allreduce(MPI_IN_PLACE, &failures, 1, MPI_INT, MPI_SUM, world);
+    failed = check_summary();
+    MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, world);
     if (rank == 0) {
         printf("host allgather and gather callbacks, explicit topology, "
-               "t=%d: %s\n", t,
-               failures ? "FAILED" : "ok");
+               "t=%d: %s\n", t, failed ? "FAILED" : "ok");
     }
     MPI_Finalize();
-    return failures ? 1 : 0;
+    return failed;
 }

@@ -11,6 +11,7 @@
  *
  * SPDX-License-Identifier: MIT
  */
+#include "check.h"
 #include "host.h"
 #include "pattern.h"
 #include "schedule.h"
@@ -29,7 +30,6 @@ typedef struct check {
     sl_host_t         host;
     stagelink_mode_t  mode;
     int               stage, nstages, tp, tp_index;
-    int               failures;
     int               register_buffers;
     int               nregs;
     struct {
@@ -58,18 +58,25 @@ static void *xmalloc(size_t n)
     return p;
 }
 
+/* A plugin call's status checked: sl_host_report printed why it failed. */
+static int failed_call(check_t *c, stagelink_status_t st, const char *what)
+{
+    int failed = sl_host_report(&c->host, st, what);
+
+    CHECK(!failed, "rank %d: %s failed (above)", c->host.info.rank, what);
+    return failed;
+}
+
 /* Allocates a buffer, registered with the plugin when -r was given. */
 static unsigned char *buf_alloc(check_t *c, size_t n)
 {
     unsigned char *p = xmalloc(n);
 
     if (c->register_buffers && n > 0 && c->nregs < MAX_REGS) {
-        if (sl_host_report(&c->host, c->host.plugin->mem_register(
+        if (failed_call(c, c->host.plugin->mem_register(
                                          c->host.comm, p, n, STAGELINK_MEM_HOST,
                                          &c->regs[c->nregs].memh),
-                           "mem_register")) {
-            ++c->failures;
-        } else {
+                           "mem_register") == 0) {
             c->regs[c->nregs].base  = p;
             c->regs[c->nregs++].len = n;
         }
@@ -83,11 +90,9 @@ static void buf_free(check_t *c, unsigned char *p)
 
     for (i = 0; i < c->nregs; ++i) {
         if (c->regs[i].base == p) {
-            if (sl_host_report(&c->host, c->host.plugin->mem_deregister(
-                                             c->host.comm, c->regs[i].memh),
-                               "mem_deregister")) {
-                ++c->failures;
-            }
+            failed_call(c, c->host.plugin->mem_deregister(c->host.comm,
+                                                          c->regs[i].memh),
+                        "mem_deregister");
             c->regs[i] = c->regs[--c->nregs];
             break;
         }
@@ -149,8 +154,7 @@ static void slot_post(check_t *c, xfer_slot_t *s)
     slot_prepare(c, s);
     st = s->recv ? c->host.plugin->irecv(c->host.comm, &x, &s->req)
                  : c->host.plugin->isend(c->host.comm, &x, &s->req);
-    if (sl_host_report(&c->host, st, s->recv ? "irecv" : "isend")) {
-        ++c->failures;
+    if (failed_call(c, st, s->recv ? "irecv" : "isend")) {
         s->req = NULL;
     }
 }
@@ -165,24 +169,19 @@ static void slot_verify(check_t *c, const xfer_slot_t *s)
         expected_shard(c, s->nbytes, esize, &off, &len);
         for (i = 0; i < s->nbytes; ++i) {
             if ((i < off || i >= off + len) && s->buf[i] != SENTINEL) {
-                fprintf(stderr, "rank %d: sharded mode wrote byte %zu outside "
-                        "its shard [%zu, %zu) of mb %u (%zu bytes)\n",
-                        c->host.info.rank, i, off, off + len, s->mb,
-                        s->nbytes);
-                ++c->failures;
+                CHECK(0, "rank %d: sharded mode wrote byte %zu outside its "
+                      "shard [%zu, %zu) of mb %u (%zu bytes)",
+                      c->host.info.rank, i, off, off + len, s->mb, s->nbytes);
                 return;
             }
         }
     }
     bad = sl_pattern_check(s->buf, off, len, seed);
-    if (bad != SIZE_MAX) {
-        fprintf(stderr, "rank %d: %s mb %u chunk %u (%zu bytes, mode %s, "
-                "t=%d): byte %zu is 0x%02x, expected the pattern of stage %d\n",
-                c->host.info.rank, s->backward ? "backward" : "forward", s->mb,
-                s->chunk, s->nbytes, sl_host_mode_name(c->mode), c->tp, bad,
-                s->buf[bad], s->src_stage);
-        ++c->failures;
-    }
+    CHECK(bad == SIZE_MAX, "rank %d: %s mb %u chunk %u (%zu bytes, mode %s, "
+          "t=%d): byte %zu is 0x%02x, expected the pattern of stage %d",
+          c->host.info.rank, s->backward ? "backward" : "forward", s->mb,
+          s->chunk, s->nbytes, sl_host_mode_name(c->mode), c->tp, bad,
+          (bad != SIZE_MAX) ? s->buf[bad] : 0, s->src_stage);
 }
 
 static void slot_wait(check_t *c, xfer_slot_t *s)
@@ -190,10 +189,8 @@ static void slot_wait(check_t *c, xfer_slot_t *s)
     if (s->req == NULL) {
         return;
     }
-    if (sl_host_report(&c->host, c->host.plugin->wait(c->host.comm, s->req),
-                       "wait")) {
-        ++c->failures;
-    } else if (s->recv) {
+    if (!failed_call(c, c->host.plugin->wait(c->host.comm, s->req),
+                     "wait") && s->recv) {
         slot_verify(c, s);
     }
     s->req = NULL;
@@ -223,13 +220,10 @@ static int slot_make(check_t *c, xfer_slot_t *s, unsigned char *buf,
 static void check_counter(check_t *c, const char *name, uint64_t got,
                           uint64_t want, size_t nbytes)
 {
-    if (got != want) {
-        fprintf(stderr, "rank %d: counter %s grew by %llu, expected %llu "
-                "(%zu bytes, mode %s, t=%d)\n", c->host.info.rank, name,
-                (unsigned long long)got, (unsigned long long)want, nbytes,
-                sl_host_mode_name(c->mode), c->tp);
-        ++c->failures;
-    }
+    CHECK(got == want, "rank %d: counter %s grew by %llu, expected %llu "
+          "(%zu bytes, mode %s, t=%d)", c->host.info.rank, name,
+          (unsigned long long)got, (unsigned long long)want, nbytes,
+          sl_host_mode_name(c->mode), c->tp);
 }
 
 /*
@@ -337,10 +331,9 @@ static void batch_run(check_t *c, xfer_slot_t *slots, int n)
         ops[i].kind = slots[i].recv ? STAGELINK_OP_RECV : STAGELINK_OP_SEND;
         ops[i].xfer = slot_xfer(c, &slots[i]);
     }
-    if (sl_host_report(&c->host, c->host.plugin->post_batch(
+    if (failed_call(c, c->host.plugin->post_batch(
                                      c->host.comm, ops, (size_t)n, reqs),
                        "post_batch")) {
-        ++c->failures;
         return;
     }
     for (i = 0; i < n; ++i) {
@@ -455,8 +448,8 @@ int main(int argc, char **argv)
     if (c.host.info.rank == 0) {
         printf("%s t=%d p=%d mode=%s sizes=%s%s: %s\n", scenario, c.tp,
                c.nstages, sl_host_mode_name(c.mode), size_list,
-               reg ? " registered" : "", c.failures ? "FAILED" : "ok");
+               reg ? " registered" : "", check_failed ? "FAILED" : "ok");
     }
     sl_host_close(&c.host);
-    return c.failures ? 1 : 0;
+    return check_summary();
 }
