@@ -16,6 +16,7 @@
  *     ranks send the two in opposite orders; both tensors checked.
  * SPDX-License-Identifier: MIT
  */
+#include "check.h"
 #include "host.h"
 #include "pattern.h"
 
@@ -48,7 +49,6 @@ typedef struct call {
     sl_host_t           *h;
     int                  send;
     stagelink_xfer_t     x;
-    int                  failures;
     int                  ctx_after; /* the thread had a context afterwards */
 } call_t;
 
@@ -75,53 +75,58 @@ static void *call_run(void *arg)
     call_t              *c = arg;
     stagelink_request_t *req;
 
-    c->failures += sl_host_report(c->h, c->send
-                                            ? c->h->plugin->isend(c->h->comm, &c->x, &req)
-                                            : c->h->plugin->irecv(c->h->comm, &c->x, &req),
-                                  c->send ? "isend" : "irecv") != 0;
-    if (c->failures == 0) {
-        c->failures += sl_host_report(c->h, c->h->plugin->wait(c->h->comm, req),
-                                      "wait") != 0;
+    int                  ok;
+
+    ok = sl_host_report(c->h, c->send
+                                  ? c->h->plugin->isend(c->h->comm, &c->x, &req)
+                                  : c->h->plugin->irecv(c->h->comm, &c->x, &req),
+                        c->send ? "isend" : "irecv") == 0;
+    CHECK(ok, "rank %d: the %s's post failed (above)", c->h->info.rank,
+          c->send ? "send" : "receive");
+    if (ok) {
+        CHECK(sl_host_report(c->h, c->h->plugin->wait(c->h->comm, req),
+                             "wait") == 0,
+              "rank %d: the %s's wait failed (above)", c->h->info.rank,
+              c->send ? "send" : "receive");
     }
     c->ctx_after = thread_has_context();
     return NULL;
 }
 
-static int call(sl_host_t *h, int send, stagelink_xfer_t x, int fresh_thread)
+/* The post and wait of `x`; on a thread of its own, joined before this
+ * returns (CHECK's counts are the main thread's again). */
+static void call(sl_host_t *h, int send, stagelink_xfer_t x, int fresh_thread)
 {
-    call_t    c = {h, send, x, 0, 0};
+    call_t    c = {h, send, x, 0};
     pthread_t t;
 
     if (!fresh_thread) {
         call_run(&c);
-        return c.failures;
+        return;
     }
     if (pthread_create(&t, NULL, call_run, &c) != 0) {
-        return 1;
+        CHECK(0, "rank %d: cannot start a thread", h->info.rank);
+        return;
     }
     pthread_join(t, NULL);
-    if (c.ctx_after) {
-        fprintf(stderr, "rank %d: a thread without a CUDA context had one "
-                "after the %s\n", h->info.rank, send ? "send" : "receive");
-        ++c.failures;
-    }
-    return c.failures;
+    CHECK(!c.ctx_after, "rank %d: a thread without a CUDA context had one "
+          "after the %s", h->info.rank, send ? "send" : "receive");
 }
 
 /* Two receives a round, skewed by a host function on one TP rank's stream
  * between their posts; stage 0's TP ranks send them in opposite orders. */
-static int skewed_rounds(sl_host_t *h, cudaStream_t stream, int rounds)
+static void skewed_rounds(sl_host_t *h, cudaStream_t stream, int rounds)
 {
     static const size_t sizes[2] = {(1 << 20) + 3, 4097};
     unsigned char      *dev[2], *host[2];
-    int                 r, k, failures = 0;
+    int                 r, k;
     size_t              bad;
 
     for (k = 0; k < 2; ++k) {
         CUDA_OK(cudaMalloc((void **)&dev[k], sizes[k]));
         host[k] = malloc(sizes[k]);
     }
-    for (r = 0; r < rounds && failures == 0; ++r) {
+    for (r = 0; r < rounds && check_failed == 0; ++r) {
         stagelink_request_t *req[2];
 
         for (k = 0; k < 2; ++k) {
@@ -139,27 +144,30 @@ static int skewed_rounds(sl_host_t *h, cudaStream_t stream, int rounds)
                 sl_pattern_fill(host[which], 0, sizes[which], seed);
                 CUDA_OK(cudaMemcpyAsync(dev[which], host[which], sizes[which],
                                         cudaMemcpyHostToDevice, stream));
-                failures += sl_host_report(h, h->plugin->isend(h->comm, &x, &req[k]), "isend") != 0;
+                CHECK(sl_host_report(h, h->plugin->isend(h->comm, &x, &req[k]),
+                                     "isend") == 0,
+                      "rank %d: round %d: isend (above)", h->info.rank, r);
             } else {
                 if (k == 1 && h->info.tp_index == r % 2) {
                     CUDA_OK(cudaLaunchHostFunc(stream, hold_stream, NULL));
                 }
-                failures += sl_host_report(h, h->plugin->irecv(h->comm, &x, &req[k]), "irecv") != 0;
+                CHECK(sl_host_report(h, h->plugin->irecv(h->comm, &x, &req[k]),
+                                     "irecv") == 0,
+                      "rank %d: round %d: irecv (above)", h->info.rank, r);
             }
         }
-        for (k = 0; k < 2 && failures == 0; ++k) {
-            failures += sl_host_report(h, h->plugin->wait(h->comm, req[k]), "wait") != 0;
+        for (k = 0; k < 2 && check_failed == 0; ++k) {
+            CHECK(sl_host_report(h, h->plugin->wait(h->comm, req[k]),
+                                 "wait") == 0,
+                  "rank %d: round %d: wait (above)", h->info.rank, r);
         }
-        for (k = 0; k < 2 && failures == 0 && h->info.pp_index == 1; ++k) {
+        for (k = 0; k < 2 && check_failed == 0 && h->info.pp_index == 1; ++k) {
             CUDA_OK(cudaMemcpyAsync(host[k], dev[k], sizes[k], cudaMemcpyDeviceToHost, stream));
             CUDA_OK(cudaStreamSynchronize(stream));
             bad = sl_pattern_check(host[k], 0, sizes[k],
                                    sl_pattern_seed(0, (uint32_t)(1000 + 2 * r + k), 0, 0));
-            if (bad != SIZE_MAX) {
-                fprintf(stderr, "rank %d: round %d, tensor %d (%zu B) differs "
-                        "at byte %zu\n", h->info.rank, r, k, sizes[k], bad);
-                ++failures;
-            }
+            CHECK(bad == SIZE_MAX, "rank %d: round %d, tensor %d (%zu B) "
+                  "differs at byte %zu", h->info.rank, r, k, sizes[k], bad);
         }
         CUDA_OK(cudaStreamSynchronize(stream));
     }
@@ -169,15 +177,14 @@ static int skewed_rounds(sl_host_t *h, cudaStream_t stream, int rounds)
     }
     if (h->info.rank == 0) {
         printf("gather order under stream skew, t=%d, %d rounds: %s\n",
-               h->info.tp_size, rounds, failures ? "FAILED" : "ok");
+               h->info.tp_size, rounds, check_failed ? "FAILED" : "ok");
     }
-    return failures;
 }
 
 int main(int argc, char **argv)
 {
     const char    *size_list = "1,4097,1048579,16M";
-    int            tp = 1, ndev = 0, opt, failures = 0, i, n = 0, backward;
+    int            tp = 1, ndev = 0, opt, i, n = 0, backward;
     int            fresh = 0, rounds = 0;
     size_t         sizes[16], bad;
     char          *save = NULL, *item, list[256];
@@ -231,16 +238,14 @@ int main(int argc, char **argv)
                 CUDA_OK(cudaLaunchHostFunc(stream, hold_stream, NULL));
                 CUDA_OK(cudaMemcpyAsync(dev, host, len, cudaMemcpyHostToDevice, stream));
             }
-            failures += call(&h, sender, x, fresh);
+            call(&h, sender, x, fresh);
             if (!sender) {
                 memset(host, 0, len);
                 CUDA_OK(cudaMemcpyAsync(host, dev, len, cudaMemcpyDeviceToHost, stream));
                 CUDA_OK(cudaStreamSynchronize(stream));
-                if ((bad = sl_pattern_check(host, 0, len, seed)) != SIZE_MAX) {
-                    fprintf(stderr, "rank %d: %zu-byte device tensor differs at "
-                            "byte %zu\n", h.info.rank, len, bad);
-                    ++failures;
-                }
+                bad = sl_pattern_check(host, 0, len, seed);
+                CHECK(bad == SIZE_MAX, "rank %d: %zu-byte device tensor "
+                      "differs at byte %zu", h.info.rank, len, bad);
             }
             CUDA_OK(cudaStreamSynchronize(stream));
             CUDA_OK(cudaFree(dev));
@@ -250,12 +255,12 @@ int main(int argc, char **argv)
     if (h.info.rank == 0) {
         printf("device memory, t=%d, sizes %s, stream-ordered%s: %s\n", tp,
                size_list, fresh ? ", from threads without a CUDA context" : "",
-               failures ? "FAILED" : "ok");
+               check_failed ? "FAILED" : "ok");
     }
-    if (rounds > 0 && failures == 0) {
-        failures += skewed_rounds(&h, stream, rounds);
+    if (rounds > 0 && check_failed == 0) {
+        skewed_rounds(&h, stream, rounds);
     }
     sl_host_close(&h);
     cudaStreamDestroy(stream);
-    return failures ? 1 : 0;
+    return check_summary();
 }

@@ -5,6 +5,7 @@
  * and unequal shards, on a stream, every byte checked.  Exits 77 with the
  * reason where no device or no NCCL is usable.  SPDX-License-Identifier: MIT
  */
+#include "check.h"
 #include "nccl_api.h"
 #include "pattern.h"
 
@@ -23,7 +24,7 @@ int main(void)
     cudaStream_t         stream;
     unsigned char       *dev, *host;
     size_t               i, bad;
-    int                  ndev = 0, failures = 0, version = 0;
+    int                  ndev = 0, version = 0;
 
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("SKIP: no CUDA device\n");
@@ -48,23 +49,19 @@ int main(void)
         cudaMalloc((void **)&dev, n);
         sl_pattern_fill(host, 0, n, sl_pattern_seed(0, (uint32_t)i, 0, 0));
         cudaMemcpyAsync(dev, host, n, cudaMemcpyHostToDevice, stream);
-        if (sl_nccl_allgather_inplace(api, comm, dev, n, 1, 1, 0, stream, &eb)) {
-            fprintf(stderr, "%s\n", eb.msg);
-            ++failures;
-        }
+        CHECK(sl_nccl_allgather_inplace(api, comm, dev, n, 1, 1, 0, stream,
+                                        &eb) == 0, "%s", eb.msg);
         memset(host, 0, n);
         cudaMemcpyAsync(host, dev, n, cudaMemcpyDeviceToHost, stream);
         cudaStreamSynchronize(stream);
         bad = sl_pattern_check(host, 0, n, sl_pattern_seed(0, (uint32_t)i, 0, 0));
-        if (bad != SIZE_MAX) {
-            fprintf(stderr, "%zu bytes: byte %zu wrong after the all-gather\n", n, bad);
-            ++failures;
-        }
+        CHECK(bad == SIZE_MAX, "%zu bytes: byte %zu wrong after the "
+              "all-gather", n, bad);
         cudaFree(dev);
         free(host);
     }
     api->CommDestroy(comm);
     printf("NCCL %d (%s), one-rank in-place all-gather helper: %s\n", version,
-           api->path, failures ? "FAILED" : "ok");
-    return failures ? 1 : 0;
+           api->path, check_failed ? "FAILED" : "ok");
+    return check_summary();
 }
