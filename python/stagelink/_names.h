@@ -1,6 +1,7 @@
 /*
- * Attribute names the compiled part asks for, interned once at the
- * module's init (each file keeps a table of its own).
+ * Names the compiled part uses, interned once at the module's init (each
+ * file keeps a table of its own): torch's public attributes a buffer's
+ * description asks for, and the calls a Request names to require_open.
  *
  * SPDX-License-Identifier: MIT
  */
