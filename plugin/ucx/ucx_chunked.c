@@ -40,7 +40,6 @@ static void sl_staged_free_list(sl_comm_t *comm, sl_staged_t *s)
     }
 }
 
-/* The tag of chunk `index` (a message of one chunk has the plain tag). */
 /* Every transition of sl_chunked_state_t (ucx_comm.h); one that the
  * machine does not make is a bug, said at once. */
 static void sl_chunked_to(sl_staged_t *st, sl_chunked_state_t to)
@@ -71,6 +70,7 @@ static void sl_chunked_to(sl_staged_t *st, sl_chunked_state_t to)
     st->state = to;
 }
 
+/* The tag of chunk `index` (a message of one chunk has the plain tag). */
 static uint64_t sl_chunk_tag(const sl_staged_t *st, size_t index)
 {
     return st->framed ? sl_tag_chunk(st->sub->tag, index) : st->sub->tag;

@@ -1,6 +1,7 @@
 # Simulated nodes for stagelink's scripts: one network namespace per node,
 # joined by a veth pair (two nodes) or through a bridge (more), addresses
-# 198.18.0.(i+1), links optionally rate-limited with tc tbf ($rate).  Sourced
+# 198.18.0.(i+1), links optionally rate-limited with tc tbf ($rate), TCP
+# between nodes under congestion control $link_cc (default cubic).  Sourced
 # by stagelink_two_node.sh and bench-two-node; they set $run (stagelink_run)
 # and $rate first.  Everything made is removed on any exit.
 # SPDX-License-Identifier: MIT
@@ -14,6 +15,11 @@ command -v ip >/dev/null || skip "iproute2 (ip) is not installed"
 
 tag=sl$$
 ns=()
+# The link stands for an RDMA fabric, so TCP's congestion control is the
+# simulation's own: Linux's default, cubic, whatever this host's default is.
+# bbr paces each flow by timer, and on two shared cores that cost t = 4's
+# four flows a tenth of the link (docs/performance.md).
+link_cc=${link_cc:-cubic}
 cleanup() {
     local n
     for n in "${ns[@]}"; do ip netns del "$n" 2>/dev/null || true; done
@@ -51,6 +57,12 @@ setup_nodes() {
         ip -n "$n" link set lo up
         ip -n "$n" addr add "198.18.0.$((i + 1))/24" dev "${tag}e$i"
         ip -n "$n" link set "${tag}e$i" up
+        if ! err=$(ip -n "$n" route replace 198.18.0.0/24 dev "${tag}e$i" \
+                   congctl "$link_cc" 2>&1); then
+            echo "FAIL: TCP congestion control $link_cc on the simulated link: $err" \
+                 "(available: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control))" >&2
+            return 1
+        fi
         if [ -n "$rate" ]; then
             ip netns exec "$n" tc qdisc add dev "${tag}e$i" root tbf \
                 rate "$rate" burst 1mbit latency 50ms

@@ -79,7 +79,7 @@ perftest=$tools/stagelink_perftest
 case $action in
 compare)
     setup_nodes 2
-    echo "# two simulated nodes (${ns[*]}), link ${tag}e0<->${tag}e1 198.18.0.1-2${rate:+, tbf $rate}"
+    echo "# two simulated nodes (${ns[*]}), link ${tag}e0<->${tag}e1 198.18.0.1-2${rate:+, tbf $rate}, TCP $link_cc"
     echo "# stagelink_perftest ping-pong of a $size tensor, $iters iterations + 1 warm-up, forward and back"
     echo "# rendezvous authenticated with a job secret (${STAGELINK_JOB_SECRET_FILE:-STAGELINK_JOB_SECRET})"
     printf "%3s %16s %16s %10s %10s\n" t "full B" "scatter_gather B" ratio ideal
