@@ -23,7 +23,7 @@ apt-get install -y -qq --no-install-recommends \
     gcc g++ libc6-dev binutils pkg-config meson ninja-build dpkg-dev \
     libucx-dev ucx-utils libibverbs-dev rdma-core libssl-dev \
     openmpi-bin libopenmpi-dev libpmix-dev slurm-wlm slurm-wlm-basic-plugins munge \
-    iproute2 gnuplot-nox clang libclang-rt-14-dev valgrind ca-certificates \
+    iproute2 ethtool gnuplot-nox clang libclang-rt-14-dev valgrind ca-certificates \
     python3-dev python3-numpy python3-torch python3-pytest >/dev/null
 if [ "${STAGELINK_NO_VENV:-0}" != 1 ]; then
     "$(dirname "$0")/make-venv.sh"

@@ -1,7 +1,8 @@
 # Simulated nodes for stagelink's scripts: one network namespace per node,
 # joined by a veth pair (two nodes) or through a bridge (more), addresses
-# 198.18.0.(i+1), links optionally rate-limited with tc tbf ($rate), TCP
-# between nodes under congestion control $link_cc (default cubic).  Sourced
+# 198.18.0.(i+1), links optionally rate-limited with tc tbf ($rate), each
+# delivering in order (64 KiB frames through veth's NAPI ring), TCP between
+# nodes under congestion control $link_cc (default cubic).  Sourced
 # by stagelink_two_node.sh and bench-two-node; they set $run (stagelink_run)
 # and $rate first.  Everything made is removed on any exit.
 # SPDX-License-Identifier: MIT
@@ -12,6 +13,7 @@ case "$0" in *netns-lib.sh) case "${1:-}" in -h|--help)
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root to create network namespaces (ip netns)"
 command -v ip >/dev/null || skip "iproute2 (ip) is not installed"
+command -v ethtool >/dev/null || skip "ethtool is not installed"
 
 tag=sl$$
 ns=()
@@ -27,6 +29,17 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+# A link that delivers each flow in order, as an RDMA fabric does.  veth
+# hands a TSO frame to the backlog of whichever CPU dequeued it from tbf,
+# so two CPUs reorder one flow, and TCP then retransmits what had arrived
+# and stalls (docs/performance.md).  Without TSO a frame takes veth's NAPI
+# ring, one consumer at a time; 64 KiB frames (IPoIB connected mode's
+# size) keep the packets per byte as few as TSO's.
+in_order() {
+    ip -n "$1" link set "$2" mtu 65535
+    ip netns exec "$1" ethtool -K "$2" tso off gro on >/dev/null
+}
 
 # Node i gets namespace ${tag}n$i, link ${tag}e$i and address 198.18.0.(i+1).
 setup_nodes() {
@@ -50,10 +63,12 @@ setup_nodes() {
             ip link add "${tag}e$i" netns "${tag}n$i" type veth \
                 peer name "${tag}h$i" netns "${tag}hub"
             ip -n "${tag}hub" link set "${tag}h$i" master br0 up
+            in_order "${tag}hub" "${tag}h$i"
         done
     fi
     for ((i = 0; i < count; i++)); do
         n=${tag}n$i
+        in_order "$n" "${tag}e$i"
         ip -n "$n" link set lo up
         ip -n "$n" addr add "198.18.0.$((i + 1))/24" dev "${tag}e$i"
         ip -n "$n" link set "${tag}e$i" up
