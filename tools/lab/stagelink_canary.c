@@ -1,0 +1,215 @@
+/*
+ * stagelink_canary: how fast this machine moves bytes right now.  A
+ * benchmark on shared cores needs to know whether the host slowed them:
+ * a run whose ranks use a tenth more CPU per byte for the same job is
+ * the host's, not the code's.  The canary is that job's main work without
+ * stagelink, timed from a common start to the last finish:
+ *   - memcpy: one thread a CPU, each copying between two buffers larger
+ *     than a core's cache;
+ *   - tcp: one stream over loopback, a sender and a receiver thread (the
+ *     kernel's copies, TCP, the wake-ups: most of a simulated node's CPU).
+ *
+ *   stagelink_canary [-t THREADS] [-s BUFFER] [-b BYTES]
+ *
+ * Defaults: one memcpy thread per CPU this process may run on, 16 MiB
+ * buffers (faulted in before the clock starts), 1 GiB copied by each
+ * thread and sent over TCP.  Prints one line:
+ *   canary: memcpy GB/s, tcp GB/s (1e9 B/s) ...
+ * SPDX-License-Identifier: MIT
+ */
+#include "host.h"
+#include "tool_opts.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct canary {
+    pthread_barrier_t *start;
+    size_t             buffer, bytes;
+    int                fd;     /* tcp: this thread's end */
+    int                sender; /* tcp: sends, else receives */
+} canary_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Two buffers faulted in, then the copies; returns the bytes copied. */
+static void *copier(void *arg)
+{
+    canary_t *c = arg;
+    char     *a = malloc(c->buffer), *b = malloc(c->buffer);
+    size_t    done;
+    int       flip = 0;
+
+    if (a != NULL && b != NULL) {
+        memset(a, 1, c->buffer);
+        memset(b, 2, c->buffer);
+    }
+    pthread_barrier_wait(c->start);
+    for (done = 0; a != NULL && b != NULL && done < c->bytes; done += c->buffer) {
+        memcpy(flip ? a : b, flip ? b : a, c->buffer);
+        flip = !flip;
+    }
+    /* The copies must not be optimized away: their result leaves. */
+    done = (a != NULL && b != NULL) ? done + (size_t)(a[c->buffer / 2] != 1) : 0;
+    free(a);
+    free(b);
+    return (void *)(uintptr_t)done;
+}
+
+/* One end of the tcp stream; returns the bytes moved. */
+static void *streamer(void *arg)
+{
+    canary_t *c = arg;
+    char     *buf = malloc(c->buffer);
+    size_t    done = 0;
+    ssize_t   n = 1;
+
+    if (buf != NULL) {
+        memset(buf, 3, c->buffer);
+    }
+    pthread_barrier_wait(c->start);
+    while (buf != NULL && n > 0 && done < c->bytes) {
+        size_t len = c->bytes - done < c->buffer ? c->bytes - done : c->buffer;
+
+        n = c->sender ? send(c->fd, buf, len, MSG_NOSIGNAL)
+                      : recv(c->fd, buf, len, 0);
+        done += (n > 0) ? (size_t)n : 0;
+    }
+    free(buf);
+    return (void *)(uintptr_t)done;
+}
+
+/* Runs n threads of fn over c (args[i] each) from one start; the seconds
+ * from the start to the last finish, or -1 when one fell short. */
+static double timed(void *(*fn)(void *), canary_t *args, int n, size_t want)
+{
+    pthread_barrier_t start;
+    pthread_t         th[1024];
+    double            t0;
+    int               i, ok = 1;
+
+    if (pthread_barrier_init(&start, NULL, (unsigned)n + 1) != 0) {
+        return -1;
+    }
+    for (i = 0; i < n; ++i) {
+        args[i].start = &start;
+    }
+    for (i = 0; i < n; ++i) {
+        if (pthread_create(&th[i], NULL, fn, &args[i]) != 0) {
+            fprintf(stderr, "stagelink_canary: cannot start thread %d of %d\n", i, n);
+            exit(1);
+        }
+    }
+    pthread_barrier_wait(&start);
+    t0 = now_s();
+    for (i = 0; i < n; ++i) {
+        void *got;
+
+        pthread_join(th[i], &got);
+        ok = ok && (size_t)(uintptr_t)got >= want;
+    }
+    t0 = now_s() - t0;
+    pthread_barrier_destroy(&start);
+    return ok ? t0 : -1;
+}
+/* A connected pair over loopback: fds[0] sends, fds[1] receives. */
+static int tcp_pair(int fds[2])
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t          len = sizeof(a);
+    int                lfd = socket(AF_INET, SOCK_STREAM, 0);
+
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    fds[0] = socket(AF_INET, SOCK_STREAM, 0);
+    fds[1] = -1;
+    if (lfd < 0 || fds[0] < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        listen(lfd, 1) != 0 || getsockname(lfd, (struct sockaddr *)&a, &len) != 0 ||
+        connect(fds[0], (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        (fds[1] = accept(lfd, NULL, NULL)) < 0) {
+        perror("stagelink_canary: a TCP connection over 127.0.0.1");
+        return -1;
+    }
+    close(lfd);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    canary_t  c = {.buffer = 16u << 20, .bytes = 1u << 30}, *args;
+    cpu_set_t set;
+    double    mem_s, tcp_s;
+    int       threads = 0, opt, i, ok = 1, fds[2];
+
+    while ((opt = getopt_long(argc, argv, "t:s:b:h", sl_tool_longopts,
+                              NULL)) != -1) {
+        switch (opt) {
+        case 't': threads = atoi(optarg); break;
+        case 's': ok = sl_host_parse_size(optarg, &c.buffer) == 0; break;
+        case 'b': ok = sl_host_parse_size(optarg, &c.bytes) == 0; break;
+        case 'V': return sl_tool_version("stagelink_canary");
+        default:
+            fprintf(opt == 'h' ? stdout : stderr, "usage: stagelink_canary "
+                    "[-t THREADS] [-s BUFFER] [-b BYTES]\n");
+            return opt == 'h' ? 0 : 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "stagelink_canary: cannot read the size '%s' "
+                    "(a number with an optional K, M or G)\n", optarg);
+            return 2;
+        }
+    }
+    if (threads <= 0) {
+        threads = (sched_getaffinity(0, sizeof(set), &set) == 0) ? CPU_COUNT(&set) : 1;
+    }
+    if (c.buffer == 0 || c.bytes < c.buffer || threads > 1024) {
+        fprintf(stderr, "stagelink_canary: need 0 < BUFFER <= BYTES and at most "
+                "1024 threads (got %zu, %zu, %d)\n", c.buffer, c.bytes, threads);
+        return 2;
+    }
+    /* At least two: the tcp stream's ends. */
+    if ((args = calloc((size_t)(threads < 2 ? 2 : threads), sizeof(*args))) == NULL) {
+        fprintf(stderr, "stagelink_canary: out of memory for %d threads\n", threads);
+        return 1;
+    }
+    for (i = 0; i < threads; ++i) {
+        args[i] = c;
+    }
+    mem_s = timed(copier, args, threads, c.bytes);
+    if (mem_s < 0 || tcp_pair(fds) != 0) {
+        fprintf(stderr, "stagelink_canary: out of memory for two %zu-byte "
+                "buffers a thread\n", c.buffer);
+        return 1;
+    }
+    args[0] = c, args[1] = c;
+    args[0].fd = fds[0], args[0].sender = 1, args[1].fd = fds[1];
+    tcp_s = timed(streamer, args, 2, c.bytes);
+    if (tcp_s < 0) {
+        fprintf(stderr, "stagelink_canary: the TCP stream over loopback ended "
+                "early: %s\n", strerror(errno));
+        return 1;
+    }
+    printf("canary: memcpy %.2f GB/s, tcp %.2f GB/s (memcpy threads: %d, "
+           "%zu-byte buffers, %zu bytes a thread)\n",
+           (double)c.bytes * threads / mem_s * 1e-9, (double)c.bytes / tcp_s * 1e-9,
+           threads, c.buffer, c.bytes);
+    close(fds[0]);
+    close(fds[1]);
+    free(args);
+    return 0;
+}
