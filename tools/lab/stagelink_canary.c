@@ -7,14 +7,23 @@
  *   - memcpy: one thread a CPU, each copying between two buffers larger
  *     than a core's cache;
  *   - tcp: one stream over loopback, a sender and a receiver thread (the
- *     kernel's copies, TCP, the wake-ups: most of a simulated node's CPU).
+ *     kernel's copies, TCP, the wake-ups: most of a simulated node's CPU);
+ *   - wake: a byte bounced between two threads over a socket pair, each
+ *     blocked in read until the other writes (a wake-up across CPUs: on a
+ *     virtual machine, an interrupt to a halted CPU through the host);
+ *   - chase: a random walk through 8 MiB, one load waiting for the last
+ *     (the caches and memory latency that other tenants share);
+ *   - timer: a 20 us sleep, what it takes (a timer interrupt through the
+ *     host on a virtual machine: tbf paces the simulated link by timer).
  *
  *   stagelink_canary [-t THREADS] [-s BUFFER] [-b BYTES]
  *
  * Defaults: one memcpy thread per CPU this process may run on, 16 MiB
  * buffers (faulted in before the clock starts), 1 GiB copied by each
- * thread and sent over TCP.  Prints one line:
- *   canary: memcpy GB/s, tcp GB/s (1e9 B/s) ...
+ * thread and sent over TCP, 2000 round trips, 4 million steps, 2000
+ * sleeps.  Prints one line:
+ *   canary: memcpy GB/s, tcp GB/s, wake us, chase ns, timer us (1e9 B/s;
+ *   us a round trip; ns a step; us a sleep) ...
  * SPDX-License-Identifier: MIT
  */
 #include "host.h"
@@ -33,11 +42,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#define SL_CANARY_ROUNDS 2000
+#define SL_CANARY_STEPS  4000000
+
 typedef struct canary {
     pthread_barrier_t *start;
     size_t             buffer, bytes;
     int                fd;     /* tcp: this thread's end */
-    int                sender; /* tcp: sends, else receives */
+    int                sender; /* tcp: sends, else receives; wake: starts */
 } canary_t;
 
 static double now_s(void)
@@ -93,6 +105,66 @@ static void *streamer(void *arg)
     }
     free(buf);
     return (void *)(uintptr_t)done;
+}
+
+/* One end of the wake ping-pong; returns the round trips, as "bytes". */
+static void *bouncer(void *arg)
+{
+    canary_t *c = arg;
+    size_t    i;
+    char      b = 'w';
+
+    pthread_barrier_wait(c->start);
+    for (i = 0; i < c->bytes; ++i) {
+        if ((c->sender && write(c->fd, &b, 1) != 1) || read(c->fd, &b, 1) != 1 ||
+            (!c->sender && write(c->fd, &b, 1) != 1)) {
+            break;
+        }
+    }
+    return (void *)(uintptr_t)i;
+}
+
+/* Nanoseconds a step of a random cycle through `bytes`, or -1. */
+static double chase_ns(size_t bytes, size_t steps)
+{
+    size_t  n = bytes / sizeof(size_t), i, j, at = 0, t;
+    size_t *next = malloc(n * sizeof(*next));
+    double  t0;
+
+    if (next == NULL) {
+        return -1;
+    }
+    /* Sattolo's shuffle: one cycle through every slot. */
+    for (i = 0; i < n; ++i) {
+        next[i] = i;
+    }
+    srand(1);
+    for (i = n - 1; i > 0; --i) {
+        j       = (size_t)rand() % i;
+        t       = next[i];
+        next[i] = next[j];
+        next[j] = t;
+    }
+    t0 = now_s();
+    for (i = 0; i < steps; ++i) {
+        at = next[at];
+    }
+    t0 = now_s() - t0;
+    free(next);
+    return (at < n) ? t0 / (double)steps * 1e9 : -1;
+}
+
+/* Microseconds a 20 us nanosleep takes. */
+static double timer_us(int sleeps)
+{
+    struct timespec ts = {0, 20000};
+    double          t0 = now_s();
+    int             i;
+
+    for (i = 0; i < sleeps; ++i) {
+        nanosleep(&ts, NULL);
+    }
+    return (now_s() - t0) / sleeps * 1e6;
 }
 
 /* Runs n threads of fn over c (args[i] each) from one start; the seconds
@@ -153,7 +225,7 @@ int main(int argc, char **argv)
 {
     canary_t  c = {.buffer = 16u << 20, .bytes = 1u << 30}, *args;
     cpu_set_t set;
-    double    mem_s, tcp_s;
+    double    mem_s, tcp_s, wake_s, step_ns;
     int       threads = 0, opt, i, ok = 1, fds[2];
 
     while ((opt = getopt_long(argc, argv, "t:s:b:h", sl_tool_longopts,
@@ -204,9 +276,25 @@ int main(int argc, char **argv)
                 "early: %s\n", strerror(errno));
         return 1;
     }
-    printf("canary: memcpy %.2f GB/s, tcp %.2f GB/s (memcpy threads: %d, "
-           "%zu-byte buffers, %zu bytes a thread)\n",
+    close(fds[0]);
+    close(fds[1]);
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) {
+        perror("stagelink_canary: socketpair");
+        return 1;
+    }
+    args[0].fd = fds[0], args[0].sender = 1, args[1].fd = fds[1];
+    args[0].bytes = args[1].bytes = SL_CANARY_ROUNDS;
+    wake_s  = timed(bouncer, args, 2, SL_CANARY_ROUNDS);
+    step_ns = chase_ns(8u << 20, SL_CANARY_STEPS);
+    if (wake_s < 0 || step_ns < 0) {
+        fprintf(stderr, "stagelink_canary: the %s failed\n",
+                wake_s < 0 ? "wake ping-pong over a socket pair" : "8 MiB random walk");
+        return 1;
+    }
+    printf("canary: memcpy %.2f GB/s, tcp %.2f GB/s, wake %.1f us, chase %.1f ns, "
+           "timer %.1f us (memcpy threads: %d, %zu-byte buffers, %zu bytes a thread)\n",
            (double)c.bytes * threads / mem_s * 1e-9, (double)c.bytes / tcp_s * 1e-9,
+           wake_s / SL_CANARY_ROUNDS * 1e6, step_ns, timer_us(SL_CANARY_ROUNDS),
            threads, c.buffer, c.bytes);
     close(fds[0]);
     close(fds[1]);
