@@ -100,6 +100,14 @@ static void sl_staging_fail(sl_staging_xfer_t *x, sl_status_t status)
     }
 }
 
+/* Every change of a slot's state, so that x->nstate stays true. */
+static void sl_slot_set(sl_staging_slot_t *s, sl_chunk_state_t state)
+{
+    --s->x->nstate[s->state];
+    ++s->x->nstate[state];
+    s->state = state;
+}
+
 /* A slot for chunk `index`, with a bounce buffer unless `empty`. */
 static sl_staging_slot_t *sl_slot_take(sl_staging_xfer_t *x, size_t index,
                                        int empty, sl_chunk_state_t state)
@@ -120,6 +128,7 @@ static sl_staging_slot_t *sl_slot_take(sl_staging_xfer_t *x, size_t index,
     x->slots[i].buf    = empty ? -1 : pool->free_idx[x->recv][--pool->nfree[x->recv]];
     x->slots[i].state  = state;
     x->slots[i].copy   = NULL;
+    ++x->nstate[state];
     x->slots[i].net    = NULL;
     return &x->slots[i];
 }
@@ -132,6 +141,7 @@ static void sl_slot_release(sl_staging_slot_t *s)
         pool->free_idx[s->x->recv][pool->nfree[s->x->recv]++] = s->buf;
     }
     s->in_use = 0;
+    --s->x->nstate[s->state];
     ++s->x->done;
 }
 
@@ -151,11 +161,11 @@ static void sl_slot_post(sl_staging_slot_t *s, size_t len)
 {
     sl_status_t st;
 
-    s->state = SL_CHUNK_ON_WIRE;
-    st       = s->x->ops->net_post(s->x->ctx, s, sl_slot_host(s), len);
+    sl_slot_set(s, SL_CHUNK_ON_WIRE);
+    st = s->x->ops->net_post(s->x->ctx, s, sl_slot_host(s), len);
     if (st != STAGELINK_SUCCESS) {
         sl_staging_fail(s->x, st);
-        s->state = SL_CHUNK_DONE;
+        sl_slot_set(s, SL_CHUNK_DONE);
     }
 }
 
@@ -165,10 +175,10 @@ static void sl_slot_copy(sl_staging_slot_t *s, void *dst, const void *src,
     sl_status_t st = s->x->ops->copy_start(s->x->ctx, s->x, dst, src, len,
                                            s->x->recv, &s->copy);
 
-    s->state = SL_CHUNK_COPYING;
+    sl_slot_set(s, SL_CHUNK_COPYING);
     if (st != STAGELINK_SUCCESS) {
         sl_staging_fail(s->x, st);
-        s->state = s->x->recv ? SL_CHUNK_DONE : SL_CHUNK_COPIED;
+        sl_slot_set(s, s->x->recv ? SL_CHUNK_DONE : SL_CHUNK_COPIED);
     }
 }
 
@@ -218,7 +228,7 @@ static void sl_staging_copies(sl_staging_xfer_t *x)
     sl_status_t st;
     int         i;
 
-    for (i = 0; i < x->pool->nbufs; ++i) {
+    for (i = 0; i < x->pool->nbufs && x->nstate[SL_CHUNK_COPYING] > 0; ++i) {
         sl_staging_slot_t *s = &x->slots[i];
 
         st = STAGELINK_SUCCESS;
@@ -229,7 +239,7 @@ static void sl_staging_copies(sl_staging_xfer_t *x)
                 sl_staging_fail(x, st);
             }
             /* A received chunk is home once copied; a sent one goes out. */
-            s->state = x->recv ? SL_CHUNK_DONE : SL_CHUNK_COPIED;
+            sl_slot_set(s, x->recv ? SL_CHUNK_DONE : SL_CHUNK_COPIED);
         }
     }
 }
@@ -258,7 +268,7 @@ void sl_staging_net_done(sl_staging_slot_t *s, sl_status_t status)
         sl_staging_fail(x, status);
     }
     if (!x->recv || x->direct || x->status != STAGELINK_SUCCESS) {
-        s->state = SL_CHUNK_DONE;
+        sl_slot_set(s, SL_CHUNK_DONE);
         return;
     }
     sl_slot_copy(s, x->device + s->index * x->chunk, sl_slot_host(s),
@@ -276,14 +286,7 @@ void sl_staging_abandon(sl_staging_xfer_t *x, sl_status_t status)
 
 int sl_staging_copying(const sl_staging_xfer_t *x)
 {
-    int i;
-
-    for (i = 0; i < x->pool->nbufs; ++i) {
-        if (x->slots[i].in_use && x->slots[i].state == SL_CHUNK_COPYING) {
-            return 1;
-        }
-    }
-    return 0;
+    return x->nstate[SL_CHUNK_COPYING] > 0;
 }
 
 size_t sl_staging_landed(const sl_staging_xfer_t *x)
@@ -302,18 +305,6 @@ size_t sl_staging_landed(const sl_staging_xfer_t *x)
     return (bytes < x->len) ? bytes : x->len;
 }
 
-static int sl_staging_any_done(const sl_staging_xfer_t *x)
-{
-    int i;
-
-    for (i = 0; i < x->pool->nbufs; ++i) {
-        if (x->slots[i].in_use && x->slots[i].state == SL_CHUNK_DONE) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
 int sl_staging_progress(sl_staging_xfer_t *x)
 {
     int i;
@@ -327,7 +318,7 @@ int sl_staging_progress(sl_staging_xfer_t *x)
     do {
         sl_staging_copies(x);
         sl_staging_post_copied(x);
-        for (i = 0; i < x->pool->nbufs; ++i) {
+        for (i = 0; i < x->pool->nbufs && x->nstate[SL_CHUNK_DONE] > 0; ++i) {
             if (x->slots[i].in_use && x->slots[i].state == SL_CHUNK_DONE) {
                 sl_slot_release(&x->slots[i]);
             }
@@ -338,7 +329,7 @@ int sl_staging_progress(sl_staging_xfer_t *x)
          * notice) reports no event to wake this side later: its slot
          * takes the next chunk now.  Each pass releases a slot, so this
          * ends within nchunks passes. */
-    } while (sl_staging_any_done(x));
+    } while (x->nstate[SL_CHUNK_DONE] > 0);
     x->in_progress = 0;
     return x->done == x->nchunks;
 }

@@ -97,6 +97,9 @@ typedef struct sl_staging_xfer {
     size_t                  done;       /**< chunks finished */
     sl_status_t             status;     /**< first error */
     int                     in_progress;/**< guards a nested progress call */
+    /** Slots in use, by state: a progress call skips the scans that would
+     *  find nothing (it runs at every progress of the worker). */
+    int                     nstate[SL_CHUNK_DONE + 1];
     sl_staging_slot_t      *slots;      /**< pool->nbufs entries */
     void                   *user;       /**< the caller's */
 } sl_staging_xfer_t;

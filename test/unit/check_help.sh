@@ -38,7 +38,8 @@ try() { # try PROGRAM... : -h and --help
     done
 }
 for t in stagelink_info stagelink_perftest stagelink_run stagelink_pipeline \
-         lab/stagelink_schedule lab/stagelink_soak lab/stagelink_stress; do
+         lab/stagelink_schedule lab/stagelink_soak lab/stagelink_stress \
+         lab/stagelink_canary; do
     try "$build/tools/$t"
     timeout 10 "$build/tools/$t" --version >"$out" 2>&1 &&
         grep -q "^${t#lab/} [0-9]" "$out" ||

@@ -164,6 +164,25 @@ static void a_free(void *p, void *ctx)
     free(p);
 }
 
+/* The counts that let progress skip its scans match the slots. */
+static void counts_true(const sl_staging_xfer_t *x)
+{
+    int n[SL_CHUNK_DONE + 1] = {0}, i, st;
+
+    for (i = 0; i < x->pool->nbufs; ++i) {
+        if (x->slots[i].in_use) {
+            ++n[x->slots[i].state];
+        }
+    }
+    for (st = 0; st <= SL_CHUNK_DONE; ++st) {
+        CHECK(n[st] == x->nstate[st], "%s: %d slots in state %d, counted %d",
+              x->recv ? "receive" : "send", n[st], st, x->nstate[st]);
+    }
+    CHECK(sl_staging_copying(x) == (n[SL_CHUNK_COPYING] > 0),
+          "sl_staging_copying says %d with %d slots copying",
+          sl_staging_copying(x), n[SL_CHUNK_COPYING]);
+}
+
 /*
  * n transfers of `len` bytes from a sender pool to a receiver pool, the
  * receiver's in reverse order; returns the first status.  The bounce
@@ -206,6 +225,10 @@ static sl_status_t run_modes(size_t len, size_t chunk, int nbufs, int n,
             done &= sl_staging_progress(&sx[i]);
         }
         match();
+        for (i = 0; i < n; ++i) {
+            counts_true(&rx[i]);
+            counts_true(&sx[i]);
+        }
     } while (!done && ++rounds < 100000);
     CHECK(done, "len %zu chunk %zu bufs %d n %d: not done after %d rounds "
           "(deadlock)", len, chunk, nbufs, n, rounds);
@@ -273,6 +296,7 @@ static void run_relay(size_t len, size_t chunk, int nbufs, int staged)
         done &= sl_staging_progress(&b_out);
         overlap |= (!in_done && b_out.next_post > 0);
         match();
+        counts_true(&a), counts_true(&b_in), counts_true(&b_out), counts_true(&c);
     } while (!done && ++rounds < 100000);
     CHECK(done, "relay len %zu chunk %zu: not done (deadlock)", len, chunk);
     CHECK(memcmp(src, dst, len) == 0, "relay len %zu chunk %zu: wrong bytes",
@@ -327,6 +351,7 @@ static void run_inline(size_t nchunks, int nbufs, int failed)
           "%zu chunks, %d slots%s: %zu of them done after one progress call "
           "with every send complete inside its post", nchunks, nbufs,
           failed ? ", failed sender" : "", (size_t)x.done);
+    counts_true(&x);
     sl_staging_pool_cleanup(&pool, a_free, NULL);
     free(src);
 }

@@ -8,9 +8,10 @@
  *     than a core's cache;
  *   - tcp: one stream over loopback, a sender and a receiver thread (the
  *     kernel's copies, TCP, the wake-ups: most of a simulated node's CPU);
- *   - wake: a byte bounced between two threads over a socket pair, each
- *     blocked in read until the other writes (a wake-up across CPUs: on a
- *     virtual machine, an interrupt to a halted CPU through the host);
+ *   - wake: a byte bounced between two threads on two CPUs over a socket
+ *     pair, each blocked in read until the other writes (a wake-up across
+ *     CPUs: on a virtual machine, an interrupt to a halted CPU through the
+ *     host);
  *   - chase: a random walk through 8 MiB, one load waiting for the last
  *     (the caches and memory latency that other tenants share);
  *   - timer: a 20 us sleep, what it takes (a timer interrupt through the
@@ -50,6 +51,7 @@ typedef struct canary {
     size_t             buffer, bytes;
     int                fd;     /* tcp: this thread's end */
     int                sender; /* tcp: sends, else receives; wake: starts */
+    int                cpu;    /* wake: the CPU it runs on (-1: any) */
 } canary_t;
 
 static double now_s(void)
@@ -113,7 +115,14 @@ static void *bouncer(void *arg)
     canary_t *c = arg;
     size_t    i;
     char      b = 'w';
+    cpu_set_t one;
 
+    /* On one CPU the bounce would be a switch, not a wake-up. */
+    if (c->cpu >= 0) {
+        CPU_ZERO(&one);
+        CPU_SET(c->cpu, &one);
+        pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+    }
     pthread_barrier_wait(c->start);
     for (i = 0; i < c->bytes; ++i) {
         if ((c->sender && write(c->fd, &b, 1) != 1) || read(c->fd, &b, 1) != 1 ||
@@ -226,7 +235,7 @@ int main(int argc, char **argv)
     canary_t  c = {.buffer = 16u << 20, .bytes = 1u << 30}, *args;
     cpu_set_t set;
     double    mem_s, tcp_s, wake_s, step_ns;
-    int       threads = 0, opt, i, ok = 1, fds[2];
+    int       threads = 0, opt, i, n, ok = 1, fds[2];
 
     while ((opt = getopt_long(argc, argv, "t:s:b:h", sl_tool_longopts,
                               NULL)) != -1) {
@@ -246,8 +255,10 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    CPU_ZERO(&set);
+    sched_getaffinity(0, sizeof(set), &set);
     if (threads <= 0) {
-        threads = (sched_getaffinity(0, sizeof(set), &set) == 0) ? CPU_COUNT(&set) : 1;
+        threads = CPU_COUNT(&set) > 0 ? CPU_COUNT(&set) : 1;
     }
     if (c.buffer == 0 || c.bytes < c.buffer || threads > 1024) {
         fprintf(stderr, "stagelink_canary: need 0 < BUFFER <= BYTES and at most "
@@ -284,6 +295,15 @@ int main(int argc, char **argv)
     }
     args[0].fd = fds[0], args[0].sender = 1, args[1].fd = fds[1];
     args[0].bytes = args[1].bytes = SL_CANARY_ROUNDS;
+    args[0].cpu = args[1].cpu = -1;
+    for (i = 0, n = 0; i < CPU_SETSIZE && n < 2; ++i) {
+        if (CPU_ISSET(i, &set)) {
+            args[n++].cpu = i;
+        }
+    }
+    if (n < 2) {
+        args[0].cpu = -1;
+    }
     wake_s  = timed(bouncer, args, 2, SL_CANARY_ROUNDS);
     step_ns = chase_ns(8u << 20, SL_CANARY_STEPS);
     if (wake_s < 0 || step_ns < 0) {
