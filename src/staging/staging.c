@@ -100,7 +100,8 @@ static void sl_staging_fail(sl_staging_xfer_t *x, sl_status_t status)
     }
 }
 
-/* Every change of a slot's state, so that x->nstate stays true. */
+/* Every change of an in-use slot's state (take and release count their
+ * own), so that x->nstate stays true. */
 static void sl_slot_set(sl_staging_slot_t *s, sl_chunk_state_t state)
 {
     --s->x->nstate[s->state];
@@ -113,23 +114,24 @@ static sl_staging_slot_t *sl_slot_take(sl_staging_xfer_t *x, size_t index,
                                        int empty, sl_chunk_state_t state)
 {
     sl_staging_pool_t *pool = x->pool;
-    int                i;
+    int                i, used;
 
-    if (!empty && pool->nfree[x->recv] == 0) {
+    for (i = 0, used = 0; i <= SL_CHUNK_DONE; ++i) {
+        used += x->nstate[i];
+    }
+    /* A full window is the common case: no scan for a free slot then. */
+    if ((!empty && pool->nfree[x->recv] == 0) || used == pool->nbufs) {
         return NULL;
     }
-    for (i = 0; i < pool->nbufs && x->slots[i].in_use; ++i) {
-    }
-    if (i == pool->nbufs) {
-        return NULL;
+    for (i = 0; x->slots[i].in_use; ++i) {
     }
     x->slots[i].in_use = 1;
     x->slots[i].index  = index;
     x->slots[i].buf    = empty ? -1 : pool->free_idx[x->recv][--pool->nfree[x->recv]];
     x->slots[i].state  = state;
     x->slots[i].copy   = NULL;
-    ++x->nstate[state];
     x->slots[i].net    = NULL;
+    ++x->nstate[state];
     return &x->slots[i];
 }
 

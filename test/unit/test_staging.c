@@ -4,7 +4,8 @@
  * queue with rendezvous semantics (a send completes only when received).
  * Covers chunk boundaries, odd sizes, a pool of one buffer, several
  * transfers sharing a pool in opposite posting orders, overlap of copy and
- * wire, sends that complete inside their post, and a failing copy.
+ * wire, sends that complete inside their post, a failing copy, and a
+ * failing post followed by the peer's loss.
  * SPDX-License-Identifier: MIT
  */
 #include "check.h"
@@ -39,6 +40,8 @@ typedef struct world {
     int    copies_running, wire_running, overlap_seen;
     int    fail_copy_at; /* fail the n-th copy (0: never) */
     int    copies_started;
+    int    fail_post_at; /* fail the n-th post (0: never) */
+    int    posts;
     /* posted receives waiting for their message */
     struct { sl_staging_slot_t *slot; size_t index; void *host; size_t len; int stream; } posted[MAX_MSGS];
     int    nposted;
@@ -119,6 +122,9 @@ static sl_status_t f_net_post(void *ctx, sl_staging_slot_t *slot, void *host,
     size_t             index = slot->index;
 
     (void)ctx;
+    if (++W.posts == W.fail_post_at) {
+        return STAGELINK_ERR_TRANSPORT;
+    }
     ++W.wire_running;
     W.overlap_seen |= (W.copies_running > 0);
     if (x->recv) {
@@ -356,6 +362,58 @@ static void run_inline(size_t nchunks, int nbufs, int failed)
     free(src);
 }
 
+/*
+ * A post that fails (a transport error), then the peer gone: the wire
+ * gives back what it holds (receives canceled, sends purged) and the
+ * transfer still ends, its buffers free and its counts true at every step.
+ */
+static void run_fail_post(int recv, int direct)
+{
+    sl_staging_pool_t pool;
+    sl_staging_xfer_t x;
+    sl_staging_slot_t slots[4];
+    size_t            len = 10 * 64;
+    unsigned char    *buf = calloc(1, len);
+    sl_errbuf_t       eb;
+    int               i, rounds = 0, done = 0;
+
+    memset(&W, 0, sizeof(W));
+    W.fail_post_at = 2;
+    CHECK(sl_staging_pool_init(&pool, 64, 4, a_alloc, NULL, &eb) == 0,
+          "%s", eb.msg);
+    sl_staging_xfer_init(&x, &ops, NULL, &pool, recv, direct, buf, len, 64,
+                         slots);
+    while (x.status == STAGELINK_SUCCESS && ++rounds < 100) {
+        sl_staging_progress(&x);
+        counts_true(&x);
+    }
+    CHECK(x.status == STAGELINK_ERR_TRANSPORT, "%s %s: the failed post is "
+          "not the transfer's status (%d)", direct ? "direct" : "staged",
+          recv ? "receive" : "send", (int)x.status);
+    sl_staging_abandon(&x, STAGELINK_ERR_PEER_FAILED);
+    for (rounds = 0; !done && rounds < 100; ++rounds) {
+        for (i = 0; i < W.nposted; ++i) {
+            sl_staging_net_done(W.posted[i].slot, STAGELINK_ERR_CANCELED);
+        }
+        W.nposted = 0;
+        for (i = 0; i < W.nmsgs; ++i) {
+            if (!W.msgs[i].matched) {
+                W.msgs[i].matched = 1;
+                sl_staging_net_done(W.msgs[i].sender, STAGELINK_ERR_CANCELED);
+            }
+        }
+        done = sl_staging_progress(&x);
+        counts_true(&x);
+    }
+    CHECK(done, "%s %s: not done after its peer was lost",
+          direct ? "direct" : "staged", recv ? "receive" : "send");
+    CHECK(pool.nfree[recv] == 4, "%s %s: %d of 4 buffers free at the end",
+          direct ? "direct" : "staged", recv ? "receive" : "send",
+          pool.nfree[recv]);
+    sl_staging_pool_cleanup(&pool, a_free, NULL);
+    free(buf);
+}
+
 int main(void)
 {
     static const size_t chunks[] = {1, 7, 4096};
@@ -404,5 +462,9 @@ int main(void)
           "a failed receiver copy is not reported");
     CHECK(run(10 * 4096 + 3, 4096, 1, 3, 2) != STAGELINK_SUCCESS,
           "a failed copy with one buffer is not reported");
+    /* (A staged receive posts only for a chunk on its way: none here.) */
+    run_fail_post(0, 0);
+    run_fail_post(0, 1);
+    run_fail_post(1, 1);
     return check_summary();
 }

@@ -14,8 +14,9 @@
  *     host);
  *   - chase: a random walk through 8 MiB, one load waiting for the last
  *     (the caches and memory latency that other tenants share);
- *   - timer: a 20 us sleep, what it takes (a timer interrupt through the
- *     host on a virtual machine: tbf paces the simulated link by timer).
+ *   - timer: a 20 us sleep, what it takes with Linux's default 50 us of
+ *     timer slack (a timer interrupt through the host on a virtual
+ *     machine: tbf paces the simulated link by timer).
  *
  *   stagelink_canary [-t THREADS] [-s BUFFER] [-b BYTES]
  *
@@ -31,7 +32,6 @@
 #include "tool_opts.h"
 
 #include <arpa/inet.h>
-#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
@@ -52,6 +52,7 @@ typedef struct canary {
     int                fd;     /* tcp: this thread's end */
     int                sender; /* tcp: sends, else receives; wake: starts */
     int                cpu;    /* wake: the CPU it runs on (-1: any) */
+    const char        *failed; /* what stopped the thread short, or NULL */
 } canary_t;
 
 static double now_s(void)
@@ -73,11 +74,16 @@ static void *copier(void *arg)
     if (a != NULL && b != NULL) {
         memset(a, 1, c->buffer);
         memset(b, 2, c->buffer);
+    } else {
+        c->failed = "out of memory for its two buffers";
     }
     pthread_barrier_wait(c->start);
-    for (done = 0; a != NULL && b != NULL && done < c->bytes; done += c->buffer) {
-        memcpy(flip ? a : b, flip ? b : a, c->buffer);
+    for (done = 0; c->failed == NULL && done < c->bytes;) {
+        size_t len = c->bytes - done < c->buffer ? c->bytes - done : c->buffer;
+
+        memcpy(flip ? a : b, flip ? b : a, len);
         flip = !flip;
+        done += len;
     }
     /* The copies must not be optimized away: their result leaves. */
     done = (a != NULL && b != NULL) ? done + (size_t)(a[c->buffer / 2] != 1) : 0;
@@ -86,23 +92,36 @@ static void *copier(void *arg)
     return (void *)(uintptr_t)done;
 }
 
+/* A thread that stops short says why, and ends the connection, so that
+ * its peer is not left blocked waiting for it. */
+static void stop_short(canary_t *c, const char *why)
+{
+    c->failed = why;
+    shutdown(c->fd, SHUT_RDWR);
+}
+
 /* One end of the tcp stream; returns the bytes moved. */
 static void *streamer(void *arg)
 {
     canary_t *c = arg;
     char     *buf = malloc(c->buffer);
     size_t    done = 0;
-    ssize_t   n = 1;
+    ssize_t   n;
 
     if (buf != NULL) {
         memset(buf, 3, c->buffer);
+    } else {
+        stop_short(c, "out of memory for its buffer");
     }
     pthread_barrier_wait(c->start);
-    while (buf != NULL && n > 0 && done < c->bytes) {
+    while (c->failed == NULL && done < c->bytes) {
         size_t len = c->bytes - done < c->buffer ? c->bytes - done : c->buffer;
 
         n = c->sender ? send(c->fd, buf, len, MSG_NOSIGNAL)
                       : recv(c->fd, buf, len, 0);
+        if (n <= 0) {
+            stop_short(c, c->sender ? "send failed" : "recv failed or the peer left");
+        }
         done += (n > 0) ? (size_t)n : 0;
     }
     free(buf);
@@ -121,16 +140,18 @@ static void *bouncer(void *arg)
     if (c->cpu >= 0) {
         CPU_ZERO(&one);
         CPU_SET(c->cpu, &one);
-        pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
-    }
-    pthread_barrier_wait(c->start);
-    for (i = 0; i < c->bytes; ++i) {
-        if ((c->sender && write(c->fd, &b, 1) != 1) || read(c->fd, &b, 1) != 1 ||
-            (!c->sender && write(c->fd, &b, 1) != 1)) {
-            break;
+        if (pthread_setaffinity_np(pthread_self(), sizeof(one), &one) != 0) {
+            stop_short(c, "cannot run on its CPU (pthread_setaffinity_np)");
         }
     }
-    return (void *)(uintptr_t)i;
+    pthread_barrier_wait(c->start);
+    for (i = 0; c->failed == NULL && i < c->bytes; ++i) {
+        if ((c->sender && write(c->fd, &b, 1) != 1) || read(c->fd, &b, 1) != 1 ||
+            (!c->sender && write(c->fd, &b, 1) != 1)) {
+            stop_short(c, "a write or read failed, or the peer left");
+        }
+    }
+    return (void *)(uintptr_t)(c->failed == NULL ? i : 0);
 }
 
 /* Nanoseconds a step of a random cycle through `bytes`, or -1. */
@@ -160,6 +181,7 @@ static double chase_ns(size_t bytes, size_t steps)
     }
     t0 = now_s() - t0;
     free(next);
+    /* The walk's end is used, so the loads cannot be left out. */
     return (at < n) ? t0 / (double)steps * 1e9 : -1;
 }
 
@@ -209,6 +231,19 @@ static double timed(void *(*fn)(void *), canary_t *args, int n, size_t want)
     pthread_barrier_destroy(&start);
     return ok ? t0 : -1;
 }
+
+/* Says which measurement fell short, and why (its threads' reasons). */
+static int fell_short(const canary_t *args, int n, const char *what)
+{
+    int i;
+
+    for (i = 0; i < n && args[i].failed == NULL; ++i) {
+    }
+    fprintf(stderr, "stagelink_canary: the %s stopped short: %s\n", what,
+            i < n ? args[i].failed : "a thread could not be started or joined");
+    return 1;
+}
+
 /* A connected pair over loopback: fds[0] sends, fds[1] receives. */
 static int tcp_pair(int fds[2])
 {
@@ -236,11 +271,15 @@ int main(int argc, char **argv)
     cpu_set_t set;
     double    mem_s, tcp_s, wake_s, step_ns;
     int       threads = 0, opt, i, n, ok = 1, fds[2];
+    char     *end;
 
     while ((opt = getopt_long(argc, argv, "t:s:b:h", sl_tool_longopts,
                               NULL)) != -1) {
         switch (opt) {
-        case 't': threads = atoi(optarg); break;
+        case 't':
+            threads = (int)strtol(optarg, &end, 10);
+            ok      = (*end == '\0' && threads > 0);
+            break;
         case 's': ok = sl_host_parse_size(optarg, &c.buffer) == 0; break;
         case 'b': ok = sl_host_parse_size(optarg, &c.bytes) == 0; break;
         case 'V': return sl_tool_version("stagelink_canary");
@@ -250,8 +289,9 @@ int main(int argc, char **argv)
             return opt == 'h' ? 0 : 2;
         }
         if (!ok) {
-            fprintf(stderr, "stagelink_canary: cannot read the size '%s' "
-                    "(a number with an optional K, M or G)\n", optarg);
+            fprintf(stderr, "stagelink_canary: cannot read '%s' (-t: a count "
+                    "of threads; -s, -b: a number with an optional K, M or G)\n",
+                    optarg);
             return 2;
         }
     }
@@ -273,19 +313,16 @@ int main(int argc, char **argv)
     for (i = 0; i < threads; ++i) {
         args[i] = c;
     }
-    mem_s = timed(copier, args, threads, c.bytes);
-    if (mem_s < 0 || tcp_pair(fds) != 0) {
-        fprintf(stderr, "stagelink_canary: out of memory for two %zu-byte "
-                "buffers a thread\n", c.buffer);
+    if ((mem_s = timed(copier, args, threads, c.bytes)) < 0) {
+        return fell_short(args, threads, "memcpy");
+    }
+    if (tcp_pair(fds) != 0) {
         return 1;
     }
     args[0] = c, args[1] = c;
     args[0].fd = fds[0], args[0].sender = 1, args[1].fd = fds[1];
-    tcp_s = timed(streamer, args, 2, c.bytes);
-    if (tcp_s < 0) {
-        fprintf(stderr, "stagelink_canary: the TCP stream over loopback ended "
-                "early: %s\n", strerror(errno));
-        return 1;
+    if ((tcp_s = timed(streamer, args, 2, c.bytes)) < 0) {
+        return fell_short(args, 2, "TCP stream over loopback");
     }
     close(fds[0]);
     close(fds[1]);
@@ -304,11 +341,11 @@ int main(int argc, char **argv)
     if (n < 2) {
         args[0].cpu = -1;
     }
-    wake_s  = timed(bouncer, args, 2, SL_CANARY_ROUNDS);
-    step_ns = chase_ns(8u << 20, SL_CANARY_STEPS);
-    if (wake_s < 0 || step_ns < 0) {
-        fprintf(stderr, "stagelink_canary: the %s failed\n",
-                wake_s < 0 ? "wake ping-pong over a socket pair" : "8 MiB random walk");
+    if ((wake_s = timed(bouncer, args, 2, SL_CANARY_ROUNDS)) < 0) {
+        return fell_short(args, 2, "wake-up ping-pong over a socket pair");
+    }
+    if ((step_ns = chase_ns(8u << 20, SL_CANARY_STEPS)) < 0) {
+        fprintf(stderr, "stagelink_canary: out of memory for the 8 MiB walk\n");
         return 1;
     }
     printf("canary: memcpy %.2f GB/s, tcp %.2f GB/s, wake %.1f us, chase %.1f ns, "
