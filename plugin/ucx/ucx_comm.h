@@ -206,6 +206,7 @@ struct stagelink_comm {
                                                   neighbour rank */
     int                         nreports;
     sl_ctl_msg_t                fault_msg; /**< the report this rank sends */
+    sl_ctl_msg_t                hello_msg; /**< the hello it sends at init */
     int                         reports_inflight; /**< its sends not yet done */
     double                      reported_at;  /**< when it sent them, 0: never */
     struct pollfd              *pfds;        /**< UCX event fd, then peers' pidfds */
@@ -332,6 +333,11 @@ void        sl_fault_cleanup(sl_comm_t *comm);
  *  wait for its pidfd) is reported to the neighbours before the endpoints
  *  close, so that none takes this rank's departure for the failure. */
 void        sl_fault_barrier_failed(sl_comm_t *comm);
+
+/* ucx_hello.c: every endpoint wired up before init returns */
+/** A hello each way over every endpoint, waited for (blocking) until each
+ *  came, its peer died, or STAGELINK_TIMEOUT; after sl_fault_watch. */
+sl_status_t sl_hello_exchange(sl_comm_t *comm);
 
 /* ucx_xfer.c: a transfer's checks, its shard, and its post */
 sl_status_t sl_xfer_post(sl_comm_t *comm, stagelink_op_kind_t kind,

@@ -363,6 +363,7 @@ static stagelink_status_t sl_ucx_comm_init(const stagelink_config_t *host_config
                                        comm->npeers, &comm->err), err_destroy);
     sl_chunked_size_agree(comm);
     SL_CHECK_GOTO(sl_fault_watch(comm), err_destroy);
+    SL_CHECK_GOTO(sl_hello_exchange(comm), err_destroy);
     comm->bootstrap->progress = (sl_sock_progress_t){sl_ucx_progress_cb, comm};
     SL_CHECK_GOTO(sl_gather_init(comm), err_destroy);
     SL_CHECK_GOTO(sl_progress_start(comm), err_destroy);

@@ -23,7 +23,7 @@
 
 #include <stdint.h>
 
-#define SL_WIRE_VERSION 3u
+#define SL_WIRE_VERSION 4u
 
 /* A rank's part of the address exchange: this card, then its worker
  * addresses (full_len bytes, net_len bytes, then local_len bytes). */
@@ -41,6 +41,8 @@ _Static_assert(sizeof(sl_rank_card_t) == 6 * 4 + SL_TOPO_DEVICES_LEN,
                "the rank card has no padding: its bytes are the wire's");
 
 typedef enum sl_tag_class {
+    SL_TAG_CLASS_HELLO  = 0, /**< init's hello over each endpoint, control
+                                  (microbatch field: the sender's rank) */
     SL_TAG_CLASS_STAGE  = 1, /**< shard or full tensor across a stage boundary */
     SL_TAG_CLASS_GATHER = 2, /**< shard or status exchanged inside the TP group */
     SL_TAG_CLASS_FAULT  = 3  /**< "rank F failed", to every neighbour rank
@@ -109,7 +111,8 @@ uint64_t sl_tag_encode(const sl_tag_fields_t *f);
 void     sl_tag_decode(uint64_t tag, sl_tag_fields_t *f);
 
 /* A control message: a magic, then the sender's length (header), its
- * stagelink_status_t (notice) or the failed rank (fault report). */
+ * stagelink_status_t (notice), the failed rank (fault report) or the
+ * sender's rank (hello). */
 typedef struct sl_ctl_msg {
     uint64_t magic;
     uint64_t value;
@@ -118,6 +121,7 @@ typedef struct sl_ctl_msg {
 #define SL_HEADER_MAGIC 0x534c4844524c454eull /* "SLHDRLEN" */
 #define SL_NOTICE_MAGIC 0x534c4e4f54494345ull /* "SLNOTICE" */
 #define SL_FAULT_MAGIC  0x534c4641494c4544ull /* "SLFAILED" */
+#define SL_HELLO_MAGIC  0x534c48454c4c4f21ull /* "SLHELLO!" */
 #define SL_CTL_LEN      16u
 
 _Static_assert(sizeof(sl_ctl_msg_t) == SL_CTL_LEN,

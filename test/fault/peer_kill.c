@@ -1,9 +1,11 @@
 /*
  * Peers that die: real ranks (forked processes, the plugin loaded through
  * the public loader) where one rank is SIGKILLed before, during (a 64 MiB
- * message mid-rendezvous, either side) or after a transfer, or as its last
- * small send completes (which must still arrive), or where a watchdog
- * thread aborts a communicator blocked in wait.  Each survivor
+ * message mid-rendezvous, either side) or after a transfer, the moment its
+ * init returns while its peer posts at once (no UCX endpoint may still be
+ * connecting then), or as its last small send completes (which must still
+ * arrive), or where a watchdog thread aborts a communicator blocked in
+ * wait.  Each survivor
  * must get an error (PEER_FAILED naming the dead rank where it talked to
  * it) within the deadline, then finalize within the deadline with the
  * descriptors it had before init.  Each error must come within 100 ms of
@@ -59,7 +61,8 @@
 #define LAST_WORDS_BYTES 4096     /* eager on every transport */
 
 typedef enum when {
-    BEFORE,        /* the victim dies right after init */
+    BEFORE,        /* the victim dies right after init (survivors post
+                      once it is dead, or at once: at-init) */
     DURING_SEND,   /* the sender dies after starting the rendezvous of
                       64 MiB (its request to send is out, no data moved) */
     DURING_RECV,   /* the receiver dies with 64 MiB posted, before it
@@ -474,6 +477,7 @@ static int watch_for_bytes(rank_ctx_t *c)
 static const scenario_t scenarios[] = {
     /* name, when, world, tp, victim, setup, survivors await the death */
     {"before",         BEFORE,         2, 1, 0,  victim_dies,     1},
+    {"at-init",        BEFORE,         2, 1, 1,  victim_dies,     0},
     {"during-send",    DURING_SEND,    2, 1, 0,  NULL,            1},
     {"during-recv",    DURING_RECV,    2, 1, 1,  NULL,            0},
     {"after",          AFTER,          2, 1, 1,  first_transfer,  1},

@@ -7,7 +7,10 @@
 #     waited on again, and once the link is back the transfers complete
 #     with every byte intact;
 #  2. the rank of node 1 is SIGKILLed mid-transfer: the rank of node 0
-#     returns PEER_FAILED naming it within the deadline and exits.
+#     returns PEER_FAILED naming it within the deadline and exits;
+#  3. a firewall passes the bootstrap's port and drops every other TCP
+#     segment, so UCX never connects: init fails on both ranks within the
+#     deadline with TIMEOUT, naming the other rank and UCX.
 #   link_fault.sh BUILD_DIR SOURCE_DIR
 # SPDX-License-Identifier: MIT
 set -euo pipefail
@@ -90,3 +93,51 @@ errored=$(sed -n 's/^rank 0: iteration [0-9]*: error at \([0-9.]*\)$/\1/p' "$out
 awk -v k="$killed" -v e="$errored" -v d=$deadline 'BEGIN {
     printf "# rank 0 failed %.3f s after the kill (deadline %d s)\n", e - k, d;
     exit !(e - k < d) }' || fail "rank 0 took longer than the deadline"
+
+echo "# 3. UCX's connections dropped, the bootstrap's port open"
+port=$(ip netns exec "${tag}n0" "$run" -P)
+# A firewall from the qdiscs this kernel has (no tc actions): TCP segments
+# that carry data, other than the bootstrap's, go to a class of 8 bit/s,
+# which lets one through and holds the next for a minute.  Handshakes pass
+# (UCX 1.13 waits in connect() while a SYN is dropped), so UCX's endpoints are made and
+# never carry a message.
+for i in 0 1; do
+    t="ip netns exec ${tag}n$i tc"
+    $t qdisc replace dev "${tag}e$i" root handle 1: htb default 10
+    $t class add dev "${tag}e$i" parent 1: classid 1:10 htb rate "$rate" quantum 65535
+    $t class add dev "${tag}e$i" parent 1: classid 1:20 htb rate 8bit ceil 8bit \
+        burst 1b cburst 1b quantum 65535
+    for dir in sport dport; do
+        $t filter add dev "${tag}e$i" parent 1: protocol ip prio 1 u32 \
+            match ip $dir "$port" 0xffff flowid 1:10
+    done
+    # Under 64 bytes in all: a SYN, an ACK, a FIN, no data.
+    $t filter add dev "${tag}e$i" parent 1: protocol ip prio 2 u32 \
+        match ip protocol 6 0xff match u16 0 0xffc0 at 2 flowid 1:10
+    $t filter add dev "${tag}e$i" parent 1: protocol ip prio 3 u32 \
+        match ip protocol 6 0xff flowid 1:20
+done
+started=$(date +%s.%N)
+pids=()
+export STAGELINK_JOB_SECRET=${STAGELINK_JOB_SECRET:-$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')}
+for i in 0 1; do
+    MASTER_ADDR=198.18.0.1 MASTER_PORT=$port ip netns exec "${tag}n$i" \
+        "$run" -n 1 -o "$i" -w 2 -T 60 -- "$soak" -s 1M -n 1 \
+        >"$out/firewall$i.log" 2>&1 &
+    pids+=($!)
+done
+for i in 0 1; do
+    wait "${pids[$i]}" && fail "rank $i's job succeeded with UCX's connections dropped"
+done
+ended=$(date +%s.%N)
+cat "$out"/firewall*.log
+for i in 0 1; do
+    grep -q "failed to initialize: rank $((1 - i)) .*exchanged no hello over UCX" \
+        "$out/firewall$i.log" ||
+        fail "rank $i's init did not fail naming rank $((1 - i)) and UCX"
+done
+# The deadline, then the endpoints' close (as long again): not the minutes
+# a dropped connection takes to fail in TCP.
+awk -v s="$started" -v e="$ended" -v d=$deadline 'BEGIN {
+    printf "# both inits failed %.3f s after the start (deadline %d s)\n", e - s, d;
+    exit !(e - s < 15 * d) }' || fail "init took far longer than the deadline"
