@@ -15,7 +15,11 @@ PEER:
   gloo-slice     each TP rank sends its 1/t slice, the receivers rebuild
                  the tensor with all_gather on their TP group (Megatron's
                  old scatter/gather);
-  stagelink-py   stagelink.Communicator with torch tensors (scatter_gather);
+  stagelink-py   stagelink.Communicator with torch tensors (scatter_gather)
+                 on Debian's UCX (bench-two-node sets STAGELINK_UCX=system);
+  stagelink-py-wheel
+                 the same on the libucx wheel's newer UCX
+                 (STAGELINK_UCX=wheel), as NIXL's wheel brings its own;
   nixl-full      NIXL agent to agent (nixl-cu13, its own UCX, forced onto
                  tcp over the node's link), host memory: every TP rank
                  WRITEs the whole tensor into its peer's registered buffer,
@@ -248,7 +252,7 @@ def main():
         buf = torch.ones(max(parse_size(x) for x in sizes) // 4,
                          dtype=torch.float32)
         nixl_reg, targets = nixl_connect(agent, peer, t, rank, stage, buf)
-    elif peer == "stagelink-py":
+    elif peer.startswith("stagelink-py"):
         import stagelink
         # On torch.distributed's store: gloo's holds MASTER_PORT.
         comm = stagelink.Communicator(tp_size=t, mode="scatter_gather")
