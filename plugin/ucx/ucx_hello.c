@@ -1,13 +1,16 @@
 /*
- * Init's last word with each peer: a 16-byte hello each way over every
- * endpoint, so that init returns with every endpoint wired up.  UCX
- * connects an endpoint lazily, with wireup messages of its own that wait
- * in the endpoint's queue until the transport connects: without this the
- * first transfer pays those round trips, and a peer that dies while one
- * still waits there makes UCX 1.13 fail an assertion (wireup_ep.c:241,
- * ucp_ep_set_failed from inside that queue's dispatch), aborting the
- * survivor.  Neither end sends its hello before its endpoint is connected,
- * so a hello heard both ways leaves no wireup message behind.
+ * Init's last word with each peer: a 16-byte synchronous hello each way
+ * over every endpoint, so that init returns with UCX's wireup done.  UCX
+ * wires an endpoint lazily: the first send that needs the peer's endpoint
+ * (a rendezvous, a synchronous send) starts a wireup request, which waits
+ * in a proxy endpoint's queue until the transport connects and the peer
+ * answers.  A peer that dies while one waits there makes UCX 1.13 fail an
+ * assertion (wireup_ep.c:241, ucp_ep_set_failed from inside that queue's
+ * dispatch), aborting the survivor; and the first transfer would pay those
+ * round trips.  A synchronous send waits for that wireup and for the peer
+ * to match it, and the peer's data leaves only once its own wireup is
+ * answered: with this rank's hello done and the peer's come, no wireup
+ * message is left in either queue.
  * SPDX-License-Identifier: MIT
  */
 #include "ucx_comm.h"
@@ -49,34 +52,6 @@ static uint64_t sl_hello_tag(int sender)
     return sl_tag_encode(&f) | SL_TAG_HEADER;
 }
 
-static sl_status_t sl_hello_post(sl_comm_t *comm, sl_hello_t *h)
-{
-    sl_ucx_peer_t      *peer = h->peer;
-    ucp_request_param_t param;
-    ucs_status_ptr_t    ptr;
-
-    memset(&param, 0, sizeof(param));
-    param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    ptr = ucp_tag_recv_nbx(peer->worker, &h->msg, sizeof(h->msg),
-                           sl_hello_tag(peer->rank), SL_TAG_MASK_ALL, &param);
-    if (UCS_PTR_IS_ERR(ptr)) {
-        return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
-                        "cannot post the receive of rank %d's hello: %s",
-                        peer->rank, ucs_status_string(UCS_PTR_STATUS(ptr)));
-    }
-    h->recv  = ptr;
-    h->state = SL_HELLO_POSTED;
-    ptr = ucp_tag_send_nbx(peer->ep, &comm->hello_msg, sizeof(comm->hello_msg),
-                           sl_hello_tag(comm->layout.rank), &param);
-    if (UCS_PTR_IS_ERR(ptr)) {
-        return sl_error(&comm->err, STAGELINK_ERR_TRANSPORT,
-                        "cannot send this rank's hello to rank %d: %s",
-                        peer->rank, ucs_status_string(UCS_PTR_STATUS(ptr)));
-    }
-    h->send = ptr;
-    return STAGELINK_SUCCESS;
-}
-
 /* An operation that ended in an error: a dead peer is left to its first
  * transfer; anything else fails init. */
 static sl_status_t sl_hello_failed(sl_comm_t *comm, sl_hello_t *h,
@@ -92,6 +67,31 @@ static sl_status_t sl_hello_failed(sl_comm_t *comm, sl_hello_t *h,
                     "UCX_NET_DEVICES on both ranks",
                     sending ? "this rank's hello to" : "the hello from",
                     h->peer->rank, ucs_status_string(ucs));
+}
+
+static sl_status_t sl_hello_post(sl_comm_t *comm, sl_hello_t *h)
+{
+    sl_ucx_peer_t      *peer = h->peer;
+    ucp_request_param_t param;
+    ucs_status_ptr_t    ptr;
+
+    memset(&param, 0, sizeof(param));
+    param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    ptr = ucp_tag_recv_nbx(peer->worker, &h->msg, sizeof(h->msg),
+                           sl_hello_tag(peer->rank), SL_TAG_MASK_ALL, &param);
+    if (UCS_PTR_IS_ERR(ptr)) {
+        return sl_hello_failed(comm, h, UCS_PTR_STATUS(ptr), 0);
+    }
+    h->recv  = ptr;
+    h->state = SL_HELLO_POSTED;
+    ptr = ucp_tag_send_sync_nbx(peer->ep, &comm->hello_msg,
+                                sizeof(comm->hello_msg),
+                                sl_hello_tag(comm->layout.rank), &param);
+    if (UCS_PTR_IS_ERR(ptr)) {
+        return sl_hello_failed(comm, h, UCS_PTR_STATUS(ptr), 1);
+    }
+    h->send = ptr;
+    return STAGELINK_SUCCESS;
 }
 
 /* Every transition of a hello past POSTED. */
@@ -139,17 +139,22 @@ static sl_status_t sl_hello_step(sl_comm_t *comm, sl_hello_t *h)
     return STAGELINK_SUCCESS;
 }
 
-/* A receive still out is canceled (its buffer goes with `h`); a send is
- * UCX's to release once done (its buffer is the communicator's). */
-static void sl_hello_release(sl_hello_t *h)
+/* A receive still out is canceled, a send is UCX's to release once done
+ * (its buffer is the communicator's).  1: UCX may still write into `h`
+ * (a receive that matched a message still arriving). */
+static int sl_hello_release(sl_hello_t *h)
 {
+    int busy = 0;
+
     if (h->recv != NULL) {
         ucp_request_cancel(h->peer->worker, h->recv);
+        busy = ucp_request_check_status(h->recv) == UCS_INPROGRESS;
         ucp_request_free(h->recv);
     }
     if (h->send != NULL) {
         ucp_request_free(h->send);
     }
+    return busy;
 }
 
 static sl_status_t sl_hello_late(sl_comm_t *comm, const sl_hello_t *h)
@@ -170,6 +175,7 @@ static sl_status_t sl_hello_late(sl_comm_t *comm, const sl_hello_t *h)
 sl_status_t sl_hello_exchange(sl_comm_t *comm)
 {
     int         n        = sl_peer_count(comm), i, left, eps = 0, down = 0;
+    int         busy     = 0;
     double      t0       = sl_time_now();
     double      deadline = sl_deadline(comm->timeout);
     sl_status_t status   = STAGELINK_SUCCESS;
@@ -213,9 +219,16 @@ unlock:
 out:
     for (i = 0; i < n; ++i) {
         down += (h[i].state == SL_HELLO_DOWN);
-        sl_hello_release(&h[i]);
+        busy |= sl_hello_release(&h[i]);
+        /* A flushing close in sl_ucx_worker_destroy would wait for this
+         * peer a whole STAGELINK_TIMEOUT more, endpoint by endpoint. */
+        if (status != STAGELINK_SUCCESS && h[i].state == SL_HELLO_POSTED) {
+            sl_ucx_ep_force_close(h[i].peer);
+        }
     }
-    free(h);
+    if (!busy) {
+        free(h); /* else UCX may still write into it */
+    }
     if (status == STAGELINK_SUCCESS) {
         SL_INFO(SL_SUBSYS_INIT, "rank %d: hellos over %d endpoints in %.1f "
                 "ms%s", comm->layout.rank, eps, (sl_time_now() - t0) * 1e3,

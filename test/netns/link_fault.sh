@@ -8,9 +8,9 @@
 #     with every byte intact;
 #  2. the rank of node 1 is SIGKILLed mid-transfer: the rank of node 0
 #     returns PEER_FAILED naming it within the deadline and exits;
-#  3. a firewall passes the bootstrap's port and drops every other TCP
-#     segment, so UCX never connects: init fails on both ranks within the
-#     deadline with TIMEOUT, naming the other rank and UCX.
+#  3. a firewall passes the bootstrap's port and holds every other TCP
+#     segment that carries data, so UCX never connects: init fails on both
+#     ranks at the deadline, naming the other rank and UCX.
 #   link_fault.sh BUILD_DIR SOURCE_DIR
 # SPDX-License-Identifier: MIT
 set -euo pipefail
@@ -94,7 +94,7 @@ awk -v k="$killed" -v e="$errored" -v d=$deadline 'BEGIN {
     printf "# rank 0 failed %.3f s after the kill (deadline %d s)\n", e - k, d;
     exit !(e - k < d) }' || fail "rank 0 took longer than the deadline"
 
-echo "# 3. UCX's connections dropped, the bootstrap's port open"
+echo "# 3. UCX's traffic held, the bootstrap's port open"
 port=$(ip netns exec "${tag}n0" "$run" -P)
 # A firewall from the qdiscs this kernel has (no tc actions): TCP segments
 # that carry data, other than the bootstrap's, go to a class of 8 bit/s,
@@ -127,7 +127,7 @@ for i in 0 1; do
     pids+=($!)
 done
 for i in 0 1; do
-    wait "${pids[$i]}" && fail "rank $i's job succeeded with UCX's connections dropped"
+    wait "${pids[$i]}" && fail "rank $i's job succeeded with UCX's traffic held"
 done
 ended=$(date +%s.%N)
 cat "$out"/firewall*.log
@@ -136,8 +136,8 @@ for i in 0 1; do
         "$out/firewall$i.log" ||
         fail "rank $i's init did not fail naming rank $((1 - i)) and UCX"
 done
-# The deadline, then the endpoints' close (as long again): not the minutes
-# a dropped connection takes to fail in TCP.
+# About the deadline (the endpoints that never connected are closed by
+# force): not the minutes TCP takes to give up on a connection.
 awk -v s="$started" -v e="$ended" -v d=$deadline 'BEGIN {
     printf "# both inits failed %.3f s after the start (deadline %d s)\n", e - s, d;
     exit !(e - s < 15 * d) }' || fail "init took far longer than the deadline"
