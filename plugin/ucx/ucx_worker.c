@@ -636,37 +636,38 @@ ucs_status_t sl_ucx_worker_arm(sl_comm_t *comm)
     return ucs;
 }
 
-void sl_ucx_progress(sl_comm_t *comm)
+unsigned sl_ucx_progress(sl_comm_t *comm)
 {
-    unsigned events, seen;
+    unsigned events = 0, seen;
     int      i;
 
-    /* One UCX round at a time: a round may serve a large copy, and the
-     * chunks it freed are posted before the next one.  A round goes on
-     * while it did anything: UCX progressed, or a callback of ours ran,
-     * also inside an operation a hook posted (a receive matching a
-     * message already there completes within its post), whose follow-up
-     * is the hooks' to do before anything sleeps. */
+    /* One UCX round, then the hooks, and back to the caller, who checks
+     * what it waits for: going on while UCX had work kept a host's wait
+     * through a whole stream (UCX writes more each round while the socket
+     * drains), so the next post waited, the window emptied and the link
+     * idled.  Rounds go on only while a callback ran inside an operation a
+     * hook posted (a receive matching a message already there completes
+     * within its post): that follow-up is the hooks' before any sleep. */
     do {
-        seen   = comm->callbacks;
-        events = sl_ucx_worker_progress(comm);
+        events += sl_ucx_worker_progress(comm);
+        seen    = comm->callbacks;
         for (i = 0; i < comm->nhooks; ++i) {
             if (comm->hooks[i]->round != NULL) {
                 comm->hooks[i]->round(comm);
             }
         }
-    } while (events != 0 ||
-             comm->callbacks != seen);
+    } while (comm->callbacks != seen);
     for (i = 0; i < comm->nhooks; ++i) {
         if (comm->hooks[i]->after != NULL) {
             comm->hooks[i]->after(comm);
         }
     }
+    return events;
 }
 
 void sl_ucx_progress_cb(void *comm)
 {
-    sl_ucx_progress(comm);
+    (void)sl_ucx_progress(comm);
 }
 
 static void sl_ucx_flush_one(sl_comm_t *comm, ucp_worker_h worker,
@@ -773,7 +774,9 @@ void sl_ucx_discard_unexpected(sl_comm_t *comm, double deadline)
 {
     sl_ucx_dropped_t d = {.names = "", .used = 0, .count = 0};
 
-    sl_ucx_progress(comm);
+    /* What already reached this rank, surfaced before the probes. */
+    while (sl_ucx_progress(comm) != 0 && !sl_deadline_passed(deadline)) {
+    }
     if (sl_ucx_discard_one(comm, comm->worker, deadline, &d) &&
         comm->local_worker != NULL) {
         sl_ucx_discard_one(comm, comm->local_worker, deadline, &d);

@@ -48,8 +48,10 @@ void        sl_ucx_worker_destroy(sl_comm_t *comm);
  *  ends every operation on it without waiting for the peer (the close's
  *  own request is finished when the worker is destroyed). */
 void        sl_ucx_ep_force_close(sl_ucx_peer_t *peer);
-/** Progresses UCX, then each registered subsystem. */
-void        sl_ucx_progress(sl_comm_t *comm);
+/** One round: UCX, then each registered subsystem (again while their own
+ *  posts ran callbacks); the events UCX had.  Callers that wait check
+ *  their condition between rounds. */
+unsigned    sl_ucx_progress(sl_comm_t *comm);
 /** One ucp_worker_progress of each worker: the events they had. */
 unsigned    sl_ucx_worker_progress(sl_comm_t *comm);
 /** ucp_worker_arm of each worker: UCS_OK once both sleep on `efd`. */
