@@ -234,10 +234,11 @@ static void sl_fault_report(sl_comm_t *comm)
 
 static void sl_fault_progress(sl_comm_t *comm);
 
-/* After every UCX round, not once per progress call: while data from live
- * peers keeps flowing, one call runs round after round, and a failure must
- * end every request within 100 ms (a clock read per round; the pidfds are
- * polled once a millisecond). */
+/* After every UCX round (a progress call runs one, and again while the
+ * hooks' own posts run callbacks): while data from live peers keeps
+ * flowing, waits run round after round, and a failure must end every
+ * request within 100 ms (a clock read per round; the pidfds are polled
+ * once a millisecond). */
 /* A fault held back for a direct sighting is applied when its grace ends. */
 static const sl_progress_hook_t sl_fault_hook = {.round   = sl_fault_progress,
                                                  .wake_at = sl_peer_wake_at};

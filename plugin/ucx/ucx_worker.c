@@ -665,9 +665,19 @@ unsigned sl_ucx_progress(sl_comm_t *comm)
     return events;
 }
 
+void sl_ucx_progress_drain(sl_comm_t *comm, double deadline)
+{
+    unsigned seen;
+
+    do {
+        seen = comm->callbacks;
+    } while ((sl_ucx_progress(comm) != 0 || comm->callbacks != seen) &&
+             !sl_deadline_passed(deadline));
+}
+
 void sl_ucx_progress_cb(void *comm)
 {
-    (void)sl_ucx_progress(comm);
+    sl_ucx_progress_drain(comm, 0.0);
 }
 
 static void sl_ucx_flush_one(sl_comm_t *comm, ucp_worker_h worker,
@@ -774,9 +784,7 @@ void sl_ucx_discard_unexpected(sl_comm_t *comm, double deadline)
 {
     sl_ucx_dropped_t d = {.names = "", .used = 0, .count = 0};
 
-    /* What already reached this rank, surfaced before the probes. */
-    while (sl_ucx_progress(comm) != 0 && !sl_deadline_passed(deadline)) {
-    }
+    sl_ucx_progress_drain(comm, deadline); /* what reached this rank */
     if (sl_ucx_discard_one(comm, comm->worker, deadline, &d) &&
         comm->local_worker != NULL) {
         sl_ucx_discard_one(comm, comm->local_worker, deadline, &d);

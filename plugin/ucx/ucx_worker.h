@@ -56,7 +56,11 @@ unsigned    sl_ucx_progress(sl_comm_t *comm);
 unsigned    sl_ucx_worker_progress(sl_comm_t *comm);
 /** ucp_worker_arm of each worker: UCS_OK once both sleep on `efd`. */
 ucs_status_t sl_ucx_worker_arm(sl_comm_t *comm);
-/** sl_ucx_progress for callers that hold a void pointer (the bootstrap). */
+/** Rounds until UCX is quiet and no callback ran, or `deadline` (0: none):
+ *  for callers that wait on something else and nap between looks. */
+void        sl_ucx_progress_drain(sl_comm_t *comm, double deadline);
+/** sl_ucx_progress_drain for callers that hold a void pointer (the
+ *  bootstrap, between its socket polls). */
 void        sl_ucx_progress_cb(void *comm);
 /** Completes every operation the worker has outstanding, until `deadline`. */
 void        sl_ucx_flush(sl_comm_t *comm, double deadline);

@@ -114,12 +114,12 @@ static sl_status_t sl_gather_nccl_drain(sl_gather_nccl_t *g, void *event,
     sl_status_t status = STAGELINK_SUCCESS;
     long        nap    = 0;
     char        why[256];
-    int         k;
+    int         k, busy;
 
     while (!comm->gpu->event_query(event, &status, &comm->err)) {
         SL_CHECK(sl_nccl_async_error(g->api, g->nccl, "the TP group's communicator",
                                      &comm->err));
-        sl_ucx_progress(comm);
+        busy = (sl_ucx_progress(comm) != 0);
         for (k = 0; k < comm->layout.tp_size; ++k) {
             if (comm->tp_peers[k].failed) {
                 sl_peer_describe(&comm->tp_peers[k], why, sizeof(why));
@@ -132,7 +132,11 @@ static sl_status_t sl_gather_nccl_drain(sl_gather_nccl_t *g, void *event,
                             "finish within STAGELINK_TIMEOUT (%.0f s): a TP "
                             "peer is not in it", what, comm->timeout);
         }
-        sl_time_nap(&nap);
+        if (busy) {
+            nap = 0; /* UCX has work: look again at once, naps from 50 us */
+        } else {
+            sl_time_nap(&nap);
+        }
     }
     return status;
 }
