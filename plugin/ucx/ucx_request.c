@@ -551,11 +551,12 @@ sl_status_t sl_req_wait_until(sl_comm_t *comm, sl_req_t *req,
 {
     double     now, asleep_at, spin_until = sl_time_now() + comm->spin_now;
     long       preempted = -1, p; /* read once the request is not done at once */
+    unsigned   events;
     sl_sleep_t s;
 
     sl_progress_sleep_init(&s, NULL);
     for (;;) {
-        sl_ucx_progress(comm);
+        events = sl_ucx_progress(comm);
         if (sl_req_done(req)) {
             return STAGELINK_SUCCESS;
         }
@@ -577,6 +578,11 @@ sl_status_t sl_req_wait_until(sl_comm_t *comm, sl_req_t *req,
             preempted = sl_req_preemptions();
         }
         asleep_at = sl_time_now();
+        if (events > 0) {
+            /* The window is for idle time, as halt polling's: a wait whose
+             * bytes keep arriving polls on, and sleeps once they pause. */
+            spin_until = asleep_at + comm->spin_now;
+        }
         if (asleep_at < spin_until) {
             continue;
         }
