@@ -550,6 +550,7 @@ sl_status_t sl_req_wait_until(sl_comm_t *comm, sl_req_t *req,
                               double deadline, double slice_end)
 {
     double     now, asleep_at, spin_until = sl_time_now() + comm->spin_now;
+    double     checked_at = 0.0; /* when `preempted` was read */
     long       preempted = -1, p; /* read once the request is not done at once */
     unsigned   events;
     sl_sleep_t s;
@@ -574,13 +575,24 @@ sl_status_t sl_req_wait_until(sl_comm_t *comm, sl_req_t *req,
                             sl_req_what(req), req->xfer.tag.microbatch,
                             req->xfer.tag.chunk, comm->timeout, pending);
         }
-        if (comm->spin > 0 && preempted < 0) {
-            preempted = sl_req_preemptions();
-        }
         asleep_at = sl_time_now();
-        if (events > 0) {
+        if (comm->spin > 0 && preempted < 0) {
+            preempted  = sl_req_preemptions();
+            checked_at = asleep_at;
+        }
+        if (events > 0 && comm->spin_now > 0) {
             /* The window is for idle time, as halt polling's: a wait whose
-             * bytes keep arriving polls on, and sleeps once they pause. */
+             * bytes keep arriving polls on, and sleeps once they pause.
+             * Polling on, it still yields to a core's other work: a
+             * preemption in the last window halves it, as after a sleep. */
+            if (asleep_at - checked_at >= comm->spin_now) {
+                p = sl_req_preemptions();
+                if (p != preempted) {
+                    sl_req_spin_adapt(comm, 0);
+                }
+                preempted  = p;
+                checked_at = asleep_at;
+            }
             spin_until = asleep_at + comm->spin_now;
         }
         if (asleep_at < spin_until) {
@@ -597,6 +609,7 @@ sl_status_t sl_req_wait_until(sl_comm_t *comm, sl_req_t *req,
                                         now - asleep_at < comm->spin &&
                                         p == preempted);
             preempted  = p;
+            checked_at = now;
             spin_until = now + comm->spin_now;
         }
     }
