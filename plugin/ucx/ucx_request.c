@@ -546,13 +546,25 @@ static long sl_req_preemptions(void)
     return (getrusage(RUSAGE_THREAD, &ru) == 0) ? ru.ru_nivcsw : 0;
 }
 
+/* Whether the kernel preempted the thread since *seen was read; reads it
+ * again. */
+static int sl_req_preempted_since(long *seen)
+{
+    long now = sl_req_preemptions();
+    int  was = (now != *seen);
+
+    *seen = now;
+    return was;
+}
+
 sl_status_t sl_req_wait_until(sl_comm_t *comm, sl_req_t *req,
                               double deadline, double slice_end)
 {
     double     now, asleep_at, spin_until = sl_time_now() + comm->spin_now;
     double     checked_at = 0.0; /* when `preempted` was read */
-    long       preempted = -1, p; /* read once the request is not done at once */
+    long       preempted = -1; /* read once the request is not done at once */
     unsigned   events;
+    int        calm;
     sl_sleep_t s;
 
     sl_progress_sleep_init(&s, NULL);
@@ -581,16 +593,15 @@ sl_status_t sl_req_wait_until(sl_comm_t *comm, sl_req_t *req,
             checked_at = asleep_at;
         }
         if (events > 0 && comm->spin_now > 0) {
-            /* The window is for idle time, as halt polling's: a wait whose
-             * bytes keep arriving polls on, and sleeps once they pause.
-             * Polling on, it still yields to a core's other work: a
-             * preemption in the last window halves it, as after a sleep. */
+            /* The window is for idle time, as halt polling's: while the
+             * workers have events (this transfer's bytes, or any other's)
+             * the wait polls on, and it sleeps once they pause.  Polling
+             * on, it still yields to a core's other work: a preemption in
+             * the last window halves it, as after a sleep. */
             if (asleep_at - checked_at >= comm->spin_now) {
-                p = sl_req_preemptions();
-                if (p != preempted) {
+                if (sl_req_preempted_since(&preempted)) {
                     sl_req_spin_adapt(comm, 0);
                 }
-                preempted  = p;
                 checked_at = asleep_at;
             }
             spin_until = asleep_at + comm->spin_now;
@@ -601,14 +612,13 @@ sl_status_t sl_req_wait_until(sl_comm_t *comm, sl_req_t *req,
         SL_CHECK(sl_progress_sleep(comm, &s,
                                    sl_deadline_earlier(deadline, slice_end)));
         /* Only a sleep in poll() says what polling would have done; after
-         * any other step the loop sleeps again without a fresh window. */
+         * any other step no fresh window opens unless progress finds
+         * events. */
         if (comm->spin > 0 && s.polled != SL_SLEEP_NO_POLL) {
-            now = sl_time_now();
-            p   = sl_req_preemptions();
-            sl_req_spin_adapt(comm, s.polled == SL_SLEEP_WOKEN &&
-                                        now - asleep_at < comm->spin &&
-                                        p == preempted);
-            preempted  = p;
+            now  = sl_time_now();
+            calm = !sl_req_preempted_since(&preempted);
+            sl_req_spin_adapt(comm, calm && s.polled == SL_SLEEP_WOKEN &&
+                                        now - asleep_at < comm->spin);
             checked_at = now;
             spin_until = now + comm->spin_now;
         }
