@@ -84,7 +84,7 @@ expect 1 "run 2, NOT JUDGED: no peer rows; no NIXL rows at t = 4" PEERS2=0
 gen
 rm "$tmp/run/peers.csv"
 rc=0
-"$verdict" "$tmp/run" >/dev/null 2>&1 || rc=$?
-[ "$rc" = 2 ] || { echo "FAIL: a missing peers.csv: exit $rc (want 2)"; failed=$((failed + 1)); }
+"$verdict" "$tmp/run" >"$tmp/out" 2>&1 || rc=$?
+[ "$rc" = 2 ] || { echo "FAIL: a missing peers.csv: exit $rc (want 2):"; cat "$tmp/out"; failed=$((failed + 1)); }
 echo "bench-verdict: $failed failures"
 [ "$failed" = 0 ]
