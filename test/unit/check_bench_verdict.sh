@@ -26,10 +26,11 @@ failed=0
 # nixl-slice's CPU, and nixl-slice at t = 2 half (below stagelink's, but
 # t = 2 is not the largest t).  Run 1's rows a case moves: E11, E14
 # (t = 1, 1 and 4 MiB), E41, E44 (t = 4) efficiencies, C4 CPU per GB at
-# t = 4 and 1 MiB, P gloo-full's time at t = 1 and 4 MiB.  PEERS2=0
-# drops run 2's peers.
+# t = 4 and 1 MiB, P gloo-full's time at t = 1 and 4 MiB, F full's time
+# at t = 1 and 1 MiB (as a fraction of scatter_gather's; otherwise they
+# tie).  PEERS2=0 drops run 2's peers.
 gen() {
-    E11=0.99 E14=0.97 E41=0.99 E44=0.97 C4=1.5 P= PEERS2=1 NOBW= STALL=0
+    E11=0.99 E14=0.97 E41=0.99 E44=0.97 C4=1.5 P= F=1 PEERS2=1 NOBW= STALL=0
     for a; do eval "$a"; done
     d=$tmp/run; rm -rf "$d"; mkdir -p "$d"
     awk -v nobw="$NOBW" -v stall="$STALL" 'BEGIN {
@@ -39,7 +40,7 @@ gen() {
             slow = r == 1 && s == 1048576 && stall
             printf "%d,%d,tag_bw,%s,0,2.0\n", r, s, gone ? "" : sprintf("%.6f", slow ? 476.837158 : 953.674316)
         } }' >"$d/ucx_perftest.csv"
-    awk -v e11="$E11" -v e14="$E14" -v e41="$E41" -v e44="$E44" -v c4="$C4" -v p="$P" -v peers2="$PEERS2" -v d="$d" '
+    awk -v e11="$E11" -v e14="$E14" -v e41="$E41" -v e44="$E44" -v c4="$C4" -v p="$P" -v f="$F" -v peers2="$PEERS2" -v d="$d" '
         # Run r at size s is "fast" (0.99, the lower CPU) in run 1 at 1 MiB
         # and in run 2 at 4 MiB.
         function fast(r, s) { return (r == 1) == (s == 1048576) }
@@ -55,14 +56,18 @@ gen() {
                 if (r == 1 && t == 4) e = (s == 1048576) ? e41 : e44
                 if (r == 1 && t == 4 && s == 1048576) c = c4
                 sg = s / 1000 / e
-                printf "%d,%d,full,%d,0,%.3f,0,0,0,0,0,0,1.5\n", r, s, t, sg * t >sl
+                printf "%d,%d,full,%d,0,%.3f,0,0,0,0,0,0,1.5\n", r, s, t,
+                       sg * t * ((r == 1 && t == 1 && s == 1048576) ? f : 1) >sl
                 printf "%d,%d,scatter_gather,%d,0,%.3f,0,0,0,0,0,0,%s\n", r, s, t, sg, c >sl
                 if (r == 2 && !peers2) continue
                 if (t == 1) {
                     printf "%d,%d,gloo-full,1,%.1f,1,%d,16\n", r, s, (r == 1 && s == 4194304 && p != "") ? p : 1.01 * sg, s >pe
                     printf "%d,%d,stagelink-py,1,1.0,1,%d,16\n", r, s, s >pe
                 }
-                if (t == 2) printf "%d,%d,nixl-slice,2,%.1f,%.9f,%d,16\n", r, s, 1.01 * sg, 0.5 * nixl * gb, s >pe
+                if (t == 2) {
+                    printf "%d,%d,nixl-slice,2,%.1f,%.9f,%d,16\n", r, s, 1.01 * sg, 0.5 * nixl * gb, s >pe
+                    printf "%d,%d,gloo-full,2,%.1f,1,%d,16\n", r, s, 1.01 * sg, s >pe
+                }
                 if (t == 4) {
                     printf "%d,%d,nixl-slice,4,%.1f,%.9f,%d,16\n", r, s, 1.01 * sg, nixl * gb, s >pe
                     printf "%d,%d,nixl-full,4,%.1f,%.9f,%d,16\n", r, s, 4 * sg, 3 * nixl * gb, s >pe
@@ -94,6 +99,11 @@ expect 0 "2 of 2 runs held every goal" E11=0.85
 expect 1 "run 1, peers faster than scatter_gather: gloo-full at t = 1, 4194304 B, by 0.00% (full and scatter_gather, one path:" P=4323.9
 expect 1 "1 of 2 runs held every goal" P=4323.9
 expect 0 "run 1, peers faster than scatter_gather: none" P=4324.0
+expect 0 "t = 1 over the runs: gloo-full ahead of scatter_gather in 0 of 4 rows; full (scatter_gather's own path at t = 1) in 0 of 4"
+expect 1 "t = 1 over the runs: gloo-full ahead of scatter_gather in 1 of 4 rows;" P=4323.9
+expect 0 "t = 1 over the runs: gloo-full ahead of scatter_gather in 0 of 4 rows;" P=4324.0
+expect 0 "full (scatter_gather's own path at t = 1) in 1 of 4" F=0.9999
+expect 0 "full (scatter_gather's own path at t = 1) in 0 of 4" F=0.99996
 expect 1 "run 1, CPU per GB at t = 4: ABOVE NIXL's at 1048576 B: 1.81 against nixl-slice's 1.80" C4=1.81
 expect 1 "1 of 2 runs held every goal" C4=1.81
 expect 0 "run 1, CPU per GB at t = 4: at most NIXL's in every row (1.50-1.90; the least of nixl-slice)"
