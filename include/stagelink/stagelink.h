@@ -362,7 +362,10 @@ typedef struct stagelink_op {
  *
  * Threads: a host calls a communicator from one thread at a time (any
  * thread, any number of communicators per process); only `comm_abort` may
- * be called from another thread meanwhile.  Transfers move on while the
+ * be called from another thread meanwhile.  A communicator belongs to the
+ * process that initialized it: in a child forked from it, every call on
+ * it, `comm_finalize` too, fails with STAGELINK_ERR_INVALID_STATE and
+ * touches nothing of the parent's.  Transfers move on while the
  * host is away from stagelink (computing, inside another library's
  * collective, asleep): a plugin may progress them from a thread of its
  * own (the UCX plugin does, unless STAGELINK_PROGRESS_THREAD=0), so a
@@ -410,6 +413,8 @@ typedef struct stagelink_plugin_v1 {
                                        size_t nbytes,
                                        stagelink_mem_type_t mem_type,
                                        stagelink_memh_t **memh);
+    /** STAGELINK_ERR_INVALID_STATE while a request posted with `memh` is
+     *  not yet completed by `test` or `wait`. */
     stagelink_status_t (*mem_deregister)(stagelink_comm_t *comm,
                                          stagelink_memh_t *memh);
 
@@ -423,7 +428,9 @@ typedef struct stagelink_plugin_v1 {
      * Posts `count` sends and receives at once (send_forward_recv_backward).
      * Receives are posted before sends, and all posts are nonblocking, so
      * stages calling it in any order cannot deadlock.  On error no request
-     * of the batch stays posted.
+     * of the batch stays posted: what can be refused (a bad element, a tag
+     * in flight, more requests than STAGELINK_MAX_REQUESTS leaves room for)
+     * is refused before anything is posted.
      */
     stagelink_status_t (*post_batch)(stagelink_comm_t *comm,
                                      const stagelink_op_t *ops, size_t count,

@@ -490,6 +490,9 @@ static stagelink_status_t sl_ucx_mem_deregister(stagelink_comm_t *comm,
                                                 stagelink_memh_t *memh)
 {
     SL_ENTER(comm, "mem_deregister");
+    if (memh != NULL) {
+        SL_CHECK(sl_req_memh_idle(comm, memh));
+    }
     return sl_mem_deregister(comm, memh);
 }
 

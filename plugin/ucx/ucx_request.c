@@ -305,6 +305,53 @@ void sl_req_pool_cleanup(sl_req_pool_t *pool)
     memset(pool, 0, sizeof(*pool));
 }
 
+sl_status_t sl_req_tag_free(sl_comm_t *comm, stagelink_op_kind_t kind,
+                            const stagelink_xfer_t *xfer, int backward)
+{
+    sl_req_t *req;
+
+    for (req = comm->pool.active; req != NULL; req = req->next) {
+        if (sl_xfer_same_tag(req->kind, req->backward, req->xfer.tag, kind,
+                             backward, xfer->tag)) {
+            return sl_xfer_tag_in_use(kind, backward, xfer->tag, &comm->err);
+        }
+    }
+    return STAGELINK_SUCCESS;
+}
+
+sl_status_t sl_req_room(sl_comm_t *comm, size_t count)
+{
+    sl_req_pool_t *pool = &comm->pool;
+
+    if (count > (size_t)(pool->capacity - pool->in_use)) {
+        return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
+                        "posting %zu would pass the limit of %d transfers "
+                        "in flight (%d are); complete some or raise "
+                        "STAGELINK_MAX_REQUESTS", count, pool->capacity,
+                        pool->in_use);
+    }
+    return STAGELINK_SUCCESS;
+}
+
+sl_status_t sl_req_memh_idle(sl_comm_t *comm, const stagelink_memh_t *memh)
+{
+    const sl_req_t *req;
+
+    for (req = comm->pool.active; req != NULL; req = req->next) {
+        if (req->xfer.memh == memh) {
+            return sl_error(&comm->err, STAGELINK_ERR_INVALID_STATE,
+                            "memory handle %p is in use by the %s of "
+                            "microbatch %u chunk %u, not yet waited for; "
+                            "wait for the transfers posted with it before "
+                            "deregistering it", (const void *)memh,
+                            (req->kind == STAGELINK_OP_SEND) ? "send"
+                                                             : "receive",
+                            req->xfer.tag.microbatch, req->xfer.tag.chunk);
+        }
+    }
+    return STAGELINK_SUCCESS;
+}
+
 sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
                        const stagelink_xfer_t *xfer, int backward,
                        sl_req_t **req_out)
@@ -312,19 +359,9 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     sl_req_pool_t *pool = &comm->pool;
     sl_req_t      *req;
 
-    for (req = pool->active; req != NULL; req = req->next) {
-        if (sl_xfer_same_tag(req->kind, req->backward, req->xfer.tag, kind,
-                             backward, xfer->tag)) {
-            return sl_xfer_tag_in_use(kind, backward, xfer->tag, &comm->err);
-        }
-    }
-    req = pool->free_list;
-    if (req == NULL) {
-        return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
-                        "%d transfers already in flight, the limit; "
-                        "complete some or raise STAGELINK_MAX_REQUESTS",
-                        pool->capacity);
-    }
+    SL_CHECK(sl_req_tag_free(comm, kind, xfer, backward));
+    SL_CHECK(sl_req_room(comm, 1));
+    req             = pool->free_list;
     pool->free_list = req->next;
 
     req->magic         = SL_REQ_MAGIC;

@@ -110,6 +110,13 @@ typedef struct sl_req_pool {
 sl_status_t sl_req_pool_init(sl_req_pool_t *pool, int capacity, int tp_size,
                              sl_errbuf_t *eb);
 void        sl_req_pool_cleanup(sl_req_pool_t *pool);
+/** TAG_IN_USE when a request in flight has this transfer's tag. */
+sl_status_t sl_req_tag_free(sl_comm_t *comm, stagelink_op_kind_t kind,
+                            const stagelink_xfer_t *xfer, int backward);
+/** NO_MEMORY when fewer than `count` requests are free. */
+sl_status_t sl_req_room(sl_comm_t *comm, size_t count);
+/** INVALID_STATE while a request not yet waited for was posted with memh. */
+sl_status_t sl_req_memh_idle(sl_comm_t *comm, const stagelink_memh_t *memh);
 sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
                        const stagelink_xfer_t *xfer, int backward,
                        sl_req_t **req_out);

@@ -96,13 +96,16 @@ sl_status_t sl_xfer_post_batch(sl_comm_t *comm, const stagelink_op_t *ops,
     size_t      i, posted = 0;
     int         pass;
 
-    /* Everything is checked before anything is posted, so a bad element
-     * never leaves half a batch on the wire. */
+    /* Everything is checked before anything is posted, tags in flight and
+     * the pool's room too, so a bad element never leaves half a batch on
+     * the wire. */
     for (i = 0; i < count; ++i) {
         SL_CHECK(sl_xfer_validate(comm, ops[i].kind, &ops[i].xfer, 1, &bwd_i,
                                   &mem_type));
+        SL_CHECK(sl_req_tag_free(comm, ops[i].kind, &ops[i].xfer, bwd_i));
     }
     SL_CHECK(sl_xfer_check_batch(ops, count, &comm->err));
+    SL_CHECK(sl_req_room(comm, count));
     for (i = 0; i < count; ++i) {
         reqs[i] = NULL;
     }

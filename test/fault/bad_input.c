@@ -10,7 +10,9 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static const stagelink_plugin_v1_t *P;
 static stagelink_comm_t            *C;
@@ -400,11 +402,23 @@ static void registration_phase(phase_ctx_t *c)
     stagelink_memh_t    *memh = NULL;
     stagelink_request_t *req;
     stagelink_xfer_t     x;
+    stagelink_status_t   st;
 
     expect(P->mem_register(C, NULL, 8, STAGELINK_MEM_HOST, &memh),
            STAGELINK_ERR_INVALID_ARG, "register a NULL buffer");
     expect(P->mem_register(C, c->buf, 64, STAGELINK_MEM_HOST, &memh),
            STAGELINK_SUCCESS, "register 64 bytes");
+    /* Nobody sends it: in flight until canceled. */
+    x      = sl_host_xfer(c->peer, c->buf, 64, 1, 777, 0);
+    x.memh = memh;
+    expect(P->irecv(C, &x, &req), STAGELINK_SUCCESS,
+           "receive posted with the registration");
+    expect(P->mem_deregister(C, memh), STAGELINK_ERR_INVALID_STATE,
+           "deregister while a receive uses it");
+    expect(P->cancel(C, req), STAGELINK_SUCCESS, "cancel that receive");
+    st = P->wait(C, req);
+    expect((st == STAGELINK_ERR_TRANSPORT) ? STAGELINK_ERR_CANCELED : st,
+           STAGELINK_ERR_CANCELED, "wait on the canceled receive");
     x      = sl_host_xfer(c->peer, c->buf, 128, 1, 1, 0);
     x.memh = memh;
     expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_ARG,
@@ -427,10 +441,52 @@ static void batch_ops(stagelink_op_t ops[2], char *buf)
     ops[0].xfer = ops[1].xfer = sl_host_xfer(STAGELINK_PEER_PREV, buf, 8, 1, 5, 0);
 }
 
+/* Stage 0 posts `count` 8-byte sends forward, which must be refused
+ * whole (`want`), then sends 16 bytes with the first one's tag; stage 1
+ * must receive those 16 bytes: a send of the refused batch left on the
+ * wire would arrive first, with 8. */
+static void refused_batch_case(phase_ctx_t *c, uint32_t mb, size_t count,
+                               stagelink_status_t want, const char *what)
+{
+    stagelink_op_t       ops[4];
+    stagelink_request_t *reqs[4], *r = NULL;
+    stagelink_xfer_t     x;
+    char                *data = c->buf + 2048;
+    size_t               i;
+
+    if (c->stage == 0) {
+        memset(ops, 0, sizeof(ops));
+        for (i = 0; i < count; ++i) {
+            ops[i].kind = STAGELINK_OP_SEND;
+            ops[i].xfer = sl_host_xfer(STAGELINK_PEER_NEXT, c->buf, 8, 1,
+                                       mb + (uint32_t)i, 0);
+        }
+        expect(P->post_batch(C, ops, count, reqs), want, what);
+        for (i = 0; i < 16; ++i) {
+            data[i] = (char)(mb + i);
+        }
+        x = sl_host_xfer(STAGELINK_PEER_NEXT, data, 16, 1, mb, 0);
+        expect(P->isend(C, &x, &r), STAGELINK_SUCCESS,
+               "a send after the refused batch");
+        expect(P->wait(C, r), STAGELINK_SUCCESS, "it completes");
+    } else {
+        memset(data, 0, 16);
+        x = sl_host_xfer(STAGELINK_PEER_PREV, data, 16, 1, mb, 0);
+        expect(P->irecv(C, &x, &r), STAGELINK_SUCCESS,
+               "the receive after a refused batch");
+        expect(P->wait(C, r), STAGELINK_SUCCESS,
+               "it gets the send after the batch, none of the batch");
+        for (i = 0; i < 16 && data[i] == (char)(mb + i); ++i) {
+        }
+        CHECK(i == 16, "%s: byte %zu of the send after it is wrong", what, i);
+    }
+}
+
 static void batch_phase(phase_ctx_t *c)
 {
     stagelink_op_t       ops[2];
-    stagelink_request_t *reqs[2];
+    stagelink_request_t *reqs[2], *held = NULL;
+    stagelink_xfer_t     x;
 
     batch_ops(ops, c->buf);
     if (c->stage == 1) {
@@ -439,6 +495,58 @@ static void batch_phase(phase_ctx_t *c)
     }
     expect(P->post_batch(C, NULL, 2, reqs), STAGELINK_ERR_INVALID_ARG,
            "batch of 2 with NULL ops");
+    /* The second send's tag is a transfer's not yet waited for. */
+    x = sl_host_xfer(c->peer, c->buf + 1024, 64, 1, 611, 0);
+    expect(c->stage == 0 ? P->isend(C, &x, &held) : P->irecv(C, &x, &held),
+           STAGELINK_SUCCESS, "a transfer of mb 611 left in flight");
+    refused_batch_case(c, 610, 2, STAGELINK_ERR_TAG_IN_USE,
+                       "batch whose second tag is in flight");
+    expect(P->wait(C, held), STAGELINK_SUCCESS, "the transfer of mb 611");
+}
+
+/* A pool of two requests: a batch of three posts none of them. */
+static void small_pool_phase(phase_ctx_t *c)
+{
+    setenv("STAGELINK_MAX_REQUESTS", "2", 1);
+    if (P->comm_init(&c->cfg, &C) != STAGELINK_SUCCESS) {
+        CHECK(0, "init with STAGELINK_MAX_REQUESTS=2: %s", P->last_error(NULL));
+        unsetenv("STAGELINK_MAX_REQUESTS");
+        return;
+    }
+    unsetenv("STAGELINK_MAX_REQUESTS");
+    refused_batch_case(c, 620, 3, STAGELINK_ERR_NO_MEMORY,
+                       "batch of 3 with room for 2");
+    expect(P->comm_finalize(C), STAGELINK_SUCCESS, "finalize the small pool");
+    C = NULL;
+}
+
+/* A forked child: every call on the parent's communicator is refused,
+ * saying why, finalize too; the parent's goes on, a transfer each way. */
+static void fork_phase(phase_ctx_t *c)
+{
+    stagelink_request_t *req;
+    stagelink_xfer_t     x;
+    int                  status = -1, before = check_failed;
+    pid_t                pid;
+
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        x = sl_host_xfer(c->peer, c->buf, 8, 1, 1, 0);
+        expect(P->isend(C, &x, &req), STAGELINK_ERR_INVALID_STATE,
+               "send in a forked child");
+        CHECK(strstr(P->last_error(C), "forked") != NULL,
+              "the child's refusal does not say it forked: %s",
+              P->last_error(C));
+        expect(P->comm_finalize(C), STAGELINK_ERR_INVALID_STATE,
+               "finalize in a forked child");
+        fflush(stdout);
+        _exit(check_failed != before);
+    }
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+              WEXITSTATUS(status) == 0,
+          "the forked child (pid %d) ended with status %#x", (int)pid, status);
+    settle_peers(c->stage, c->buf);
 }
 
 static void cross_stage_phase(phase_ctx_t *c)
@@ -501,7 +609,9 @@ static const struct {
     {"batches", batch_phase, 1},
     {"across stages", cross_stage_phase, 1},
     {"chunked size mismatches", chunked_phase, 1},
+    {"a forked child", fork_phase, 1},
     {"after finalize", finalize_phase, 1},
+    {"a small pool", small_pool_phase, 0},
     {"after abort", abort_phase, 0},
 };
 
