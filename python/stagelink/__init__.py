@@ -31,14 +31,15 @@ from ._version import __version__
 from .communicator import (Communicator, Job, P2POp, Placement, Request,
                            batch_isend_irecv, job)
 from .errors import (AbortedError, CanceledError, ClosedError,
-                     PeerFailedError, ShapeMismatchError, SizeMismatchError,
-                     StagelinkError, TagInUseError, TimeoutError)
+                     InvalidArgumentError, PeerFailedError,
+                     ShapeMismatchError, SizeMismatchError, StagelinkError,
+                     TagInUseError, TimeoutError)
 
 __all__ = ["Communicator", "Request", "Placement", "P2POp", "Job", "job",
            "batch_isend_irecv", "StagelinkError", "PeerFailedError",
            "TimeoutError", "SizeMismatchError", "ShapeMismatchError",
            "AbortedError", "CanceledError", "TagInUseError", "ClosedError",
-           "version", "library_version", "__version__"]
+           "InvalidArgumentError", "version", "library_version", "__version__"]
 
 
 def library_version():

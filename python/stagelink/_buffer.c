@@ -29,7 +29,7 @@ static PyObject *torch_tensor, *torch_strided;
 static PyObject *n_layout, *n_is_contiguous, *n_is_cuda, *n_is_cpu,
                 *n_get_device, *n_device, *n_data_ptr, *n_element_size,
                 *n_numel, *n_untyped_storage, *n_storage, *n_dtype, *n_shape,
-                *n_stride, *n_type, *n_torch;
+                *n_stride, *n_type, *n_torch, *n_is_conj, *n_is_neg;
 
 
 int sl_py_buffer_init(void)
@@ -42,6 +42,7 @@ int sl_py_buffer_init(void)
         {&n_numel, "numel"}, {&n_untyped_storage, "untyped_storage"},
         {&n_storage, "storage"}, {&n_dtype, "dtype"}, {&n_shape, "shape"},
         {&n_stride, "stride"}, {&n_type, "type"}, {&n_torch, "torch"},
+        {&n_is_conj, "is_conj"}, {&n_is_neg, "is_neg"},
     };
 
     return sl_py_intern(names, sizeof(names) / sizeof(names[0]));
@@ -83,6 +84,25 @@ static int sl_py_call_size(PyObject *obj, PyObject *name, size_t *out)
     *out = PyLong_AsSize_t(r);
     Py_DECREF(r);
     return (*out == (size_t)-1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* The truth of obj.name() (a method); `absent` where obj has none (an
+ * older torch), unless that is -1: then, as on any error, -1. */
+static int sl_py_call_truth(PyObject *obj, PyObject *name, int absent)
+{
+    PyObject *r = PyObject_CallMethodNoArgs(obj, name);
+    int       truth;
+
+    if (r == NULL) {
+        if (absent < 0 || !PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
+        }
+        PyErr_Clear();
+        return absent;
+    }
+    truth = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return truth;
 }
 
 /* The truth of obj.name (a property); -1 on error. */
@@ -143,9 +163,27 @@ static int sl_py_describe_tensor(sl_py_buffer_t *b, PyObject *obj)
     }
     Py_DECREF(layout);
 
-    r = PyObject_CallMethodNoArgs(obj, n_is_contiguous);
-    flag = (r == NULL) ? -1 : PyObject_IsTrue(r);
-    Py_XDECREF(r);
+    /* A conjugate or negative view keeps its memory and a flag: its
+     * bytes are not its values. */
+    flag = sl_py_call_truth(obj, n_is_conj, 0);
+    if (flag > 0) {
+        PyErr_SetString(PyExc_ValueError, "the tensor is a conjugate view "
+                        "(tensor.conj()), whose memory holds the values "
+                        "unconjugated: pass tensor.resolve_conj()");
+    }
+    if (flag != 0) {
+        return -1;
+    }
+    flag = sl_py_call_truth(obj, n_is_neg, 0);
+    if (flag > 0) {
+        PyErr_SetString(PyExc_ValueError, "the tensor is a negative view, "
+                        "whose memory holds the values negated: pass "
+                        "tensor.resolve_neg()");
+    }
+    if (flag != 0) {
+        return -1;
+    }
+    flag = sl_py_call_truth(obj, n_is_contiguous, -1);
     if (flag < 0) {
         return -1;
     }

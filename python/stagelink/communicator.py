@@ -454,6 +454,7 @@ class Communicator:
                                         name="stagelink-wait-%d" % self.rank)
         self._helper.start()
         self._created = next(_created)
+        self._pid = os.getpid()
         _open_comms[self._created] = self
 
     # -- what this rank is ------------------------------------------------
@@ -832,10 +833,17 @@ class Communicator:
         abandoned, each named in a warning of the log (their wait() raises
         ClosedError).  Interrupted (Ctrl-C), it aborts and finalizes without
         the barrier before the exception goes on.  A second close() does
-        nothing."""
+        nothing.  In a process forked from the one that made it, close()
+        only forgets it: the transport is the parent's (any other call
+        there raises StagelinkError saying so)."""
         with self._life:
             if not self._calls.begin_close():
                 return
+        if os.getpid() != self._pid:
+            # A forked child's copy: the transport is the parent's to
+            # finalize, so the child only forgets it.
+            _open_comms.pop(self._created, None)
+            return
         self._queue.put(_STOP)
         if self._helper is not threading.current_thread():
             self._helper.join()
@@ -978,6 +986,9 @@ def _close_at_exit():
     first, so the peers are not kept waiting for this rank."""
     failed = getattr(sys, "last_value", None) is not None
     for _, comm in sorted(_open_comms.items(), reverse=True):
+        if comm._pid != os.getpid():  # a forked child's copy: close() forgets it
+            comm.close()
+            continue
         try:
             if failed:
                 comm.abort()

@@ -3,7 +3,9 @@
 Every failure of a call into the library raises a StagelinkError (or a
 subclass) carrying the library's status name and its sentence, which says
 what failed, with which values, and what to do.  Bad arguments raise
-ValueError or TypeError before anything reaches the library.
+ValueError or TypeError before anything reaches the library; what only
+the library can check (the job's layout, a tensor's device, a
+registration) raises InvalidArgumentError, a ValueError too.
 
 SPDX-License-Identifier: MIT
 """
@@ -12,7 +14,8 @@ import builtins
 
 __all__ = ["StagelinkError", "PeerFailedError", "TimeoutError",
            "SizeMismatchError", "ShapeMismatchError", "AbortedError",
-           "CanceledError", "TagInUseError", "ClosedError"]
+           "CanceledError", "TagInUseError", "ClosedError",
+           "InvalidArgumentError"]
 
 # stagelink_status_t, in the order of include/stagelink/stagelink.h (a test
 # compares it with the library's stagelink_status_string).
@@ -78,6 +81,12 @@ class TagInUseError(StagelinkError):
     on this side."""
 
 
+class InvalidArgumentError(StagelinkError, ValueError):
+    """The library refused an argument (STAGELINK_ERR_INVALID_ARG) that only
+    it can check: a size that does not tile the job, a tensor of another
+    device, an unknown registration.  Also a ValueError."""
+
+
 class ClosedError(StagelinkError):
     """The communicator was closed: a call after close() (or after its
     `with` block) cannot reach the library."""
@@ -89,6 +98,7 @@ class ClosedError(StagelinkError):
 
 
 _BY_STATUS = {
+    STATUS["ERR_INVALID_ARG"]: InvalidArgumentError,
     STATUS["ERR_PEER_FAILED"]: PeerFailedError,
     STATUS["ERR_TIMEOUT"]: TimeoutError,
     STATUS["ERR_SIZE_MISMATCH"]: SizeMismatchError,

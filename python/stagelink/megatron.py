@@ -151,7 +151,8 @@ def _mode(config, tp_size, mode, source="mode="):
 def _check_placement(comm, prev_rank, next_rank, tp_ranks, mode):
     """A Communicator given by hand must be Megatron's boundary."""
     info = comm.info
-    want = {"prev_rank": prev_rank, "next_rank": next_rank,
+    want = {"prev_rank": -1 if prev_rank is None else prev_rank,
+            "next_rank": -1 if next_rank is None else next_rank,
             "tp_size": len(tp_ranks), "tp_index": tp_ranks.index(info["rank"])
             if info["rank"] in tp_ranks else -1,
             "mode": _lib.MODES[mode]}
@@ -196,14 +197,19 @@ def _link_for(pp_group, config, tp_group, mode, comm, gather=None):
                          "%r" % (me, tp_ranks))
     asked = _mode(config, len(tp_ranks), mode)
     r = pp_ranks.index(me)
-    prev_rank = pp_ranks[(r - 1) % len(pp_ranks)]
-    next_rank = pp_ranks[(r + 1) % len(pp_ranks)]
+    # One stage has no boundary (upstream's neighbours are the rank
+    # itself, and its calls never reach them).
+    prev_rank = pp_ranks[(r - 1) % len(pp_ranks)] if len(pp_ranks) > 1 else None
+    next_rank = pp_ranks[(r + 1) % len(pp_ranks)] if len(pp_ranks) > 1 else None
     device = _Link.default_device()
     by = _gather(gather, device) if len(tp_ranks) > 1 else "stagelink"
     # A default mode is STAGELINK_MODE's choice: keyed by it too.
     key = (tuple(pp_ranks), tuple(tp_ranks), asked, by,
            os.environ.get("STAGELINK_MODE") if asked == "default" else None)
     link = _links.get(key)
+    if link is not None and not link.comm._open:  # closed by hand
+        del _links[key]
+        link = None
     if link is not None and (comm is None or link.comm is comm):
         return link
     made = comm is None

@@ -275,6 +275,45 @@ def overlap_ring(t, p):
                 exc, "batch_p2p_comm")
 
 
+def one_stage_and_reopen(t, p):
+    """A pipeline of one stage, as upstream builds it (the rank its own
+    neighbour): first and last stage, and its calls move nothing; then a
+    boundary whose Communicator was closed by hand gets a new one, whose
+    transfers arrive."""
+    pp, config = one_chunk_pipeline(t, p)
+    me = dist.get_rank()
+    alone = [dist.new_group([r]) for r in range(dist.get_world_size())][me]
+    one = stagelink.megatron.P2PCommunicator(alone, config)
+    check(one.is_pp_first_stage and one.is_pp_last_stage and
+          one.total_stages == 1 and one.next_rank == me == one.prev_rank,
+          "one stage: first %s, last %s, %d stages, neighbours %s and %s"
+          % (one.is_pp_first_stage, one.is_pp_last_stage, one.total_stages,
+             one.prev_rank, one.next_rank))
+    x = torch.ones((4, B, H), dtype=DTYPE, device=DEVICE)
+    check(one.recv_forward((4, B, H), one.is_pp_first_stage) is None and
+          one.send_forward(x, one.is_pp_last_stage) is None and
+          one.send_backward(x, one.is_pp_first_stage) is None and
+          one.recv_backward((4, B, H), one.is_pp_last_stage) is None,
+          "a pipeline of one stage moved a tensor")
+    one.communicator.close()
+    replicated = dataclasses.replace(config, sequence_parallel=False)
+    first = stagelink.megatron.P2PCommunicator(pp, replicated).communicator
+    first.close()
+    again = stagelink.megatron.P2PCommunicator(pp, replicated)
+    check(again.communicator is not first,
+          "a P2PCommunicator made after close() got the closed Communicator")
+    # The stage's number: what every TP rank of a stage holds alike.
+    x = torch.full((4, B, H), float(again.current_stage), dtype=DTYPE,
+                   device=DEVICE)
+    if not again.is_pp_last_stage:
+        again.send_forward(x, False)
+    if not again.is_pp_first_stage:
+        got = again.recv_forward((4, B, H), False)
+        check(torch.all(got == float(again.current_stage - 1)).item(),
+              "after reopening: the tensor is not stage %d's"
+              % (again.current_stage - 1))
+
+
 def misuse(t, p, monkeypatch):
     """Each refused before anything is posted, with a sentence that says
     what to do; nothing is left half-made (the next case still runs)."""
@@ -402,6 +441,11 @@ _sent = {}  # case name -> (stage bytes sent, pipeline rank)
 
 def test_misuse(tp, p, monkeypatch):
     misuse(tp, p, monkeypatch)
+
+
+def test_one_stage_and_reopen(tp, p):
+    one_stage_and_reopen(tp, p)
+    dist.barrier()
 
 
 def test_overlap_ring(tp, p):

@@ -42,6 +42,7 @@ def test_versions(request):
     ("ERR_ABORTED", stagelink.AbortedError),
     ("ERR_CANCELED", stagelink.CanceledError),
     ("ERR_TAG_IN_USE", stagelink.TagInUseError),
+    ("ERR_INVALID_ARG", stagelink.InvalidArgumentError),
     ("ERR_TRANSPORT", stagelink.StagelinkError)])
 def test_exception_kinds(name, kind):
     e = errors.error(errors.STATUS[name], "a sentence")
@@ -58,6 +59,8 @@ def test_exception_bases():
     check(issubclass(stagelink.ShapeMismatchError,
                      stagelink.SizeMismatchError),
           "ShapeMismatchError is no SizeMismatchError")
+    check(issubclass(stagelink.InvalidArgumentError, ValueError),
+          "InvalidArgumentError is no ValueError")
 
 
 def test_library_missing():

@@ -9,11 +9,14 @@ was seen to do (issue 12's table), between two pipeline stages of t ranks
   waits again and gets the data; Request.cancel;
 - Ctrl-C (SIGINT) during a blocked receive raises KeyboardInterrupt fast,
   and the request is still usable;
-- bad arguments raise ValueError or TypeError, never wrap;
+- bad arguments, and conjugate or negative views, raise ValueError or
+  TypeError, never wrap;
 - bytes as a receive buffer is refused; read-only arrays and numpy scalars
   can be sent;
 - STAGELINK_CHECK=1: another dtype or shape of the same bytes is an error
   naming both sides;
+- a forked child's calls on the parent's communicator raise, its exit
+  leaves it alone;
 - calls after close() raise ClosedError;
 - an exception inside `with` aborts: the failing rank leaves at once and its
   peer gets PeerFailedError, not a timeout.
@@ -223,9 +226,17 @@ def test_bad_arguments(comm):
         (lambda: comm.isend(t, chunk=70000), ValueError, "chunk=70000"),
         (lambda: comm.isend(t, microbatch=1.5), TypeError, "float"),
         (lambda: comm.isend(t, elem_size=0), ValueError, "elem_size"),
+        (lambda: comm.isend(t, elem_size=3), ValueError,
+         "elem_size=3 does not divide the buffer's 16 bytes"),
         (lambda: comm.isend(torch.zeros(4, 4).t()), ValueError,
          "contiguous"),
         (lambda: comm.isend(object()), TypeError, "buffer"),
+        (lambda: comm.isend(torch.zeros(4, dtype=torch.cfloat).conj()),
+         ValueError, "resolve_conj()"),
+        (lambda: comm.irecv(torch.zeros(4, dtype=torch.cfloat).conj()),
+         ValueError, "resolve_conj()"),
+        (lambda: comm.isend(torch._neg_view(torch.zeros(4))), ValueError,
+         "resolve_neg()"),
         (lambda: comm.irecv(b"abcd"), ValueError, "read-only"),
         (lambda: comm.irecv(np.frombuffer(b"abcdefgh", dtype=np.uint8)),
          ValueError, "read-only"),
@@ -297,6 +308,43 @@ def test_readonly_sends(comm):
         text = bytearray(15)
         comm.recv(text, microbatch=mb + 2)
         check(bytes(text) == b"read-only bytes", "bytes")
+
+
+def test_fork(comm):
+    """A forked child: a call on the parent's communicator raises, saying
+    so; its exit (the atexit close) and close() leave the parent's alone,
+    whose transfers then arrive."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # threads
+        pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            comm.isend(torch.zeros(4), peer="next" if comm.is_first_stage
+                       else "prev", microbatch=170)
+            code = 1
+        except stagelink.StagelinkError as e:
+            code = 0 if "forked" in str(e) else 2
+        except BaseException:
+            pass
+        try:
+            stagelink.communicator._close_at_exit()  # what its exit runs
+            comm.close()
+        except BaseException:
+            code = 4
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    check(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0,
+          "the forked child: status %#x (1: the send was accepted, 2: the "
+          "error did not say forked, 4: closing raised)" % status)
+    n, mb = 4096, 171
+    if comm.is_first_stage:
+        comm.send(pattern(n, mb), microbatch=mb)
+    else:
+        got = torch.empty(n, dtype=torch.int32)
+        comm.recv(got, microbatch=mb)
+        check(torch.equal(got, pattern(n, mb)), "after the fork: wrong data")
 
 
 def test_after_close(comm):
