@@ -4,12 +4,12 @@
 #include <string.h>
 #include <unistd.h>
 
-/* This process's id, which the fork handler renews in a child; and every
- * registry, locked across fork so that no child inherits a held lock. */
+/* Every registry, locked across fork so that no child inherits a held
+ * lock, and whose entries a child marks inherited (by a flag, not by pid:
+ * a pid may be reused). */
 static pthread_once_t  sl_registry_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t sl_known_lock    = PTHREAD_MUTEX_INITIALIZER;
 static sl_registry_t  *sl_known;
-static pid_t           sl_self;
 static int             sl_atfork_rc;
 
 static void sl_registry_prepare(void)
@@ -34,13 +34,16 @@ static void sl_registry_parent(void)
 
 static void sl_registry_child(void)
 {
-    sl_self = getpid();
+    sl_registry_t *r;
+
+    for (r = sl_known; r != NULL; r = r->next_known) {
+        memset(r->inherited, 1, (size_t)r->count);
+    }
     sl_registry_parent();
 }
 
 static void sl_registry_start(void)
 {
-    sl_self      = getpid();
     sl_atfork_rc = pthread_atfork(sl_registry_prepare, sl_registry_parent,
                                   sl_registry_child);
 }
@@ -71,8 +74,9 @@ sl_status_t sl_registry_add(sl_registry_t *r, const void *handle,
                           "%d communicators are alive in this process, the "
                           "limit; finalize some first", SL_REGISTRY_MAX);
     } else {
-        r->owner[r->count]  = sl_self;
-        r->live[r->count++] = handle;
+        r->owner[r->count]     = getpid();
+        r->inherited[r->count] = 0;
+        r->live[r->count++]    = handle;
     }
     pthread_mutex_unlock(&r->lock);
     return status;
@@ -86,9 +90,10 @@ int sl_registry_remove(sl_registry_t *r, const void *handle)
     for (i = 0; i < r->count; ++i) {
         if (r->live[i] == handle) {
             --r->count;
-            r->live[i]  = r->live[r->count];
-            r->owner[i] = r->owner[r->count];
-            found       = 1;
+            r->live[i]      = r->live[r->count];
+            r->owner[i]     = r->owner[r->count];
+            r->inherited[i] = r->inherited[r->count];
+            found           = 1;
             break;
         }
     }
@@ -96,40 +101,50 @@ int sl_registry_remove(sl_registry_t *r, const void *handle)
     return found;
 }
 
-/* The process that made `handle`, or 0 when it is not live. */
-static pid_t sl_registry_owner(sl_registry_t *r, const void *handle)
+/* What `handle` is to this process; *owner: the process that made it. */
+typedef enum {
+    SL_ENTRY_NONE,
+    SL_ENTRY_OWN,
+    SL_ENTRY_INHERITED
+} sl_entry_t;
+
+static sl_entry_t sl_registry_state(sl_registry_t *r, const void *handle,
+                                    pid_t *owner)
 {
-    pid_t owner = 0;
-    int   i;
+    sl_entry_t state = SL_ENTRY_NONE;
+    int        i;
 
     pthread_mutex_lock(&r->lock);
-    for (i = 0; i < r->count && owner == 0; ++i) {
+    for (i = 0; i < r->count && state == SL_ENTRY_NONE && handle != NULL;
+         ++i) {
         if (r->live[i] == handle) {
-            owner = r->owner[i];
+            state  = r->inherited[i] ? SL_ENTRY_INHERITED : SL_ENTRY_OWN;
+            *owner = r->owner[i];
         }
     }
     pthread_mutex_unlock(&r->lock);
-    return owner;
+    return state;
 }
 
 int sl_registry_find(sl_registry_t *r, const void *handle)
 {
-    pid_t owner = (handle != NULL) ? sl_registry_owner(r, handle) : 0;
+    pid_t owner;
 
-    return owner != 0 && owner == sl_self;
+    return sl_registry_state(r, handle, &owner) == SL_ENTRY_OWN;
 }
 
 sl_status_t sl_registry_check(sl_registry_t *r, const void *handle,
                               const char *call, sl_errbuf_t *eb)
 {
-    pid_t owner = (handle != NULL) ? sl_registry_owner(r, handle) : 0;
+    pid_t      owner = 0;
+    sl_entry_t state = sl_registry_state(r, handle, &owner);
 
-    if (owner == 0) {
+    if (state == SL_ENTRY_NONE) {
         return sl_error(eb, STAGELINK_ERR_INVALID_STATE,
                         "%s: communicator %p is not live (NULL, finalized "
                         "already, or never initialized)", call, handle);
     }
-    if (owner != sl_self) {
+    if (state == SL_ENTRY_INHERITED) {
         return sl_error(eb, STAGELINK_ERR_INVALID_STATE,
                         "%s: communicator %p belongs to process %d, and this "
                         "process (%d) was forked from it: a child cannot use "

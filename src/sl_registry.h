@@ -18,13 +18,15 @@
 typedef struct sl_registry {
     pthread_mutex_t     lock;
     const void         *live[SL_REGISTRY_MAX];
-    pid_t               owner[SL_REGISTRY_MAX]; /**< the process that made it */
+    pid_t               owner[SL_REGISTRY_MAX];     /**< the process that made it */
+    unsigned char       inherited[SL_REGISTRY_MAX]; /**< made before a fork */
     int                 count;
     struct sl_registry *next_known; /**< the fork handlers' list */
     int                 known;
 } sl_registry_t;
 
-#define SL_REGISTRY_INITIALIZER {PTHREAD_MUTEX_INITIALIZER, {0}, {0}, 0, NULL, 0}
+#define SL_REGISTRY_INITIALIZER \
+    {PTHREAD_MUTEX_INITIALIZER, {0}, {0}, {0}, 0, NULL, 0}
 
 sl_status_t sl_registry_add(sl_registry_t *r, const void *handle,
                             sl_errbuf_t *eb);

@@ -413,8 +413,9 @@ typedef struct stagelink_plugin_v1 {
                                        size_t nbytes,
                                        stagelink_mem_type_t mem_type,
                                        stagelink_memh_t **memh);
-    /** STAGELINK_ERR_INVALID_STATE while a request posted with `memh` is
-     *  not yet completed by `test` or `wait`. */
+    /** Not while a request posted with `memh` is not yet completed by
+     *  `test` or `wait`: the UCX plugin, whose transfers read through it,
+     *  refuses it then with STAGELINK_ERR_INVALID_STATE. */
     stagelink_status_t (*mem_deregister)(stagelink_comm_t *comm,
                                          stagelink_memh_t *memh);
 

@@ -285,6 +285,7 @@ sl_status_t sl_req_pool_init(sl_req_pool_t *pool, int capacity, int tp_size,
                         "STAGELINK_MAX_REQUESTS", capacity, tp_size);
     }
     pool->capacity = capacity;
+    pool->nfree    = capacity;
     for (i = capacity - 1; i >= 0; --i) {
         /* Each part is set whole here; its owner writes its fields. */
         pool->slots[i].subs = (sl_req_subs_t){
@@ -323,31 +324,39 @@ sl_status_t sl_req_room(sl_comm_t *comm, size_t count)
 {
     sl_req_pool_t *pool = &comm->pool;
 
-    if (count > (size_t)(pool->capacity - pool->in_use)) {
+    if (count > (size_t)pool->nfree) {
         return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY,
                         "posting %zu would pass the limit of %d transfers "
-                        "in flight (%d are); complete some or raise "
+                        "in flight (%d free); complete some or raise "
                         "STAGELINK_MAX_REQUESTS", count, pool->capacity,
-                        pool->in_use);
+                        pool->nfree);
     }
     return STAGELINK_SUCCESS;
 }
 
 sl_status_t sl_req_memh_idle(sl_comm_t *comm, const stagelink_memh_t *memh)
 {
-    const sl_req_t *req;
+    const sl_req_pool_t *pool = &comm->pool;
+    const sl_req_t      *req;
+    int                  i;
 
-    for (req = comm->pool.active; req != NULL; req = req->next) {
-        if (req->xfer.memh == memh) {
-            return sl_error(&comm->err, STAGELINK_ERR_INVALID_STATE,
-                            "memory handle %p is in use by the %s of "
-                            "microbatch %u chunk %u, not yet waited for; "
-                            "wait for the transfers posted with it before "
-                            "deregistering it", (const void *)memh,
-                            (req->kind == STAGELINK_OP_SEND) ? "send"
-                                                             : "receive",
-                            req->xfer.tag.microbatch, req->xfer.tag.chunk);
+    /* Every slot, not only the active list: a retired request's UCX
+     * operations may still read through memh. */
+    for (i = 0; i < pool->capacity; ++i) {
+        req = &pool->slots[i];
+        if (req->state == SL_REQ_FREE || req->xfer.memh != memh) {
+            continue;
         }
+        return sl_error(&comm->err, STAGELINK_ERR_INVALID_STATE,
+                        "memory handle %p is in use by the %s of microbatch "
+                        "%u chunk %u, %s", (const void *)memh,
+                        (req->kind == STAGELINK_OP_SEND) ? "send" : "receive",
+                        req->xfer.tag.microbatch, req->xfer.tag.chunk,
+                        (req->state == SL_REQ_RETIRED)
+                            ? "given up while UCX still holds it; it is "
+                              "released at comm_finalize"
+                            : "not yet waited for; wait for the transfers "
+                              "posted with it before deregistering it");
     }
     return STAGELINK_SUCCESS;
 }
@@ -363,6 +372,7 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     SL_CHECK(sl_req_room(comm, 1));
     req             = pool->free_list;
     pool->free_list = req->next;
+    --pool->nfree;
 
     req->magic         = SL_REQ_MAGIC;
     req->state         = SL_REQ_POSTING;
@@ -394,7 +404,6 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
         pool->active->prev = req;
     }
     pool->active = req;
-    ++pool->in_use;
     *req_out = req;
     return STAGELINK_SUCCESS;
 }
@@ -412,7 +421,6 @@ void sl_req_put(sl_comm_t *comm, sl_req_t *req)
         req->next->prev = req->prev;
     }
     req->magic = 0;
-    --pool->in_use;
     if (req->subs.detached > 0) {
         req->state = SL_REQ_RETIRED; /* UCX may still call back its subs */
         return;
@@ -420,6 +428,7 @@ void sl_req_put(sl_comm_t *comm, sl_req_t *req)
     req->state      = SL_REQ_FREE;
     req->next       = pool->free_list;
     pool->free_list = req;
+    ++pool->nfree;
 }
 
 sl_status_t sl_req_check(sl_comm_t *comm, sl_req_t *req)

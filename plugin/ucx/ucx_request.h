@@ -103,7 +103,8 @@ typedef struct sl_req_pool {
     unsigned char            *flags;
     struct stagelink_request *free_list;
     struct stagelink_request *active; /**< doubly linked */
-    int                       capacity, in_use;
+    int                       capacity;
+    int                       nfree; /**< on free_list: a retired one is not */
 } sl_req_pool_t;
 
 /* ucx_request.c: a request's whole life (sl_req_state_t) */
@@ -115,7 +116,8 @@ sl_status_t sl_req_tag_free(sl_comm_t *comm, stagelink_op_kind_t kind,
                             const stagelink_xfer_t *xfer, int backward);
 /** NO_MEMORY when fewer than `count` requests are free. */
 sl_status_t sl_req_room(sl_comm_t *comm, size_t count);
-/** INVALID_STATE while a request not yet waited for was posted with memh. */
+/** INVALID_STATE while a request posted with memh is not yet waited for,
+ *  or was given up with UCX still holding it (retired). */
 sl_status_t sl_req_memh_idle(sl_comm_t *comm, const stagelink_memh_t *memh);
 sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
                        const stagelink_xfer_t *xfer, int backward,

@@ -149,13 +149,6 @@ sl_py_buffer_t *sl_py_calls_fill(sl_py_calls_t *c, PyObject *const *args,
     if (b == NULL) {
         return NULL;
     }
-    if (elem_size != 0 && b->nbytes % elem_size != 0) {
-        PyErr_Format(PyExc_ValueError, "elem_size=%zu does not divide the "
-                     "buffer's %zu bytes: shards fall on whole elements",
-                     elem_size, b->nbytes);
-        Py_DECREF(b);
-        return NULL;
-    }
     xfer->buf       = b->addr;
     xfer->nbytes    = b->nbytes;
     xfer->elem_size = elem_size ? elem_size : b->itemsize;

@@ -347,11 +347,11 @@ class Communicator:
       first CUDA tensor.
       Every call runs on it, from any thread, and leaves the caller's
       current device as it was; a tensor of another device raises
-      StagelinkError (ERR_INVALID_ARG) naming both.
+      InvalidArgumentError (ERR_INVALID_ARG) naming both.
     mode: "default" (STAGELINK_MODE, else scatter_gather),
       "scatter_gather", "full" or "sharded" (see stagelink.h); another
       mode than "default" and a STAGELINK_MODE naming a different one
-      raise StagelinkError (ERR_INVALID_ARG) naming both.
+      raise InvalidArgumentError (ERR_INVALID_ARG) naming both.
 
     close() (or the end of a `with` block) finalizes collectively; an
     exception leaving the `with` block aborts instead, so the failing rank
@@ -840,8 +840,9 @@ class Communicator:
             if not self._calls.begin_close():
                 return
         if os.getpid() != self._pid:
-            # A forked child's copy: the transport is the parent's to
-            # finalize, so the child only forgets it.
+            # A forked child's copy: the library refuses to finalize the
+            # parent's transport and touches none of it; the binding closes.
+            self._calls.finalize()
             _open_comms.pop(self._created, None)
             return
         self._queue.put(_STOP)
@@ -977,6 +978,18 @@ def _cuda_stream(tensor, stream):
         tensor.record_stream(torch.cuda.ExternalStream(
             stream, device=tensor.device))
     return stream
+
+
+def _forked_child():
+    """In a forked child the communicators are the parent's.  Their locks
+    start free: a thread of the parent that held one is gone here, and a
+    call must reach the library, which refuses it saying so."""
+    for comm in list(_open_comms.values()):
+        comm._lock._at_fork_reinit()
+        comm._life._at_fork_reinit()
+
+
+os.register_at_fork(after_in_child=_forked_child)
 
 
 @atexit.register

@@ -123,8 +123,9 @@ def test_post_argument_refused(comm, kwargs, kind):
     checked by the binding, and a refused one posts nothing."""
     with pytest.raises(kind) as e:
         comm.isend(torch.zeros(4), **kwargs)
-    check(list(kwargs)[0] in str(e.value), "isend(**%r): %s" % (kwargs,
-                                                                e.value))
+    check(list(kwargs)[0] in str(e.value) and
+          not isinstance(e.value, stagelink.StagelinkError),
+          "isend(**%r): %r" % (kwargs, e.value))
 
 
 def test_rank_as_peer(comm):
