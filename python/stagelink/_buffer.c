@@ -145,10 +145,21 @@ static int sl_py_tensor_on_cpu(PyObject *obj)
     return cpu;
 }
 
+/* Views whose memory is not their values, and what to pass instead. */
+static const struct {
+    PyObject  **name;
+    const char *what;
+} lazy_views[] = {
+    {&n_is_conj, "a conjugate view (tensor.conj()), whose memory holds the "
+                 "values unconjugated: pass tensor.resolve_conj()"},
+    {&n_is_neg, "a negative view, whose memory holds the values negated: "
+                "pass tensor.resolve_neg()"},
+};
+
 static int sl_py_describe_tensor(sl_py_buffer_t *b, PyObject *obj)
 {
     PyObject *layout, *r, *shape = NULL, *strides = NULL, *device;
-    size_t    numel;
+    size_t    numel, i;
     int       flag;
 
     layout = PyObject_GetAttr(obj, n_layout);
@@ -165,23 +176,15 @@ static int sl_py_describe_tensor(sl_py_buffer_t *b, PyObject *obj)
 
     /* A conjugate or negative view keeps its memory and a flag: its
      * bytes are not its values. */
-    flag = sl_py_call_truth(obj, n_is_conj, 0);
-    if (flag > 0) {
-        PyErr_SetString(PyExc_ValueError, "the tensor is a conjugate view "
-                        "(tensor.conj()), whose memory holds the values "
-                        "unconjugated: pass tensor.resolve_conj()");
-    }
-    if (flag != 0) {
-        return -1;
-    }
-    flag = sl_py_call_truth(obj, n_is_neg, 0);
-    if (flag > 0) {
-        PyErr_SetString(PyExc_ValueError, "the tensor is a negative view, "
-                        "whose memory holds the values negated: pass "
-                        "tensor.resolve_neg()");
-    }
-    if (flag != 0) {
-        return -1;
+    for (i = 0; i < sizeof(lazy_views) / sizeof(lazy_views[0]); ++i) {
+        flag = sl_py_call_truth(obj, *lazy_views[i].name, 0);
+        if (flag > 0) {
+            PyErr_Format(PyExc_ValueError, "the tensor is %s",
+                         lazy_views[i].what);
+        }
+        if (flag != 0) {
+            return -1;
+        }
     }
     flag = sl_py_call_truth(obj, n_is_contiguous, -1);
     if (flag < 0) {
