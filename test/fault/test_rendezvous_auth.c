@@ -252,14 +252,23 @@ static void flood(void)
 {
     static int      fds[128];
     sl_boot_hello_t hello;
-    int             i, n = 0, challenged = 0;
+    int             i, n = 0, challenged = 0, ready[2];
     char            c;
 
-    if (pipe(flood_stop) != 0 || (flooder = fork()) != 0) {
+    /* The job's other ranks start only once rank 0 challenged the flood
+     * (or the flooder gave up): else they could meet and end first. */
+    if (pipe(ready) != 0 || pipe(flood_stop) != 0 ||
+        (flooder = fork()) != 0) {
+        if (flooder > 0) {
+            close(ready[1]);
+            (void)!read(ready[0], &c, 1);
+            close(ready[0]);
+        }
         return;
     }
     alarm(10);
     close(flood_stop[1]);
+    close(ready[0]);
     memset(&hello, 0, sizeof(hello));
     hello.mode = SL_AUTH_HMAC;
     memcpy(hello.fingerprint, job_auth.fingerprint, SL_AUTH_FP_LEN);
@@ -281,6 +290,7 @@ static void flood(void)
                           (int)sizeof(ch);
         }
     }
+    close(ready[1]);
     (void)!read(flood_stop[0], &c, 1);
     _exit(challenged > 0 ? 0 : 1);
 }
