@@ -83,7 +83,8 @@ sl_status_t sl_bootstrap_init(sl_bootstrap_t *bs,
         !atomic_exchange(&sl_boot_secret_said, 1)) {
         SL_WARN(SL_SUBSYS_BOOT, "a job secret is set, but init exchanges "
                 "through %s, whose trust is the launcher's or the host's: "
-                "the secret is not used (STAGELINK_BOOTSTRAP=tcp uses it)",
+                "the secret is not used (STAGELINK_BOOTSTRAP=tcp uses it, on "
+                "STAGELINK_BOOTSTRAP_PORT)",
                 launcher->boot_why);
     }
     switch (bs->kind) {

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "sl_launcher.h"
 #include "sl_env.h"
+#include "sl_hash.h"
 #include "sl_log.h"
 
 #include <limits.h>
@@ -84,27 +85,25 @@ static sl_status_t sl_launcher_slurm_local_size(int *value, sl_errbuf_t *eb)
                     sl_env_raw(SL_ENV_SLURM_NODEID));
 }
 
-/* FNV-1a: the key tells jobs apart (a stale rank of an earlier job, a
- * neighbour's job on the same port); it is not authentication, since a
- * hello read off the wire can be replayed: that is the job secret's. */
+/* The key tells jobs apart (a stale rank of an earlier job, a neighbour's
+ * job on the same port); it is not authentication, since a hello read off
+ * the wire can be replayed: that is the job secret's.  torchrun's run id
+ * "none" is its default for every static job, so it names none. */
 uint64_t sl_launcher_job_key(void)
 {
     static const sl_env_id_t ids[] = {SL_ENV_JOB_KEY, SL_ENV_TORCHELASTIC_RUN_ID,
                                       SL_ENV_SLURM_JOB_ID, SL_ENV_OMPI_JOBID};
-    const unsigned char     *p     = NULL;
-    uint64_t                 h     = 0xcbf29ce484222325ull;
+    const char              *p     = NULL;
     size_t                   i;
 
     for (i = 0; i < SL_ARRAY_SIZE(ids) && p == NULL; ++i) {
-        p = (const unsigned char *)sl_env_raw(ids[i]);
+        p = sl_env_raw(ids[i]);
+        if (ids[i] == SL_ENV_TORCHELASTIC_RUN_ID && p != NULL &&
+            strcmp(p, "none") == 0) {
+            p = NULL;
+        }
     }
-    if (p == NULL) {
-        return 0;
-    }
-    for (; *p != '\0'; ++p) {
-        h = (h ^ *p) * 0x100000001b3ull;
-    }
-    return h;
+    return (p != NULL) ? sl_hash_string(p) : 0;
 }
 
 /* The rendezvous's address (tcp: STAGELINK_BOOTSTRAP_ADDR/_PORT first),
@@ -154,8 +153,21 @@ static sl_status_t sl_launcher_rendezvous(sl_launcher_t *out, sl_errbuf_t *eb)
     out->job_key = sl_launcher_job_key();
 
     if (port == NULL) {
+        sl_env_value_t agent;
+
         port     = sl_env_raw(SL_ENV_MASTER_PORT);
         port_var = SL_ENV_MASTER_PORT;
+        SL_CHECK(sl_env_parse(SL_ENV_TORCHELASTIC_USE_AGENT_STORE, &agent, eb));
+        if (tcp && port != NULL && agent.flag) {
+            return sl_error(eb, STAGELINK_ERR_CONFIG,
+                            "the tcp bootstrap would listen on MASTER_PORT=%s, "
+                            "where torchrun's agent hosts the job's store "
+                            "(TORCHELASTIC_USE_AGENT_STORE=%s); set "
+                            "STAGELINK_BOOTSTRAP_PORT to a free port on rank "
+                            "0's node, or leave STAGELINK_BOOTSTRAP unset to "
+                            "join that store", port,
+                            sl_env_raw(SL_ENV_TORCHELASTIC_USE_AGENT_STORE));
+        }
     }
     out->port = SL_BOOTSTRAP_DEFAULT_PORT;
     if (port != NULL) {
@@ -207,6 +219,17 @@ static sl_status_t sl_launcher_bootstrap(const stagelink_config_t *config,
                               "this process)"
                             : "this communicator is not the launcher's whole "
                               "job, numbered as the launcher does");
+        }
+        /* PMIx keys by its own ranks: under a launcher inside srun
+         * (torchrun's workers) they are not this job's. */
+        if (out->pmix_rank != out->launcher_rank) {
+            return sl_error(eb, STAGELINK_ERR_CONFIG,
+                            "STAGELINK_BOOTSTRAP=pmix, but PMIX_RANK=%d is not "
+                            "this process's rank %d from %s: another launcher "
+                            "(torchrun under srun, say) started it inside a "
+                            "PMIx task; leave STAGELINK_BOOTSTRAP unset or "
+                            "use tcp", out->pmix_rank, out->launcher_rank,
+                            found->source);
         }
         out->boot = SL_BOOT_PMIX;
         snprintf(out->boot_why, sizeof(out->boot_why),

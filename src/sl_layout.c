@@ -46,7 +46,10 @@ sl_status_t sl_layout_from_order(int rank, int world_size, int tp_size,
     if (pp_size == 0) {
         pp_size = world_size / tp_size;
     }
-    if (pp_size < 1 || world_size % (tp_size * pp_size) != 0) {
+    /* pp_size past world_size / tp_size cannot divide it, and checked
+     * first keeps tp_size * pp_size in range. */
+    if (pp_size < 1 || pp_size > world_size / tp_size ||
+        world_size % (tp_size * pp_size) != 0) {
         return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
                         "world size %d is not a multiple of tp_size %d x "
                         "pp_size %d; fix the parallel sizes", world_size,
@@ -83,6 +86,12 @@ sl_status_t sl_layout_from_topology(int rank, int world_size, int tp_size,
     SL_CHECK(sl_abi_copy_in(&sl_abi_topology, host, host->struct_size, &own,
                             eb));
     SL_CHECK(sl_layout_check_sizes(rank, world_size, tp_size, eb));
+    if (pp_size < 0 || pp_size > world_size) {
+        return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
+                        "pp_size %d is outside [0, world size %d]; with an "
+                        "explicit topology it is only reported (0: unknown)",
+                        pp_size, world_size);
+    }
     if (topo->tp_ranks == NULL || topo->tp_index < 0 ||
         topo->tp_index >= tp_size) {
         return sl_error(eb, STAGELINK_ERR_INVALID_ARG,

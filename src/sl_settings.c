@@ -76,8 +76,20 @@ sl_status_t sl_settings_log(sl_errbuf_t *eb)
 sl_status_t sl_config_copy(const stagelink_config_t *config,
                            stagelink_config_t *out, sl_errbuf_t *eb)
 {
+    const uint32_t known = STAGELINK_CONFIG_RANK_SET | STAGELINK_CONFIG_DEVICE_SET;
+
     SL_CHECK(sl_abi_copy_in(&sl_abi_config, config, config->struct_size, out,
                             eb));
+    /* A flag this plugin does not know would be dropped without a word. */
+    if (out->flags & ~known) {
+        return sl_error(eb, STAGELINK_ERR_ABI,
+                        "config flags 0x%x hold bits 0x%x this plugin does "
+                        "not know (it knows STAGELINK_CONFIG_RANK_SET 0x%x and "
+                        "_DEVICE_SET 0x%x): a newer header's flag, or a config "
+                        "not zero-initialised", (unsigned)out->flags,
+                        (unsigned)(out->flags & ~known),
+                        STAGELINK_CONFIG_RANK_SET, STAGELINK_CONFIG_DEVICE_SET);
+    }
     if ((out->store_set == NULL) != (out->store_get == NULL)) {
         return sl_error(eb, STAGELINK_ERR_INVALID_ARG,
                         "config has store_%s but no store_%s: a store "

@@ -124,8 +124,10 @@ sl_status_t sl_sock_listen(const sl_launcher_t *l, int *fd_out,
         listen(fd, SOMAXCONN) != 0) {
         status = sl_error(eb, STAGELINK_ERR_BOOTSTRAP,
                           "rank 0 cannot listen on %s:%d: %s; pick a free "
-                          "MASTER_PORT or an address of this host "
-                          "(STAGELINK_BOOTSTRAP_BIND)",
+                          "STAGELINK_BOOTSTRAP_PORT (default MASTER_PORT, "
+                          "which torch's store holds once torchrun or "
+                          "init_process_group started one) or an address of "
+                          "this host (STAGELINK_BOOTSTRAP_BIND)",
                           l->bind, l->port, strerror(errno));
         close(fd);
         goto out_free;

@@ -39,8 +39,10 @@ static void usage(FILE *to)
             "[-T SECONDS] [-G SECONDS] [-l] [-U] -- PROGRAM [ARGS...]\n"
             "       stagelink_run -P\n"
             "  Starts LOCAL_RANKS processes with ranks FIRST_RANK.. of WORLD\n"
-            "  (default: this node is the whole job). MASTER_ADDR defaults to\n"
-            "  127.0.0.1 and MASTER_PORT to a free port. When a rank fails,\n"
+            "  (default: this node is the whole job). For a whole job on this\n"
+            "  node MASTER_ADDR defaults to 127.0.0.1 and MASTER_PORT to a\n"
+            "  free port; a part of one (-w past -n) needs both set alike on\n"
+            "  every node. When a rank fails,\n"
             "  the job passes -T SECONDS (default 0: no deadline of its own)\n"
             "  or stagelink_run gets SIGINT, SIGTERM, SIGHUP or SIGQUIT, the\n"
             "  other ranks get SIGTERM (a signal received is forwarded as it\n"
@@ -516,6 +518,18 @@ int main(int argc, char **argv)
     if (nlocal < 1 || nlocal > SL_RUN_MAX_RANKS || optind >= argc ||
         first + nlocal > world) {
         usage(stderr);
+        return 2;
+    }
+    /* Invocations on several nodes meet only at one address and port that
+     * each was given: a loopback address or a port drawn here would be
+     * this node's alone. */
+    if (nlocal < world &&
+        (getenv("MASTER_ADDR") == NULL || getenv("MASTER_PORT") == NULL)) {
+        fprintf(stderr, "stagelink_run: this invocation starts %d of %d ranks, "
+                "so the others start elsewhere; export MASTER_ADDR (rank 0's "
+                "node) and MASTER_PORT (a free port there: stagelink_run -P on it) "
+                "alike for every invocation\n",
+                nlocal, world);
         return 2;
     }
     if (getenv("MASTER_ADDR") == NULL) {

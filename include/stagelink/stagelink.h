@@ -66,8 +66,8 @@ typedef enum stagelink_status {
     STAGELINK_ERR_ABANDONED        = 21,
     /** A struct the plugin cannot take: a struct_size below the smallest
      *  published, above 4096 (uninitialised?) or not a whole number of
-     *  fields, or a tail past what the plugin knows that is not zero (see
-     *  "Growing the ABI" below). */
+     *  fields, or a tail past what the plugin knows that is not zero, or
+     *  config flags it does not know (see "Growing the ABI" below). */
     STAGELINK_ERR_ABI              = 22
 } stagelink_status_t;
 
@@ -202,7 +202,7 @@ typedef int (*stagelink_store_get_fn_t)(void *ctx, const char *key,
 typedef struct stagelink_gather_args {
     void                *buf;       /**< the full tensor; this rank's shard is in place */
     size_t               nbytes;
-    size_t               elem_size;
+    size_t               elem_size; /**< at least 1 (an xfer's 0 reads 1) */
     stagelink_mem_type_t mem_type;  /**< never AUTO */
     uint32_t             struct_size; /**< bytes the plugin filled (0: the v1 baseline, all
                                        *   of this struct); read no field past it */
@@ -284,6 +284,9 @@ typedef struct stagelink_config {
 /** What a communicator resolved at init. */
 typedef struct stagelink_comm_info {
     int              rank, world_size;
+    /** With an explicit topology (`config.topology`) only tp_size and
+     *  tp_index are known: pp_size is the config's (0: unknown) and
+     *  dp_size, pp_index and dp_index read -1. */
     int              tp_size, pp_size, dp_size;
     int              tp_index, pp_index, dp_index;
     int              prev_rank, next_rank;  /**< -1 where none */

@@ -478,13 +478,17 @@ static sl_status_t sl_nccl_check_xfer(sl_ncomm_t *c, stagelink_op_kind_t kind,
 
     SL_CHECK(sl_xfer_check(&c->layout, kind, x, &backward, &c->err));
     type = (x->nbytes > 0) ? c->gpu->classify(x->buf, &device) : x->mem_type;
+    /* Host memory declared CUDA would reach NCCL's kernel: an illegal
+     * address, sticky for the whole context. */
     if (x->nbytes > 0 &&
-        (x->mem_type == STAGELINK_MEM_HOST ||
-         (x->mem_type == STAGELINK_MEM_AUTO && type == STAGELINK_MEM_HOST))) {
+        (x->mem_type == STAGELINK_MEM_HOST || type == STAGELINK_MEM_HOST)) {
         return sl_error(&c->err, STAGELINK_ERR_UNSUPPORTED,
-                        "%s: the NCCL plugin moves device memory only; use "
+                        "%s: the buffer at %p is host memory%s, and the NCCL "
+                        "plugin moves device memory only; use "
                         "STAGELINK_PLUGIN=ucx for host buffers",
-                        (kind == STAGELINK_OP_SEND) ? "send" : "receive");
+                        (kind == STAGELINK_OP_SEND) ? "send" : "receive",
+                        x->buf, (x->mem_type == STAGELINK_MEM_CUDA)
+                                    ? " (declared STAGELINK_MEM_CUDA)" : "");
     }
     if (x->nbytes > 0 && device >= 0 && c->device >= 0 && device != c->device) {
         return sl_error(&c->err, STAGELINK_ERR_INVALID_ARG, "%s: the tensor "

@@ -35,14 +35,19 @@ def default_store():
             dist.get_world_size())
 
 
+# STAGELINK_TIMEOUT=0 waits forever; a store's wait needs some bound, and
+# its own default (torch: the process group's timeout) would end it.
+_FOREVER = datetime.timedelta(days=3650)
+
+
 def _timeout():
     """STAGELINK_TIMEOUT, which bounds the bootstrap's waits, for the
     store's: a peer that failed before writing its key is then reported
     at that deadline, not at the store's own (torch: 30 minutes).  None
-    where it waits forever (0) or cannot be read (init refuses it)."""
+    where it cannot be read (init refuses it)."""
     try:
         seconds = float(_lib.setting("STAGELINK_TIMEOUT"))
-        return datetime.timedelta(seconds=seconds) if seconds > 0 else None
+        return datetime.timedelta(seconds=seconds) if seconds > 0 else _FOREVER
     except (ValueError, OverflowError, _lib.StagelinkError):  # no bound
         return None
 

@@ -326,11 +326,13 @@ class Communicator:
     Ranks come from, in order: `rank` and `world_size`; torch.distributed's
     default process group (whose store also carries the bootstrap, so no
     second port is opened); the launcher's environment (torchrun, mpirun,
-    Slurm, stagelink_run) with the library's TCP rendezvous.
+    Slurm, stagelink_run) with the library's own bootstrap
+    (STAGELINK_BOOTSTRAP).
 
     store: a torch.distributed Store for the bootstrap (default: the
       default process group's, when torch.distributed is initialized);
-      False forces the TCP rendezvous (STAGELINK_BOOTSTRAP_PORT).
+      False uses none, leaving the choice to the library
+      (STAGELINK_BOOTSTRAP=tcp for its authenticated rendezvous).
     placement: a Placement, for rank orders other than Megatron's.
     tp_group: a torch.distributed process group of this rank's TP group
       (ranks in TP index order, as Megatron's; another group raises

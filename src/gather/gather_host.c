@@ -89,7 +89,7 @@ static sl_status_t sl_gather_host_complete(void *state, sl_req_t *req)
         .struct_size = sizeof(args),
         .buf       = req->xfer.buf,
         .nbytes    = req->xfer.nbytes,
-        .elem_size = req->xfer.elem_size,
+        .elem_size = req->xfer.elem_size ? req->xfer.elem_size : 1,
         .mem_type  = (req->xfer.mem_type != STAGELINK_MEM_AUTO)
                          ? req->xfer.mem_type
                          : req->device ? STAGELINK_MEM_CUDA : STAGELINK_MEM_HOST,

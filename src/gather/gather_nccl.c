@@ -411,23 +411,49 @@ out:
     return status;
 }
 
+/* Whether a collective issued is still on the device once the finalize
+ * grace passed: a TP peer that never waited for its receive never joins
+ * it, and ncclCommDestroy would wait for it forever. */
+static int sl_gather_nccl_unfinished(sl_gather_nccl_t *g)
+{
+    double      deadline = sl_time_now() + g->comm->grace;
+    long        nap      = 0;
+    sl_status_t status;
+    sl_errbuf_t why;
+    int         i = 0;
+
+    while (i < g->nrunning) {
+        if (g->comm->gpu->event_query(g->running[i].event, &status, &why)) {
+            ++i;
+        } else if (sl_time_now() >= deadline) {
+            return 1;
+        } else {
+            sl_time_nap(&nap);
+        }
+    }
+    return 0;
+}
+
 static void sl_gather_nccl_cleanup(void *state)
 {
     sl_gather_nccl_t *g = state;
-    int               i;
+    int               unfinished, i;
 
     if (g == NULL) {
         return;
     }
+    unfinished = g->nccl != NULL && sl_gather_nccl_unfinished(g);
     for (i = 0; i < g->nrunning; ++i) {
         g->comm->gpu->event_destroy(g->running[i].event);
     }
     free(g->running);
     sl_nccl_thread_stop(g->caller);
     if (g->nccl != NULL) {
-        /* After a fault, or with requests finalize abandoned, a peer may
-         * never join a queued collective: destroying would wait for it. */
-        if (g->comm->fault != STAGELINK_SUCCESS || g->comm->abandoned) {
+        /* After a fault, with requests finalize abandoned, or with a
+         * collective still unfinished, a peer may never join a queued
+         * collective: destroying would wait for it. */
+        if (g->comm->fault != STAGELINK_SUCCESS || g->comm->abandoned ||
+            unfinished) {
             g->api->CommAbort(g->nccl);
         } else {
             g->api->CommDestroy(g->nccl);
@@ -578,7 +604,8 @@ static void sl_gather_nccl_round(sl_comm_t *comm)
         sl_nccl_async_error(g->api, g->nccl, "the TP group's communicator",
                             &why) != STAGELINK_SUCCESS) {
         sl_peer_group_failed(comm, "%s", why.msg);
-    } else if (g->nrunning > 0 && now - g->running[0].issued > comm->timeout) {
+    } else if (g->nrunning > 0 && comm->timeout > 0 &&
+               now - g->running[0].issued > comm->timeout) {
         /* A live TP peer that never issues raises no NCCL error: only a
          * bound ends the wait of this rank's GPU for it. */
         sl_peer_group_failed(comm, "the NCCL gather's collective issued "

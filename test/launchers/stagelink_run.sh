@@ -49,6 +49,12 @@ for arg in "-T abc" "-T 1x" "-G -1" "-n 0" "-n 2x"; do
     # shellcheck disable=SC2086
     expect "refused $arg" 2 "$run" $arg -- true
 done
+# Part of a job (-w past -n) meets the rest only at an address and port
+# given alike on every node: without them it is refused, not left waiting.
+expect "part of a job without MASTER_ADDR" 2 env -u MASTER_ADDR -u MASTER_PORT \
+    "$run" -n 2 -w 4 -- true
+expect "part of a job without MASTER_PORT" 2 env -u MASTER_PORT \
+    MASTER_ADDR=127.0.0.1 "$run" -n 2 -o 2 -w 4 -- true
 
 # -l: every line labelled with its rank, and nothing else printed.
 timeout 60 "$run" -n 2 -l -- sh -c 'echo a; echo b' >"$tmp/l" 2>&1

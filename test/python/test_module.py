@@ -105,3 +105,24 @@ def test_settings_read_back():
                       _lib.setting("STAGELINK_TIMEOUT"))
     check(chunk == "auto" and float(timeout) > 0,
           "settings read back: %s, %s" % (chunk, timeout))
+
+
+def test_store_wait_unbounded(monkeypatch):
+    """STAGELINK_TIMEOUT=0 waits forever: a key that comes after the
+    store's own timeout (torch's store.get would give up) is still read."""
+    dist = pytest.importorskip("torch.distributed")
+    import datetime
+    import threading
+    from stagelink import _store
+
+    monkeypatch.setenv("STAGELINK_TIMEOUT", "0")
+    store = dist.HashStore()
+    store.set_timeout(datetime.timedelta(milliseconds=200))
+    boot = _store.StoreBootstrap(store)
+    late = threading.Timer(1.0, store.set, (boot.prefix + "k", b"v"))
+    late.start()
+    try:
+        got = boot.get("k")
+    finally:
+        late.join()
+    check(got == b"v", "the late key: %r (error %r)" % (got, boot.error))

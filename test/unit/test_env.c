@@ -275,6 +275,32 @@ static void test_launchers(void)
     setenv("MASTER_PORT", "29999", 1);
     CHECK(sl_launcher_detect(&cfg, &l, &eb) == STAGELINK_ERR_CONFIG &&
           strstr(eb.msg, "rank 8"), "rank 8 of 8: %s", eb.msg);
+    setenv("RANK", "3", 1);
+    /* torchrun's agent holds MASTER_PORT: the tcp rendezvous needs its own. */
+    setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 &&
+          l.boot == SL_BOOT_TORCH_STORE && l.port == 29999,
+          "torchrun's agent store: %s", eb.msg);
+    setenv("STAGELINK_BOOTSTRAP", "tcp", 1);
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == STAGELINK_ERR_CONFIG &&
+          strstr(eb.msg, "STAGELINK_BOOTSTRAP_PORT"),
+          "tcp on the agent's MASTER_PORT: %s", eb.msg);
+    setenv("STAGELINK_BOOTSTRAP_PORT", "29998", 1);
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 && l.boot == SL_BOOT_TCP &&
+          l.port == 29998, "tcp on a port of its own: %s", eb.msg);
+    clear_launchers();
+
+    /* torchrun's default run id "none" names no job. */
+    setenv("SLURM_JOB_ID", "4242", 1);
+    {
+        uint64_t slurm = sl_launcher_job_key();
+
+        setenv("TORCHELASTIC_RUN_ID", "none", 1);
+        CHECK(sl_launcher_job_key() == slurm && slurm != 0,
+              "run id \"none\" taken as a job key");
+        setenv("TORCHELASTIC_RUN_ID", "job-17", 1);
+        CHECK(sl_launcher_job_key() != slurm, "run id job-17 not taken");
+    }
     clear_launchers();
 
     setenv("OMPI_COMM_WORLD_RANK", "2", 1);
@@ -284,6 +310,15 @@ static void test_launchers(void)
     CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 && l.rank == 2 &&
           l.world_size == 4 && strcmp(l.source, "mpirun") == 0 &&
           strcmp(l.addr, "127.0.0.1") == 0, "mpirun one node: %s", eb.msg);
+    /* PMIx keys by its own ranks: forced, they must be the launcher's. */
+    setenv("STAGELINK_BOOTSTRAP", "pmix", 1);
+    setenv("PMIX_RANK", "0", 1);
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == STAGELINK_ERR_CONFIG &&
+          strstr(eb.msg, "PMIX_RANK=0"), "pmix forced on another rank: %s",
+          eb.msg);
+    setenv("PMIX_RANK", "2", 1);
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 && l.boot == SL_BOOT_PMIX,
+          "pmix forced: %s", eb.msg);
     clear_launchers();
 
     setenv("SLURM_PROCID", "5", 1);
@@ -402,6 +437,12 @@ static void test_config_copy(void)
     cfg.allgather = dummy_allgather;
     CHECK(sl_config_copy(&cfg, &out, &eb) == STAGELINK_ERR_INVALID_ARG &&
           strstr(eb.msg, "both"), "store and allgather: %s", eb.msg);
+    cfg.allgather = NULL;
+    cfg.flags = STAGELINK_CONFIG_RANK_SET | STAGELINK_CONFIG_DEVICE_SET;
+    CHECK(sl_config_copy(&cfg, &out, &eb) == 0, "the known flags: %s", eb.msg);
+    cfg.flags |= 0x80000000u; /* a later header's flag */
+    CHECK(sl_config_copy(&cfg, &out, &eb) == STAGELINK_ERR_ABI &&
+          strstr(eb.msg, "0x80000000"), "an unknown flag: %s", eb.msg);
 }
 
 /* Each peer once, ascending, never the rank itself; p = 2 with the
@@ -447,6 +488,16 @@ static void test_layout(void)
           "6 ranks with t = 4 accepted");
     CHECK(sl_layout_from_order(0, 4, 0, 0, &l, &eb) == STAGELINK_ERR_INVALID_ARG,
           "t = 0 accepted");
+    /* t x p past INT_MAX: a division by zero (256 x 2^24) or a wrap. */
+    CHECK(sl_layout_from_order(0, 256, 256, 1 << 24, &l, &eb) ==
+              STAGELINK_ERR_INVALID_ARG, "t = 256, p = 2^24 accepted");
+    CHECK(sl_layout_from_order(0, 2, 2, 0x7fffffff, &l, &eb) ==
+              STAGELINK_ERR_INVALID_ARG, "p = INT_MAX accepted");
+    CHECK(sl_layout_from_order(0, 8, 2, -4, &l, &eb) ==
+              STAGELINK_ERR_INVALID_ARG, "p = -4 accepted");
+    CHECK(sl_layout_from_topology(6, 10, 2, -1, &topo, &l, &eb) ==
+              STAGELINK_ERR_INVALID_ARG && strstr(eb.msg, "pp_size -1"),
+          "explicit topology with p = -1: %s", eb.msg);
     CHECK(sl_layout_from_topology(6, 10, 2, 2, &topo, &l, &eb) == 0 &&
           l.next_rank == 9 && l.prev_rank == -1 && l.tp_ranks[0] == 4,
           "explicit topology: %s", eb.msg);
