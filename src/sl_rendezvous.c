@@ -4,6 +4,7 @@
 #include "sl_sock.h"
 #include "sl_time.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -784,6 +785,27 @@ static void sl_rv_say_unauthenticated(const sl_launcher_t *l)
             l->port);
 }
 
+/* A host name that resolves to loopback on rank 0's node (Debian's
+ * "127.0.1.1 host" line) while ranks run on other nodes: they cannot reach
+ * the listener, and would only time out.  A literal loopback address is the
+ * user's choice (several invocations on one host). */
+static void sl_rv_say_loopback(const sl_launcher_t *l)
+{
+    struct in6_addr any;
+
+    if (l->local_size >= 0 && l->local_size < l->world_size &&
+        inet_pton(AF_INET, l->bind, &any) != 1 &&
+        inet_pton(AF_INET6, l->bind, &any) != 1 &&
+        strcmp(l->bind, "localhost") != 0 && sl_sock_is_loopback(l->bind)) {
+        SL_WARN(SL_SUBSYS_BOOT, "rank 0 listens on %s:%d, which resolves to "
+                "a loopback address here, while %d of %d ranks run on this "
+                "node: the others cannot reach it; set MASTER_ADDR (or "
+                "STAGELINK_BOOTSTRAP_ADDR) to this node's network address, "
+                "or STAGELINK_BOOTSTRAP_BIND=0.0.0.0", l->bind, l->port,
+                l->local_size, l->world_size);
+    }
+}
+
 sl_status_t sl_rendezvous_open(sl_rendezvous_t *rv,
                                const sl_launcher_t *launcher, double timeout,
                                sl_errbuf_t *eb)
@@ -824,6 +846,7 @@ sl_status_t sl_rendezvous_open(sl_rendezvous_t *rv,
     for (i = 0; i < rv->world_size; ++i) {
         rv->peer_fds[i] = -1;
     }
+    sl_rv_say_loopback(launcher);
     SL_CHECK_GOTO(sl_sock_listen(launcher, &lfd, eb), err);
     status = sl_rv_accept_all(rv, lfd, deadline, timeout, eb);
     /* Later clients must find nobody listening rather than hang. */
