@@ -168,7 +168,7 @@ const sl_env_entry_t sl_env_table[SL_ENV_COUNT] = {
         .type = SL_ENV_T_INT, .flags = SL_ENV_F_LAUNCHER, .min = 1, .max = INT_MAX},
     [SL_ENV_SLURM_PROCID] = {{"SLURM_PROCID", "", "Slurm srun: global rank."},
         .type = SL_ENV_T_INT, .flags = SL_ENV_F_LAUNCHER, .min = 0, .max = INT_MAX},
-    [SL_ENV_SLURM_NTASKS] = {{"SLURM_NTASKS", "", "Slurm srun: number of ranks."},
+    [SL_ENV_SLURM_STEP_NUM_TASKS] = {{"SLURM_STEP_NUM_TASKS", "", "Slurm srun: number of ranks of the step (srun's alone: a batch script, where SLURM_PROCID is 0 too, has none)."},
         .type = SL_ENV_T_INT, .flags = SL_ENV_F_LAUNCHER, .min = 1, .max = INT_MAX},
     [SL_ENV_SLURM_LOCALID] = {{"SLURM_LOCALID", "", "Slurm srun: rank on this node."},
         .type = SL_ENV_T_INT, .flags = SL_ENV_F_LAUNCHER, .min = 0, .max = INT_MAX},

@@ -25,7 +25,7 @@ static const sl_launcher_vars_t sl_launchers[] = {
      SL_ENV_LOCAL_WORLD_SIZE},
     {"mpirun", SL_ENV_OMPI_RANK, SL_ENV_OMPI_SIZE, SL_ENV_OMPI_LOCAL_RANK,
      SL_ENV_OMPI_LOCAL_SIZE},
-    {"slurm", SL_ENV_SLURM_PROCID, SL_ENV_SLURM_NTASKS, SL_ENV_SLURM_LOCALID,
+    {"slurm", SL_ENV_SLURM_PROCID, SL_ENV_SLURM_STEP_NUM_TASKS, SL_ENV_SLURM_LOCALID,
      SL_ENV_SLURM_STEP_TASKS_PER_NODE},
 };
 
@@ -274,7 +274,11 @@ sl_status_t sl_launcher_detect(const stagelink_config_t *config,
     out->local_rank = out->local_size = -1;
     SL_CHECK(sl_launcher_int(SL_ENV_PMIX_RANK, &out->pmix_rank, eb));
     for (i = 0; i < SL_ARRAY_SIZE(sl_launchers) && found == NULL; ++i) {
-        if (sl_env_raw(sl_launchers[i].rank) != NULL) {
+        /* A Slurm batch script has SLURM_PROCID=0 of SLURM_NTASKS too, but
+         * it is no task of a step: only srun's own size says one is. */
+        if (sl_env_raw(sl_launchers[i].rank) != NULL &&
+            (sl_launchers[i].size != SL_ENV_SLURM_STEP_NUM_TASKS ||
+             sl_env_raw(SL_ENV_SLURM_STEP_NUM_TASKS) != NULL)) {
             found = &sl_launchers[i];
         }
     }
@@ -311,9 +315,14 @@ sl_status_t sl_launcher_detect(const stagelink_config_t *config,
         out->world_size = config->world_size;
     } else if (found == NULL) {
         return sl_error(eb, STAGELINK_ERR_CONFIG,
-                        "no rank found: set it in stagelink_config_t or start "
-                        "under torchrun (RANK, WORLD_SIZE), mpirun "
-                        "(OMPI_COMM_WORLD_RANK) or srun (SLURM_PROCID)");
+                        "no rank found%s: set it in stagelink_config_t or "
+                        "start under torchrun (RANK, WORLD_SIZE), mpirun "
+                        "(OMPI_COMM_WORLD_RANK) or srun (SLURM_PROCID, "
+                        "SLURM_STEP_NUM_TASKS)",
+                        sl_env_raw(SL_ENV_SLURM_PROCID) != NULL
+                            ? " (SLURM_PROCID is set but SLURM_STEP_NUM_TASKS "
+                              "is not: this is a Slurm batch script, not a "
+                              "task of srun)" : "");
     }
     if (out->world_size < 1 || out->rank < 0 ||
         out->rank >= out->world_size) {

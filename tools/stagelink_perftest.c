@@ -989,11 +989,12 @@ static void print_init_row(const perf_opts_t *o, const perf_row_t *r,
     }
 }
 
-/* Whether a launcher started this process (its rank variables). */
+/* Whether a launcher started this process (its rank variables; a Slurm
+ * batch script's SLURM_PROCID is no srun task). */
 static int launched(void)
 {
     static const char *const vars[] = {"RANK", "OMPI_COMM_WORLD_RANK",
-                                       "SLURM_PROCID", "PMIX_RANK"};
+                                       "SLURM_STEP_NUM_TASKS", "PMIX_RANK"};
     size_t                   i;
 
     for (i = 0; i < sizeof(vars) / sizeof(vars[0]); ++i) {
@@ -1137,7 +1138,7 @@ int main(int argc, char **argv)
     if (p->cuda) {
         int         ndev = 0;
         cudaError_t err  = cudaGetDeviceCount(&ndev);
-        const char *lr   = getenv("LOCAL_RANK");
+        int         lr   = sl_host_job().local_rank;
 
         if (err != cudaSuccess || ndev == 0) {
             printf("SKIP: -m cuda: no CUDA device: %s\n",
@@ -1145,7 +1146,7 @@ int main(int argc, char **argv)
                                         : "the runtime sees 0 devices");
             return 77;
         }
-        cudaSetDevice((lr ? atoi(lr) : 0) % ndev);
+        cudaSetDevice((lr > 0 ? lr : 0) % ndev);
         perf_mem = STAGELINK_MEM_CUDA;
     }
 #else

@@ -64,34 +64,6 @@ static size_t tensor_size(const pipe_opts_t *o, uint32_t mb)
     return row * (rows / 2 + (rows / 2) * ((mb * 7u) % 5u) / 4u);
 }
 
-/* The launcher's view, needed before init (the ring's placement, the
- * split of the world): torchrun / stagelink_run, Open MPI, Slurm. */
-static int launcher_value(const char *const *names, int fallback)
-{
-    for (; *names != NULL; ++names) {
-        if (getenv(*names) != NULL) {
-            return atoi(getenv(*names));
-        }
-    }
-    return fallback;
-}
-
-static int launcher_rank(void)
-{
-    static const char *const names[] = {"RANK", "OMPI_COMM_WORLD_RANK",
-                                        "SLURM_PROCID", NULL};
-
-    return launcher_value(names, 0);
-}
-
-static int launcher_world(void)
-{
-    static const char *const names[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE",
-                                        "SLURM_NTASKS", NULL};
-
-    return launcher_value(names, 1);
-}
-
 static int virtual_stage(const pipe_opts_t *o, int rank_in_pipe, int chunk)
 {
     return chunk * o->pp + rank_in_pipe;
@@ -254,7 +226,7 @@ static int run_mode(const pipe_opts_t *o, stagelink_mode_t mode,
     double              *times, t0, compute_sum = 0;
     int                  tp_ranks[64], nsteps, it, s, i, rc = 0;
 
-    int                  rank = launcher_rank();
+    int                  rank = sl_host_job().rank;
 
     cfg.tp_size = o->tp;
     cfg.pp_size = o->pp;
@@ -368,8 +340,9 @@ int main(int argc, char **argv)
 {
     pipe_opts_t  o = {.tp = 1, .v = 1, .iters = 3, .size = 1u << 20};
     char         modes[128] = "full,scatter_gather", *save = NULL, *name;
-    int          opt, world = launcher_world();
-    int          rank = launcher_rank(), rc = 0;
+    stagelink_job_info_t job = sl_host_job(); /* needed before init */
+    int          opt, world = job.world_size;
+    int          rank = job.rank, rc = 0;
     pipe_stats_t sg = {0}, sh = {0}, st;
     stagelink_mode_t mode;
     pipe_out_t   out = OUT_TEXT;

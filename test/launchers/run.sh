@@ -4,7 +4,8 @@
 # torchrun (static and --standalone: its agent's TCPStore on MASTER_PORT),
 # torchrun and mpirun across two simulated nodes (two_node.sh), a
 # Megatron-Core case under torchrun, Open MPI's mpirun and a one-node
-# Slurm (srun --mpi=pmix; daemons started and stopped here) through PMIx,
+# Slurm (srun --mpi=pmix; daemons started and stopped here) through PMIx
+# (and the batch script's own process refused as no task of srun),
 # the last two with MASTER_ADDR:MASTER_PORT held by another listener, so
 # that only PMIx can serve.  C against BUILD's library, Python from the
 # wheel installed in VENV (test/wheel/run.sh installs it first).
@@ -90,6 +91,20 @@ check mpirun-py 4 $py_env $mpi "$py" example.py
 if slurm_start "$tmp/slurm"; then
     check slurm-c 4 $c_env srun --mpi=pmix -n 4 ./example_c
     check slurm-py 4 $py_env srun --mpi=pmix -n 4 "$py" example.py
+    # The batch script's own process (SLURM_PROCID=0 of SLURM_NTASKS=4, no
+    # srun) is no rank of 4: it refuses, naming why, and waits for nobody.
+    t0=$SECONDS
+    if timeout 240 sbatch --wait -n 4 -o "$tmp/batch.log" \
+           --wrap "$c_env ./example_c" >/dev/null 2>&1; then
+        echo "FAIL slurm-batch-script: README's C example ran as a job of 4"
+        failed=$((failed + 1))
+    elif grep -q "this is a Slurm batch script" "$tmp/batch.log"; then
+        echo "ok   slurm-batch-script ($((SECONDS - t0)) s)"
+        passed=$((passed + 1))
+    else
+        echo "FAIL slurm-batch-script: $(tail -3 "$tmp/batch.log")"
+        failed=$((failed + 1))
+    fi
 else
     echo "FAIL slurm: the daemons did not start"
     failed=$((failed + 1))

@@ -321,8 +321,15 @@ static void test_launchers(void)
           "pmix forced: %s", eb.msg);
     clear_launchers();
 
+    /* A batch script: rank 0 of SLURM_NTASKS, but no srun step. */
+    setenv("SLURM_PROCID", "0", 1);
+    setenv("SLURM_NTASKS", "4", 1);
+    setenv("SLURM_LOCALID", "0", 1);
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == STAGELINK_ERR_CONFIG &&
+          strstr(eb.msg, "batch script"), "a batch script as rank 0 of 4: %s",
+          eb.msg);
     setenv("SLURM_PROCID", "5", 1);
-    setenv("SLURM_NTASKS", "6", 1);
+    setenv("SLURM_STEP_NUM_TASKS", "6", 1);
     setenv("SLURM_LOCALID", "1", 1);
     setenv("MASTER_ADDR", "node0", 1);
     CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 && l.rank == 5 &&
@@ -359,9 +366,10 @@ static void test_launchers(void)
         unsetenv("SLURM_STEP_TASKS_PER_NODE");
         unsetenv("SLURM_NODEID");
     }
-    setenv("SLURM_NTASKS", "six", 1);
+    setenv("SLURM_STEP_NUM_TASKS", "six", 1);
     CHECK(sl_launcher_detect(&cfg, &l, &eb) == STAGELINK_ERR_CONFIG &&
-          strstr(eb.msg, "SLURM_NTASKS"), "bad SLURM_NTASKS: %s", eb.msg);
+          strstr(eb.msg, "SLURM_STEP_NUM_TASKS"), "bad SLURM_STEP_NUM_TASKS: %s",
+          eb.msg);
     clear_launchers();
 
     cfg.flags      = STAGELINK_CONFIG_RANK_SET;
