@@ -446,7 +446,12 @@ typedef struct stagelink_plugin_v1 {
     /** Blocks (without spinning a core) until complete; releases it. */
     stagelink_status_t (*wait)(stagelink_comm_t *comm,
                                stagelink_request_t *request);
-    /** Asks for cancellation; the request still has to be completed. */
+    /** Asks for cancellation; the request still has to be completed.  A
+     *  gathered receive whose own shard already landed and went to its TP
+     *  peers goes on hearing theirs (the collective they issue included),
+     *  so their shards reach it and never a later receive with its tag: it
+     *  ends once they arrive, whole unless one failed (a cancel that came
+     *  too late). */
     stagelink_status_t (*cancel)(stagelink_comm_t *comm,
                                  stagelink_request_t *request);
 

@@ -213,6 +213,20 @@ static sl_status_t sl_req_post_subs(sl_req_t *req)
                             sl_tag_encode(&f), buf, req->shard.length);
 }
 
+/* Whether the stage message's own sub was posted (its end passes the
+ * shard, or its failure, to the gather). */
+static int sl_req_stage_posted(const sl_req_t *req)
+{
+    int i;
+
+    for (i = 0; i < req->subs.n; ++i) {
+        if (req->subs.slot[i].kind == SL_SUB_STAGE_RECV) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* DEFERRED -> ACTIVE: the host's stream is past the post.  Nothing is
  * posted when the request was canceled meanwhile or the stream failed. */
 static void sl_req_stream_ready(sl_req_t *req, sl_status_t status)
@@ -230,6 +244,12 @@ static void sl_req_stream_ready(sl_req_t *req, sl_status_t status)
         /* What was posted before the failure is canceled, not left to wait
          * for peers that may never send. */
         sl_req_abort(comm, req, status, "%s", comm->err.msg);
+    }
+    if (req->status != STAGELINK_SUCCESS && req->needs_gather &&
+        !req->shard_passed && !sl_req_stage_posted(req)) {
+        /* It never started: its TP peers learn why from it now, not at
+         * their deadline. */
+        sl_req_shard_arrived(req, req->status);
     }
     sl_req_end(req);
 }
@@ -525,11 +545,14 @@ void sl_req_cancel(sl_comm_t *comm, sl_req_t *req)
                     req->xfer.tag.microbatch, req->xfer.tag.chunk);
     }
     for (i = 0; i < req->subs.n; ++i) {
-        /* Once this rank told its TP peers its shard arrived, they may
-         * issue a collective this one must join: it still hears them. */
-        if (req->subs.slot[i].kind != SL_SUB_STATUS_RECV ||
-            req->gather == NULL || req->gather->due == NULL ||
-            req->gather_part.shard_state != 1) {
+        const sl_sub_t *sub = &req->subs.slot[i];
+
+        /* Once this rank's own part went to its TP peers (its shard, or a
+         * notice), their parts come as well: heard, not canceled, they
+         * cannot be taken by a later transfer with this tag beside a newer
+         * own shard, and a collective they issue finds this rank in it. */
+        if (!req->shard_passed || !sl_sub_is_recv(sub) ||
+            sub->kind == SL_SUB_STAGE_RECV) {
             sl_sub_cancel(comm, &req->subs.slot[i]);
         }
     }
