@@ -134,7 +134,7 @@ int sl_device_topo_gpus(sl_comm_t *comm, const char *root, sl_topo_t *t)
 int sl_device_ucx_build(char *out, size_t len)
 {
     static const char *const names[] = {"libuct_cuda.so", "libuct_cuda.so.0"};
-    const char *env_dir = getenv("UCX_MODULE_DIR");
+    const char *env_dir = sl_env_raw(SL_ENV_UCX_MODULE_DIR);
     const char *(*in_libucp)(void) = ucp_get_version_string;
     char        lib[PATH_MAX] = "", dir[PATH_MAX] = "", module[PATH_MAX + 32];
     char       *slash;

@@ -130,9 +130,9 @@ static void sl_ucx_local_open(sl_comm_t *comm)
     if (comm->local_size <= 1) {
         return; /* no peer on this node */
     }
-    if (getenv("UCX_TLS") != NULL) {
+    if (sl_env_raw(SL_ENV_UCX_TLS) != NULL) {
         SL_INFO(SL_SUBSYS_NET, "UCX_TLS=%s is set: same-node peers use the "
-                "transports it names", getenv("UCX_TLS"));
+                "transports it names", sl_env_raw(SL_ENV_UCX_TLS));
         return;
     }
     memset(&tls, 0, sizeof(tls));
