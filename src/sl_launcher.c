@@ -158,14 +158,18 @@ static sl_status_t sl_launcher_rendezvous(sl_launcher_t *out, sl_errbuf_t *eb)
         port     = sl_env_raw(SL_ENV_MASTER_PORT);
         port_var = SL_ENV_MASTER_PORT;
         SL_CHECK(sl_env_parse(SL_ENV_TORCHELASTIC_USE_AGENT_STORE, &agent, eb));
-        if (tcp && port != NULL && agent.flag) {
+        /* The agent's own address and port: only a one-rank job, which
+         * meets nobody, would not collide there. */
+        if (tcp && out->world_size > 1 && port != NULL && agent.flag &&
+            sl_env_raw(SL_ENV_BOOTSTRAP_ADDR) == NULL) {
             return sl_error(eb, STAGELINK_ERR_CONFIG,
                             "the tcp bootstrap would listen on MASTER_PORT=%s, "
                             "where torchrun's agent hosts the job's store "
                             "(TORCHELASTIC_USE_AGENT_STORE=%s); set "
                             "STAGELINK_BOOTSTRAP_PORT to a free port on rank "
-                            "0's node, or leave STAGELINK_BOOTSTRAP unset to "
-                            "join that store", port,
+                            "0's node (a communicator of the whole job can "
+                            "instead join that store: STAGELINK_BOOTSTRAP "
+                            "unset or torch-store)", port,
                             sl_env_raw(SL_ENV_TORCHELASTIC_USE_AGENT_STORE));
         }
     }
@@ -221,8 +225,9 @@ static sl_status_t sl_launcher_bootstrap(const stagelink_config_t *config,
                               "job, numbered as the launcher does");
         }
         /* PMIx keys by its own ranks: under a launcher inside srun
-         * (torchrun's workers) they are not this job's. */
-        if (out->pmix_rank != out->launcher_rank) {
+         * (torchrun's workers, which inherit their agent's PMIX_RANK) they
+         * are not this job's, on any rank (so every rank refuses alike). */
+        if (found == &sl_launchers[0] || out->pmix_rank != out->launcher_rank) {
             return sl_error(eb, STAGELINK_ERR_CONFIG,
                             "STAGELINK_BOOTSTRAP=pmix, but PMIX_RANK=%d is not "
                             "this process's rank %d from %s: another launcher "

@@ -1138,7 +1138,8 @@ int main(int argc, char **argv)
     if (p->cuda) {
         int         ndev = 0;
         cudaError_t err  = cudaGetDeviceCount(&ndev);
-        int         lr   = sl_host_job().local_rank;
+        char        why[512];
+        int         lr   = sl_host_job(why, sizeof(why)).local_rank;
 
         if (err != cudaSuccess || ndev == 0) {
             printf("SKIP: -m cuda: no CUDA device: %s\n",

@@ -226,7 +226,8 @@ static int run_mode(const pipe_opts_t *o, stagelink_mode_t mode,
     double              *times, t0, compute_sum = 0;
     int                  tp_ranks[64], nsteps, it, s, i, rc = 0;
 
-    int                  rank = sl_host_job().rank;
+    char                 why[512];
+    int                  rank = sl_host_job(why, sizeof(why)).rank;
 
     cfg.tp_size = o->tp;
     cfg.pp_size = o->pp;
@@ -340,7 +341,8 @@ int main(int argc, char **argv)
 {
     pipe_opts_t  o = {.tp = 1, .v = 1, .iters = 3, .size = 1u << 20};
     char         modes[128] = "full,scatter_gather", *save = NULL, *name;
-    stagelink_job_info_t job = sl_host_job(); /* needed before init */
+    char         why[512];
+    stagelink_job_info_t job = sl_host_job(why, sizeof(why)); /* before init */
     int          opt, world = job.world_size;
     int          rank = job.rank, rc = 0;
     pipe_stats_t sg = {0}, sh = {0}, st;
@@ -384,6 +386,9 @@ int main(int argc, char **argv)
     o.size -= o.size % (8 * (size_t)(o.tp > 0 ? o.tp : 1)); /* whole rows */
     if (o.tp < 1 || o.tp > 64 || o.pp < 2 || o.dp < 1 || o.tp * o.pp * o.dp != world ||
         o.v < 1 || o.m < 1 || o.iters < 1 || (o.v > 1 && o.m % o.pp != 0)) {
+        if (why[0] != '\0') {
+            fprintf(stderr, "stagelink_pipeline: %s\n", why); /* the cause */
+        }
         fprintf(stderr, "stagelink_pipeline: world %d does not split into "
                 "t=%d x p=%d x d=%d with v=%d, m=%d (p >= 2; m a multiple "
                 "of p when v > 1)\n", world, o.tp, o.pp, o.dp, o.v, o.m);

@@ -397,7 +397,8 @@ typedef struct stagelink_plugin_v1 {
                                     stagelink_comm_t **comm);
     /**
      * Collective: every rank calls it.  Requests the host never completed
-     * are ended first: receives are canceled at once, sends get
+     * are ended first: receives are canceled at once (a gathered one hears
+     * its TP peers' parts within the grace), sends get
      * STAGELINK_FINALIZE_GRACE seconds to complete and are then abandoned
      * (UCX cannot cancel a send: their endpoints are closed by force).  It
      * returns within that grace, the closing barrier and half a second
@@ -446,12 +447,14 @@ typedef struct stagelink_plugin_v1 {
     /** Blocks (without spinning a core) until complete; releases it. */
     stagelink_status_t (*wait)(stagelink_comm_t *comm,
                                stagelink_request_t *request);
-    /** Asks for cancellation; the request still has to be completed.  A
-     *  gathered receive whose own shard already landed and went to its TP
-     *  peers goes on hearing theirs (the collective they issue included),
-     *  so their shards reach it and never a later receive with its tag: it
-     *  ends once they arrive, whole unless one failed (a cancel that came
-     *  too late). */
+    /** Asks for cancellation; the request still has to be completed.  As
+     *  in MPI, a message its sender did send for a canceled receive stays
+     *  for the next receive with the tag.  A gathered receive goes on
+     *  hearing its TP peers' parts (shards, statuses or notices, which a
+     *  live peer sends whatever this rank does; its own cancel reaches them
+     *  as a notice), so none lands in a later receive with the tag and a
+     *  collective they issue finds this rank in it: it ends once they
+     *  arrive.  A second cancel gives up on them too. */
     stagelink_status_t (*cancel)(stagelink_comm_t *comm,
                                  stagelink_request_t *request);
 

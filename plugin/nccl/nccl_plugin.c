@@ -478,8 +478,9 @@ static sl_status_t sl_nccl_check_xfer(sl_ncomm_t *c, stagelink_op_kind_t kind,
 
     SL_CHECK(sl_xfer_check(&c->layout, kind, x, &backward, &c->err));
     type = (x->nbytes > 0) ? c->gpu->classify(x->buf, &device) : x->mem_type;
-    /* Host memory declared CUDA would reach NCCL's kernel: an illegal
-     * address, sticky for the whole context. */
+    /* Host memory declared CUDA would reach NCCL's kernels (pageable: an
+     * illegal address, sticky for the whole context); the UCX plugin
+     * refuses the contradiction too, pinned memory included. */
     if (x->nbytes > 0 &&
         (x->mem_type == STAGELINK_MEM_HOST || type == STAGELINK_MEM_HOST)) {
         return sl_error(&c->err, STAGELINK_ERR_UNSUPPORTED,

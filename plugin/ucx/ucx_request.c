@@ -235,21 +235,30 @@ static void sl_req_stream_ready(sl_req_t *req, sl_status_t status)
 
     sl_req_begin(req);
     req->state = SL_REQ_ACTIVE;
-    if (req->status != STAGELINK_SUCCESS) {
-        /* canceled while it waited */
-    } else if (status != STAGELINK_SUCCESS) {
+    if (req->status == STAGELINK_SUCCESS && status != STAGELINK_SUCCESS) {
         sl_req_fail(req, status, "the host's stream failed before the "
                     "transfer: %s", comm->err.msg);
+    }
+    if (req->status != STAGELINK_SUCCESS) {
+        /* Canceled while it waited, or its stream failed: a gathered
+         * receive still hears its TP peers' parts and tells them why its
+         * own will not come, so nothing of theirs is left for a later
+         * receive with this tag and none waits for it to its deadline. */
+        if (req->needs_gather && req->cancels < 2 &&
+            req->gather->post(req->gather_state, req) != STAGELINK_SUCCESS) {
+            sl_req_abort(comm, req, req->status, "%s", req->error);
+        }
+        if (req->needs_gather) {
+            sl_req_shard_arrived(req, req->status);
+        }
     } else if ((status = sl_req_post_subs(req)) != STAGELINK_SUCCESS) {
         /* What was posted before the failure is canceled, not left to wait
-         * for peers that may never send. */
+         * for peers that may never send; the peers hear why. */
         sl_req_abort(comm, req, status, "%s", comm->err.msg);
-    }
-    if (req->status != STAGELINK_SUCCESS && req->needs_gather &&
-        !req->shard_passed && !sl_req_stage_posted(req)) {
-        /* It never started: its TP peers learn why from it now, not at
-         * their deadline. */
-        sl_req_shard_arrived(req, req->status);
+        if (req->needs_gather && !req->shard_passed &&
+            !sl_req_stage_posted(req)) {
+            sl_req_shard_arrived(req, req->status);
+        }
     }
     sl_req_end(req);
 }
@@ -404,6 +413,7 @@ sl_status_t sl_req_get(sl_comm_t *comm, stagelink_op_kind_t kind,
     req->needs_gather  = 0;
     req->shard_passed  = 0;
     req->nesting       = 0;
+    req->cancels       = 0;
     req->status        = STAGELINK_SUCCESS;
     req->peer_failed   = 0;
     req->device        = 0;
@@ -536,6 +546,7 @@ void sl_req_cancel(sl_comm_t *comm, sl_req_t *req)
     int i;
 
     sl_req_begin(req);
+    ++req->cancels;
     if (req->state == SL_REQ_POSTING) {
         req->state = SL_REQ_ACTIVE; /* its poster gave up: it ends as posted */
     }
@@ -547,12 +558,13 @@ void sl_req_cancel(sl_comm_t *comm, sl_req_t *req)
     for (i = 0; i < req->subs.n; ++i) {
         const sl_sub_t *sub = &req->subs.slot[i];
 
-        /* Once this rank's own part went to its TP peers (its shard, or a
-         * notice), their parts come as well: heard, not canceled, they
-         * cannot be taken by a later transfer with this tag beside a newer
-         * own shard, and a collective they issue finds this rank in it. */
-        if (!req->shard_passed || !sl_sub_is_recv(sub) ||
-            sub->kind == SL_SUB_STAGE_RECV) {
+        /* A live TP peer sends its part of a gathered receive (its shard,
+         * status or a notice) whatever this rank does: heard, not
+         * canceled, it cannot land in a later receive with this tag, and
+         * a collective the peers issue finds this rank in it.  A second
+         * cancel gives up on them too. */
+        if (!req->needs_gather || !sl_sub_is_recv(sub) ||
+            sub->kind == SL_SUB_STAGE_RECV || req->cancels > 1) {
             sl_sub_cancel(comm, &req->subs.slot[i]);
         }
     }

@@ -76,6 +76,7 @@ struct stagelink_request {
     int                       needs_gather;
     int                       shard_passed; /**< own shard handed to the gather */
     int                       nesting;      /**< events in progress (ucx_request.c) */
+    int                       cancels;      /**< cancel calls so far */
     sl_status_t               status;       /**< first error */
     int                       peer_failed;  /**< status only echoes a peer's */
     int                       device;       /**< buffer in device memory */

@@ -831,7 +831,8 @@ class Communicator:
         """Finalizes (collective: every rank calls it) and unloads the
         plugin.  Requests still in flight, dropped or not, are given
         STAGELINK_FINALIZE_GRACE seconds: sends that complete in it are
-        done; receives are canceled at once and sends still out then are
+        done; receives are canceled at once (a gathered one hears its TP
+        peers' parts within the grace) and sends still out then are
         abandoned, each named in a warning of the log (their wait() raises
         ClosedError).  Interrupted (Ctrl-C), it aborts and finalizes without
         the barrier before the exception goes on.  A second close() does

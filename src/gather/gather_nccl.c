@@ -442,7 +442,9 @@ static void sl_gather_nccl_cleanup(void *state)
     if (g == NULL) {
         return;
     }
-    unfinished = g->nccl != NULL && sl_gather_nccl_unfinished(g);
+    /* Aborted anyway after a fault or abandoned requests: no grace. */
+    unfinished = g->nccl != NULL && g->comm->fault == STAGELINK_SUCCESS &&
+                 !g->comm->abandoned && sl_gather_nccl_unfinished(g);
     for (i = 0; i < g->nrunning; ++i) {
         g->comm->gpu->event_destroy(g->running[i].event);
     }

@@ -1,8 +1,12 @@
 /*
- * A cancel that comes after a gathered receive's own shard landed (t = 2,
- * p = 2, host memory, the UCX gather): the TP peer's shard, sent for that
- * receive, must go to it and not to the next receive with the same tag.
- *   round 1: rank 0 sends its shard of X1; rank 2 (stage 1, TP index 0)
+ * Cancels of gathered receives (t = 2, p = 2, host memory, the UCX
+ * gather): the TP peer's shard, sent for that receive, must go to it and
+ * not to the next receive with the same tag.
+ *   round 0: rank 0 does not send (until round 1, once rank 2's receive
+ *            ended: a marker file); rank 2 (stage 1, TP index 0) cancels
+ *            at once; rank 3 gets rank 1's shard, relays it to rank 2,
+ *            and fails with rank 2's cancel.
+ *   round 1: rank 0 sends its shard of X1; rank 2
  *            sees it land, cancels, and only then (a marker file) rank 1
  *            sends its shard, which rank 3 relays to rank 2.  Rank 2's
  *            receive ends canceled or whole; rank 3's whole.
@@ -151,8 +155,15 @@ int main(void)
     }
     rank = h.info.rank;
     send = h.info.pp_index == 0;
-    for (round = 1; round <= 2; ++round) {
+    for (round = 0; round <= 2; ++round) {
         if (send) {
+            if (round == 0 && rank == 0) {
+                continue; /* the sender rank 2 cancels for */
+            }
+            /* Its next message with the tag goes after that cancel. */
+            if (round == 1 && rank == 0 && await("round0") != 0) {
+                return 1;
+            }
             fill(buf, round);
             if (round == 1 && rank == 1 && await("canceled") != 0) {
                 return 1;
@@ -166,6 +177,22 @@ int main(void)
             continue;
         }
         memset(buf, 0, sizeof(buf));
+        if (round == 0) {
+            st = post(&h, 0, buf, &req);
+            if (st == STAGELINK_SUCCESS && rank == 2) {
+                st = h.plugin->cancel(h.comm, req);
+            }
+            if (st == STAGELINK_SUCCESS) {
+                st = h.plugin->wait(h.comm, req);
+            }
+            CHECK(st == STAGELINK_ERR_CANCELED, "rank %d round 0: %s, not "
+                  "canceled (%s)", rank, stagelink_status_string(st),
+                  h.plugin->last_error(h.comm));
+            if (rank == 2) {
+                mark("round0");
+            }
+            continue;
+        }
         if (round == 1 && rank == 2) {
             st = cancel_after_own(&h, buf);
             CHECK(st == STAGELINK_ERR_CANCELED ||
@@ -189,6 +216,8 @@ int main(void)
         char path[320];
 
         snprintf(path, sizeof(path), "%s/canceled", dir);
+        unlink(path);
+        snprintf(path, sizeof(path), "%s/round0", dir);
         unlink(path);
         rmdir(dir);
     }

@@ -288,6 +288,11 @@ static void test_launchers(void)
     setenv("STAGELINK_BOOTSTRAP_PORT", "29998", 1);
     CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 && l.boot == SL_BOOT_TCP &&
           l.port == 29998, "tcp on a port of its own: %s", eb.msg);
+    unsetenv("STAGELINK_BOOTSTRAP_PORT");
+    setenv("WORLD_SIZE", "1", 1); /* one rank meets nobody */
+    setenv("RANK", "0", 1);
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 && l.boot == SL_BOOT_TCP,
+          "one rank refused on the agent's port: %s", eb.msg);
     clear_launchers();
 
     /* torchrun's default run id "none" names no job. */
@@ -320,6 +325,16 @@ static void test_launchers(void)
     CHECK(sl_launcher_detect(&cfg, &l, &eb) == 0 && l.boot == SL_BOOT_PMIX,
           "pmix forced: %s", eb.msg);
     clear_launchers();
+    /* torchrun's workers inherit their agent's PMIX_RANK: every rank
+     * refuses, also the one whose number happens to match. */
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "4", 1);
+    setenv("STAGELINK_BOOTSTRAP", "pmix", 1);
+    setenv("PMIX_RANK", "0", 1);
+    CHECK(sl_launcher_detect(&cfg, &l, &eb) == STAGELINK_ERR_CONFIG &&
+          strstr(eb.msg, "torchrun"), "pmix forced under torchrun: %s",
+          eb.msg);
+    clear_launchers();
 
     /* A batch script: rank 0 of SLURM_NTASKS, but no srun step. */
     setenv("SLURM_PROCID", "0", 1);
@@ -328,6 +343,7 @@ static void test_launchers(void)
     CHECK(sl_launcher_detect(&cfg, &l, &eb) == STAGELINK_ERR_CONFIG &&
           strstr(eb.msg, "batch script"), "a batch script as rank 0 of 4: %s",
           eb.msg);
+    unsetenv("SLURM_NTASKS"); /* not in the table: clear_launchers keeps it */
     setenv("SLURM_PROCID", "5", 1);
     setenv("SLURM_STEP_NUM_TASKS", "6", 1);
     setenv("SLURM_LOCALID", "1", 1);

@@ -79,12 +79,12 @@ stagelink_xfer_t sl_host_xfer(stagelink_peer_t peer, void *buf, size_t nbytes,
     return x;
 }
 
-stagelink_job_info_t sl_host_job(void)
+stagelink_job_info_t sl_host_job(char *why, size_t len)
 {
     stagelink_job_info_t job = {.struct_size = sizeof(job)};
-    char                 err[256];
 
-    if (stagelink_job_query(&job, err, sizeof(err)) != STAGELINK_SUCCESS) {
+    why[0] = '\0';
+    if (stagelink_job_query(&job, why, len) != STAGELINK_SUCCESS) {
         job = (stagelink_job_info_t){.struct_size = sizeof(job), .rank = 0,
                                      .world_size = 1, .local_rank = -1,
                                      .local_size = -1};

@@ -34,8 +34,8 @@ stagelink_xfer_t sl_host_xfer(stagelink_peer_t peer, void *buf, size_t nbytes,
 
 /** This process's place in its job as the library reads the launcher's
  *  environment (stagelink_job_query); without a usable launcher, rank 0
- *  of 1 and local rank -1. */
-stagelink_job_info_t sl_host_job(void);
+ *  of 1 and local rank -1, and the library's sentence in `why` (else ""). */
+stagelink_job_info_t sl_host_job(char *why, size_t len);
 
 /** Parses "full", "scatter_gather" or "sharded"; -1 if none. */
 int sl_host_parse_mode(const char *name, stagelink_mode_t *mode);
