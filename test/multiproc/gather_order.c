@@ -278,6 +278,47 @@ static void scenario_held(job_t *j)
     finish(j, rb, b, nb, 11);
 }
 
+/*
+ * A receive canceled while it waits behind its held stream (rank 2): once
+ * the stream passes, it hears its TP peer's status and tells the peer why,
+ * which then fails at once with CANCELED, not at its deadline; and the
+ * next receive with the tag is whole on both, with no status of the
+ * canceled one left over.  Rank 0 sends nothing for the canceled receive.
+ */
+static void scenario_cancel_held(job_t *j)
+{
+    size_t               n = 64 << 10;
+    char                *a = dev_alloc(j, n);
+    stagelink_request_t *req;
+    stagelink_status_t   st;
+
+    /* Round 0. */
+    if (j->stage == 0 && j->tp_index == 1) {
+        finish(j, post(j, a, n, 30), a, n, 30);
+    } else if (j->stage == 1 && j->tp_index == 0) {
+        fstream_hold(j->stream, 1);
+        req = post(j, a, n, 30);
+        CHECK(j->h.plugin->cancel(j->h.comm, req) == STAGELINK_SUCCESS,
+              "rank %d: cancel behind the held stream: %s", j->h.info.rank,
+              j->h.plugin->last_error(j->h.comm));
+        fstream_hold(j->stream, 0);
+        st = j->h.plugin->wait(j->h.comm, req);
+        CHECK(st == STAGELINK_ERR_CANCELED, "rank %d: the canceled receive: "
+              "%s", j->h.info.rank, stagelink_status_string(st));
+        say(j, "canceled.done");
+    } else if (j->stage == 1) {
+        st = j->h.plugin->wait(j->h.comm, post(j, a, n, 30));
+        CHECK(st == STAGELINK_ERR_CANCELED, "rank %d: the TP peer of the "
+              "canceled receive: %s (its cancel should reach it as a notice)",
+              j->h.info.rank, stagelink_status_string(st));
+    }
+    /* Round 1, the same tag: rank 0's send only after the cancel ended. */
+    if (j->stage == 0 && j->tp_index == 0) {
+        await(j, "canceled.done");
+    }
+    finish(j, post(j, a, n, 30), a, n, 30);
+}
+
 static void scenario_skew(job_t *j)
 {
     int round;
@@ -919,7 +960,8 @@ int main(int argc, char **argv)
         {"context", scenario_context},
         {"nccl-init-timeout", NULL}, {"nccl-async-error", scenario_async_error},
         {"nccl-peer-death", scenario_peer_death}, {"nccl-abort", scenario_abort},
-        {"unwaited", scenario_unwaited}, {"host-group", scenario_host_group}};
+        {"unwaited", scenario_unwaited}, {"host-group", scenario_host_group},
+        {"cancel-held", scenario_cancel_held}};
     const size_t                 nscenarios = sizeof(scenarios) / sizeof(scenarios[0]);
     size_t                       k;
     double                       start;
