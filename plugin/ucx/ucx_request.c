@@ -227,8 +227,9 @@ static int sl_req_stage_posted(const sl_req_t *req)
     return 0;
 }
 
-/* DEFERRED -> ACTIVE: the host's stream is past the post.  Nothing is
- * posted when the request was canceled meanwhile or the stream failed. */
+/* DEFERRED -> ACTIVE: the host's stream is past the post.  When the
+ * request was canceled meanwhile or the stream failed, only a gathered
+ * receive's part of the gather is posted, and its notice sent. */
 static void sl_req_stream_ready(sl_req_t *req, sl_status_t status)
 {
     sl_comm_t *comm = req->comm;
