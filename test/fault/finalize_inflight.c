@@ -37,7 +37,7 @@ int main(int argc, char **argv)
     const char          *grace_env = getenv("STAGELINK_FINALIZE_GRACE");
     double               grace = grace_env ? atof(grace_env) : 5.0, t0, took;
     /* The teardown's second, stretched under valgrind (its test setup). */
-    const char          *slow_env = getenv("STAGELINK_TEST_SLOWDOWN");
+    const char          *slow_env = getenv("TEST_SLOWDOWN");
     double               slack = slow_env ? atof(slow_env) : 1.0;
     double               t_holder = 0.0;
     FILE                *f;
