@@ -229,12 +229,13 @@ static sl_status_t sl_launcher_bootstrap(const stagelink_config_t *config,
          * are not this job's, on any rank (so every rank refuses alike). */
         if (found == &sl_launchers[0] || out->pmix_rank != out->launcher_rank) {
             return sl_error(eb, STAGELINK_ERR_CONFIG,
-                            "STAGELINK_BOOTSTRAP=pmix, but PMIX_RANK=%d is not "
-                            "this process's rank %d from %s: another launcher "
-                            "(torchrun under srun, say) started it inside a "
-                            "PMIx task; leave STAGELINK_BOOTSTRAP unset or "
-                            "use tcp", out->pmix_rank, out->launcher_rank,
-                            found->source);
+                            "STAGELINK_BOOTSTRAP=pmix, but this process's "
+                            "rank %d comes from %s and PMIX_RANK=%d from the "
+                            "PMIx task another launcher (torchrun under srun, "
+                            "say) started it inside: PMIx's ranks are not the "
+                            "job's; leave STAGELINK_BOOTSTRAP unset or use "
+                            "tcp", out->launcher_rank, found->source,
+                            out->pmix_rank);
         }
         out->boot = SL_BOOT_PMIX;
         snprintf(out->boot_why, sizeof(out->boot_why),
