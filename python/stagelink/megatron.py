@@ -46,6 +46,7 @@ SPDX-License-Identifier: MIT
 """
 
 import functools
+import logging
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -60,6 +61,8 @@ __all__ = ["P2PCommunicator", "install", "is_single_shape", "initialize",
            "send_forward_recv_backward", "send_backward_recv_forward",
            "send_forward_recv_forward", "send_backward_recv_backward",
            "send_forward_backward_recv_forward_backward"]
+
+_log = logging.getLogger("stagelink")
 
 _SHAPE_CHUNK = 1   # the tag's chunk of a shape; tensors use chunk 0
 _SHAPE_SLOTS = 8   # ndim, then up to 7 sizes
@@ -83,10 +86,14 @@ class _Link:
         return (torch.device("cuda", torch.cuda.current_device())
                 if torch.cuda.is_available() else torch.device("cpu"))
 
-    def __init__(self, comm: Communicator, device=None):
+    def __init__(self, comm: Communicator, device=None, world=None,
+                 gather_group=None, made=False):
         if device is None:
             device = self.default_device()
         self.comm, self.device = comm, torch.device(device)
+        # The torch world and TP group it was made for, and whether this
+        # module made its Communicator (and so may end it).
+        self.world, self.gather_group, self.made = world, gather_group, made
         # (operation, neighbour) -> the next tag: forward is send/next and
         # recv/prev, backward send/prev and recv/next.
         self.count = {("send", "next"): 0, ("recv", "prev"): 0,
@@ -206,9 +213,18 @@ def _link_for(pp_group, config, tp_group, mode, comm, gather=None):
     # A default mode is STAGELINK_MODE's choice: keyed by it too.
     key = (tuple(pp_ranks), tuple(tp_ranks), asked, by,
            os.environ.get("STAGELINK_MODE") if asked == "default" else None)
+    world = dist.group.WORLD
+    gather_group = group if by == "tp_group" else None
+    _retire_worlds_but(world)
     link = _links.get(key)
     if link is not None and not link.comm._open:  # closed by hand
         del _links[key]
+        link = None
+    if link is not None and link.gather_group is not gather_group:
+        # New model-parallel groups of the same ranks (destroy_model_parallel,
+        # then initialize_model_parallel): every rank meets them at this
+        # construction, so the old Communicator is closed collectively.
+        _retire(key, collective=True)
         link = None
     if link is not None and (comm is None or link.comm is comm):
         return link
@@ -256,15 +272,50 @@ def _link_for(pp_group, config, tp_group, mode, comm, gather=None):
         if made:
             comm.close()  # refused alike on every rank: nothing was posted
         raise
-    link = _links[key] = _Link(comm, device)
+    link = _links[key] = _Link(comm, device, world, gather_group, made)
     return link
 
 
-def _shape_tensor(tensor):
-    if tensor.dim() >= _SHAPE_SLOTS:
+def _retire(key, collective):
+    """Drops a cached link; ends its Communicator if this module made it:
+    collectively (close), or at once (abort, then close without the
+    barrier) when its world is gone and its peers may be too."""
+    link = _links.pop(key)
+    if not link.made:
+        return  # a comm= given by hand stays its owner's
+    try:
+        if not collective:
+            link.comm.abort()
+        link.comm.close()
+    except StagelinkError as e:
+        _log.info("stagelink.megatron: closing the Communicator of an "
+                  "earlier process group: %s", e)
+
+
+def _retire_worlds_but(world):
+    """After destroy_process_group and a new init_process_group (an
+    in-process restart), the Communicators of the old world belong to a
+    job no rank runs any more: each ends at once, newest first."""
+    for key in [k for k, v in reversed(list(_links.items()))
+                if v.world is not world]:
+        _retire(key, collective=False)
+
+
+def _sendable(tensor, varlen):
+    """A tensor to send, checked before any tag is taken: a strided,
+    conjugate or negative view (a transpose, channels-last) goes as its
+    values, in a copy the request keeps alive."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("stagelink.megatron sends torch.Tensors, not %s"
+                        % type(tensor).__name__)
+    if varlen and tensor.dim() >= _SHAPE_SLOTS:
         raise ValueError("variable_seq_lengths: a %d-dimensional tensor has "
                          "more sizes than the shape exchange carries (%d)"
                          % (tensor.dim(), _SHAPE_SLOTS - 1))
+    return tensor.resolve_conj().resolve_neg().contiguous()
+
+
+def _shape_tensor(tensor):
     sizes = [tensor.dim()] + list(tensor.shape)
     return torch.tensor(sizes + [0] * (_SHAPE_SLOTS - len(sizes)),
                         dtype=torch.int64)
@@ -318,6 +369,9 @@ def _communicate(link, *, tensor_send_next, tensor_send_prev, recv_prev,
         raise _Refused("batch_p2p_comm and overlap_p2p_comm together: "
                        "Megatron-Core refuses them too; set "
                        "batch_p2p_comm=False")
+    for p in ("next", "prev"):
+        if send[p] is not None:
+            send[p] = _sendable(send[p], varlen)
     # Tags only once nothing can be refused before posting, in one fixed
     # order, so that both sides count alike.
     tags = {("send", p): link.tag("send", p) for p in ("next", "prev")

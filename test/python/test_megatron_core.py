@@ -20,7 +20,9 @@ with pg_collection=; at t = 2 each replicated case again with
 gather="tp_group" (the TP group's all_gather_into_tensor rebuilds the
 boundary).  Before them, misuse refused, and a cyclic
 send_forward_recv_forward (last stage to first) with overlap: upstream's
-dict of handles and NVTX range.
+dict of handles and NVTX range.  Last, Megatron's in-process restart:
+new model-parallel groups, then a new torch world, each followed by a
+strided (transposed) tensor sent across every boundary.
 
 CPU shim (megatron_cpu.token_counter, the only change): schedules.py's
 `total_num_tokens = torch.zeros([], dtype=torch.int, device="cuda")` (in
@@ -488,3 +490,75 @@ def test_scatter_gather_bytes(tp, cp):
         check(by_group == sg, "stage bytes sent with the TP group's gather: "
               "%d, with stagelink's %d (want the same 1/%d)" % (by_group, sg,
                                                                  tp))
+
+
+def strided_hop(p2p, what):
+    """Each stage sends a transposed view (not contiguous) of a tensor that
+    holds its stage number and position; the next stage must receive its
+    values, as a contiguous tensor of the view's shape."""
+    base = torch.arange(B * 4 * H, dtype=DTYPE, device=DEVICE).reshape(B, 4, H)
+    if not p2p.is_pp_last_stage:
+        view = (base + 1000 * p2p.current_stage).transpose(0, 1)
+        check(not view.is_contiguous(), "the view is contiguous")
+        p2p.send_forward(view, False)
+    if not p2p.is_pp_first_stage:
+        got = p2p.recv_forward((4, B, H), False)
+        want = (base + 1000 * (p2p.current_stage - 1)).transpose(0, 1)
+        check(torch.equal(got, want), "%s: stage %d did not receive the "
+              "previous stage's strided tensor's values" % (
+                  what, p2p.current_stage))
+
+
+def restart_in_process(t, p):
+    """Megatron's in-process restart: new model-parallel groups of the same
+    ranks, then the default group destroyed and initialized again (over a
+    prefix of the old store, as restart wrappers do).  Each time the
+    schedules' P2PCommunicator gets a new Communicator, the old one closed,
+    and the boundary carries its values (a strided send among them)."""
+    _pp, config = one_chunk_pipeline(t, p)
+    replicated = dataclasses.replace(config, sequence_parallel=False)
+    gather = "tp_group" if t > 1 else None
+
+    def p2p():
+        return stagelink.megatron.P2PCommunicator(
+            parallel_state.get_pipeline_model_parallel_group(), replicated,
+            gather=gather)
+
+    first = p2p()
+    strided_hop(first, "before the restart")
+    # New groups of the same ranks: the TP group the gather ran on is not
+    # Megatron's any more (at t = 1 nothing is gathered: the Communicator
+    # stays).
+    parallel_state.destroy_model_parallel()
+    _layout[:] = []
+    one_chunk_pipeline(t, p)
+    second = p2p()
+    check((second.communicator is first.communicator) == (t == 1) and
+          first.communicator._open == (t == 1),
+          "new model-parallel groups at t = %d: the Communicator was %s and "
+          "the old one %s" % (t, "kept" if second.communicator is
+                              first.communicator else "made anew",
+                              "open" if first.communicator._open
+                              else "closed"))
+    strided_hop(second, "after new model-parallel groups")
+    # A new world: every Communicator of the old one ends without a peer.
+    store = dist.distributed_c10d._get_default_store()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dist.barrier()
+    parallel_state.destroy_model_parallel()
+    _layout[:] = []
+    dist.destroy_process_group()
+    dist.init_process_group("gloo", store=dist.PrefixStore("restart/", store),
+                            rank=rank, world_size=world)
+    one_chunk_pipeline(t, p)
+    third = p2p()
+    check(third.communicator is not second.communicator and
+          not second.communicator._open,
+          "a new torch world kept the old world's Communicator (%s)"
+          % ("open" if second.communicator._open else "closed"))
+    strided_hop(third, "after a new torch world")
+
+
+def test_restart_in_process(tp, p):
+    restart_in_process(tp, p)
+    dist.barrier()
