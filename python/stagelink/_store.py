@@ -7,7 +7,9 @@ The library writes this rank's part of each exchange under
 "stagelink/<communicator>/<key>" and reads its peers'; once the communicator
 is finalized, the keys its peers have surely read are deleted.
 Communicators are numbered in creation order, which is the same on every
-rank (as torch numbers its process groups).
+rank, from 0 again in each new torch world (as torch numbers its process
+groups), so that a creation a failure interrupted on some ranks before an
+in-process restart leaves the new world's numbers alike.
 
 SPDX-License-Identifier: MIT
 """
@@ -15,22 +17,43 @@ SPDX-License-Identifier: MIT
 import datetime
 import itertools
 import logging
+import weakref
 
 from . import _lib
 
 _log = logging.getLogger("stagelink")
-_comm_numbers = itertools.count()
+# The world the numbers count in (a weak reference: the old world's
+# resources go with it), and the next number.
+_numbering = {"world": lambda: None, "next": itertools.count()}
 
 
-def default_store():
-    """(store, rank, world_size) of torch.distributed's default process
-    group, or None when torch.distributed is not initialized."""
+def _world():
+    """torch.distributed's default process group, or None."""
     try:
         import torch.distributed as dist
     except ImportError:
         return None
     if not dist.is_available() or not dist.is_initialized():
         return None
+    return dist.group.WORLD
+
+
+def _number():
+    """The next communicator's number: 0 again once a new torch world
+    exists; without one (stores given by hand) the count goes on."""
+    world = _world()
+    if world is not None and _numbering["world"]() is not world:
+        _numbering["world"] = weakref.ref(world)
+        _numbering["next"] = itertools.count()
+    return next(_numbering["next"])
+
+
+def default_store():
+    """(store, rank, world_size) of torch.distributed's default process
+    group, or None when torch.distributed is not initialized."""
+    if _world() is None:
+        return None
+    import torch.distributed as dist
     return (dist.distributed_c10d._get_default_store(), dist.get_rank(),
             dist.get_world_size())
 
@@ -59,7 +82,7 @@ class StoreBootstrap:
 
     def __init__(self, store):
         self.store = store
-        self.prefix = "stagelink/%d/" % next(_comm_numbers)
+        self.prefix = "stagelink/%d/" % _number()
         self.written = []
         self.reads = 0
         self.error = None

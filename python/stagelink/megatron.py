@@ -283,13 +283,22 @@ def _retire(key, collective):
     link = _links.pop(key)
     if not link.made:
         return  # a comm= given by hand stays its owner's
-    try:
-        if not collective:
+    if not collective:
+        try:
             link.comm.abort()
+        except StagelinkError as e:
+            _log.info("stagelink.megatron: aborting the Communicator of an "
+                      "earlier torch world: %s", e)
+        # Its store may have gone with its world: the keys stay there.
+        link.comm._bootstrap = None
+    try:
         link.comm.close()
     except StagelinkError as e:
-        _log.info("stagelink.megatron: closing the Communicator of an "
-                  "earlier process group: %s", e)
+        # A collective close that failed is what ranks disagreeing looks
+        # like: say so where it is seen by default.
+        (_log.warning if collective else _log.info)(
+            "stagelink.megatron: closing the Communicator of earlier process "
+            "groups: %s", e)
 
 
 def _retire_worlds_but(world):
@@ -301,18 +310,33 @@ def _retire_worlds_but(world):
         _retire(key, collective=False)
 
 
-def _sendable(tensor, varlen):
-    """A tensor to send, checked before any tag is taken: a strided,
-    conjugate or negative view (a transpose, channels-last) goes as its
-    values, in a copy the request keeps alive."""
+def _sendable(link, tensor, varlen):
+    """A tensor to send, checked before any tag is taken (a refusal after
+    would leave the peer's receive waiting): a strided, conjugate or
+    negative view (a transpose, channels-last) goes as its values, in a
+    copy the request keeps alive."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("stagelink.megatron sends torch.Tensors, not %s"
                         % type(tensor).__name__)
+    if tensor.layout is not torch.strided:
+        raise ValueError("a %s tensor cannot be sent: pass a dense one "
+                         "(tensor.to_dense())" % tensor.layout)
+    if tensor.is_cuda and link.device.type == "cuda" and \
+            tensor.device.index != link.device.index:
+        raise ValueError(
+            "a tensor of %s, but this boundary works on %s (the current "
+            "device at its first P2PCommunicator): call "
+            "torch.cuda.set_device before it" % (tensor.device, link.device))
     if varlen and tensor.dim() >= _SHAPE_SLOTS:
         raise ValueError("variable_seq_lengths: a %d-dimensional tensor has "
                          "more sizes than the shape exchange carries (%d)"
                          % (tensor.dim(), _SHAPE_SLOTS - 1))
-    return tensor.resolve_conj().resolve_neg().contiguous()
+    copy = tensor.resolve_conj().resolve_neg().contiguous()
+    if copy is not tensor and tensor.is_cuda:
+        # The copy reads it on the current stream: memory allocated on
+        # another must not be reused before.
+        tensor.record_stream(torch.cuda.current_stream(tensor.device))
+    return copy
 
 
 def _shape_tensor(tensor):
@@ -371,7 +395,7 @@ def _communicate(link, *, tensor_send_next, tensor_send_prev, recv_prev,
                        "batch_p2p_comm=False")
     for p in ("next", "prev"):
         if send[p] is not None:
-            send[p] = _sendable(send[p], varlen)
+            send[p] = _sendable(link, send[p], varlen)
     # Tags only once nothing can be refused before posting, in one fixed
     # order, so that both sides count alike.
     tags = {("send", p): link.tag("send", p) for p in ("next", "prev")

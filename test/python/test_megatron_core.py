@@ -357,6 +357,19 @@ def misuse(t, p, monkeypatch):
     check(ab.info["mode"] == stagelink._lib.MODES["full"],
           "STAGELINK_MODE=full did not choose full for a replicated boundary")
     monkeypatch.delenv("STAGELINK_MODE")
+    # Sends refused before a tag is taken: the boundary stays usable.
+    sender = stagelink.megatron.P2PCommunicator(pp, replicated)
+    counts = dict(sender._link.count)
+    x = torch.ones((4, B, H), dtype=DTYPE, device=DEVICE)
+    refused("a sparse send", lambda: sender.send_forward(x.to_sparse(),
+                                                         False),
+            ValueError, "sparse", "dense")
+    refused("a send of a list of floats", lambda: sender.send_forward(
+        [[1.0]], False), TypeError, "torch.Tensor")
+    check(sender._link.broken is None and
+          sender._link.count == counts,
+          "refused sends took tags or broke the boundary: %r, %r"
+          % (sender._link.count, sender._link.broken))
     # A Communicator whose placement is not Megatron's groups.
     if t > 1:
         wrong = stagelink.Communicator(tp_size=1, mode="full")
@@ -493,20 +506,21 @@ def test_scatter_gather_bytes(tp, cp):
 
 
 def strided_hop(p2p, what):
-    """Each stage sends a transposed view (not contiguous) of a tensor that
-    holds its stage number and position; the next stage must receive its
-    values, as a contiguous tensor of the view's shape."""
+    """Around the ring with overlap, each stage sends a transposed view
+    (not contiguous) of a tensor that holds its stage number and position,
+    and drops it before waiting; the next stage must receive its values."""
     base = torch.arange(B * 4 * H, dtype=DTYPE, device=DEVICE).reshape(B, 4, H)
-    if not p2p.is_pp_last_stage:
-        view = (base + 1000 * p2p.current_stage).transpose(0, 1)
-        check(not view.is_contiguous(), "the view is contiguous")
-        p2p.send_forward(view, False)
-    if not p2p.is_pp_first_stage:
-        got = p2p.recv_forward((4, B, H), False)
-        want = (base + 1000 * (p2p.current_stage - 1)).transpose(0, 1)
-        check(torch.equal(got, want), "%s: stage %d did not receive the "
-              "previous stage's strided tensor's values" % (
-                  what, p2p.current_stage))
+    view = (base + 1000 * p2p.current_stage).transpose(0, 1)
+    check(not view.is_contiguous(), "the view is contiguous")
+    got, handles = p2p.send_forward_recv_forward(view, True, (4, B, H),
+                                                 overlap_p2p_comm=True)
+    del view  # the request keeps what it sends
+    for key in list(handles):
+        handles.pop(key).wait()
+    prev = (p2p.current_stage - 1) % p2p.total_stages
+    check(torch.equal(got, (base + 1000 * prev).transpose(0, 1)),
+          "%s: stage %d did not receive stage %d's strided tensor's values"
+          % (what, p2p.current_stage, prev))
 
 
 def restart_in_process(t, p):
@@ -516,7 +530,8 @@ def restart_in_process(t, p):
     schedules' P2PCommunicator gets a new Communicator, the old one closed,
     and the boundary carries its values (a strided send among them)."""
     _pp, config = one_chunk_pipeline(t, p)
-    replicated = dataclasses.replace(config, sequence_parallel=False)
+    replicated = dataclasses.replace(config, sequence_parallel=False,
+                                     batch_p2p_comm=False)
     gather = "tp_group" if t > 1 else None
 
     def p2p():
@@ -534,12 +549,14 @@ def restart_in_process(t, p):
     one_chunk_pipeline(t, p)
     second = p2p()
     check((second.communicator is first.communicator) == (t == 1) and
-          first.communicator._open == (t == 1),
+          first.communicator._open == (t == 1) and
+          not first.communicator._aborted,
           "new model-parallel groups at t = %d: the Communicator was %s and "
-          "the old one %s" % (t, "kept" if second.communicator is
-                              first.communicator else "made anew",
-                              "open" if first.communicator._open
-                              else "closed"))
+          "the old one %s%s (want closed collectively at t > 1)" % (
+              t, "kept" if second.communicator is first.communicator
+              else "made anew", "open" if first.communicator._open
+              else "closed", " after an abort" if first.communicator._aborted
+              else ""))
     strided_hop(second, "after new model-parallel groups")
     # A new world: every Communicator of the old one ends without a peer.
     store = dist.distributed_c10d._get_default_store()
@@ -553,9 +570,20 @@ def restart_in_process(t, p):
     one_chunk_pipeline(t, p)
     third = p2p()
     check(third.communicator is not second.communicator and
-          not second.communicator._open,
-          "a new torch world kept the old world's Communicator (%s)"
-          % ("open" if second.communicator._open else "closed"))
+          not second.communicator._open and second.communicator._aborted,
+          "a new torch world: the old world's Communicator was %s, %s"
+          % ("kept" if third.communicator is second.communicator
+             else "replaced", "open" if second.communicator._open
+             else "closed" if not second.communicator._aborted
+             else "aborted"))
+    # Every Communicator of the old world (the earlier tests' too) ended.
+    current = [link.comm for link in stagelink.megatron._links.values()]
+    stale = [c for c in stagelink.communicator._open_comms.values()
+             if all(c is not k for k in current)]
+    check(not stale and all(link.world is dist.group.WORLD for link in
+                            stagelink.megatron._links.values()),
+          "%d Communicators of the old torch world are still open"
+          % len(stale))
     strided_hop(third, "after a new torch world")
 
 

@@ -126,3 +126,35 @@ def test_store_wait_unbounded(monkeypatch):
     finally:
         late.join()
     check(got == b"v", "the late key: %r (error %r)" % (got, boot.error))
+
+
+def test_store_numbers_per_world():
+    """Communicators are numbered from 0 again in each new torch world
+    (an in-process restart), whatever the old world's creations reached on
+    this rank; stores given by hand without a world keep counting."""
+    dist = pytest.importorskip("torch.distributed")
+    from stagelink import _store
+
+    if dist.is_initialized():
+        pytest.skip("torch.distributed is initialized already")
+    outside = [_store.StoreBootstrap(dist.HashStore()).prefix
+               for _ in range(2)]
+    prefixes = []
+    try:
+        for world in range(2):
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0,
+                                    world_size=1)
+            # The old world got further on this rank in the first round.
+            prefixes.append([_store.StoreBootstrap(dist.HashStore()).prefix
+                             for _ in range(3 - world)])
+            dist.destroy_process_group()
+        after = _store.StoreBootstrap(dist.HashStore()).prefix
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    want = [["stagelink/%d/" % i for i in range(3 - w)] for w in range(2)]
+    check(prefixes == want, "prefixes in two worlds: %r, want %r"
+          % (prefixes, want))
+    check(outside[1] != outside[0] and after == "stagelink/2/",
+          "without a world: %r, then %r after the worlds (want counting on)"
+          % (outside, after))
