@@ -868,7 +868,9 @@ class Communicator:
     def _finalize(self):
         with self._lock, self._life:
             status, self._abandoned = self._calls.finalize()
-            if self._bootstrap is not None:
+            # After an abort the store may be what failed (a world torn
+            # down, its host gone): its keys stay there.
+            if self._bootstrap is not None and not self._aborted:
                 self._bootstrap.forget()
             self._bootstrap = None
         _open_comms.pop(getattr(self, "_created", None), None)

@@ -289,8 +289,6 @@ def _retire(key, collective):
         except StagelinkError as e:
             _log.info("stagelink.megatron: aborting the Communicator of an "
                       "earlier torch world: %s", e)
-        # Its store may have gone with its world: the keys stay there.
-        link.comm._bootstrap = None
     try:
         link.comm.close()
     except StagelinkError as e:

@@ -113,6 +113,31 @@ def test_store_passed_in(rank, world, t, stage, placement):
                 comm.isend, torch.zeros(4), rank)])
 
 
+def test_abort_leaves_store_keys(rank, world, t):
+    """close() deletes what the rank wrote but its last key and the node
+    identities; after abort() it deletes nothing (the store may be what
+    failed: an in-process restart's old world)."""
+    store = dist.PrefixStore("abort",
+                             dist.distributed_c10d._get_default_store())
+    written = {}
+    for aborted in (False, True):
+        comm = stagelink.Communicator(tp_size=t, store=store, rank=rank,
+                                      world_size=world)
+        written[aborted] = list(comm._bootstrap.written)
+        if aborted:
+            comm.abort()
+        comm.close()
+    dist.barrier()  # no peer reads a closing barrier's key any more
+    # delete_key says whether the key was there (torch 1.13 has no check).
+    left = {a: (sum(bool(store.delete_key(n)) for n in names), len(names))
+            for a, names in written.items()}
+    check(left[True][0] == left[True][1] > 0 and
+          left[False][0] < left[False][1],
+          "keys left of those written: %d of %d after close, %d of %d after "
+          "abort and close (want fewer, then all)"
+          % (left[False] + left[True]))
+
+
 def test_misplacement(rank, t, stage, placement, monkeypatch):
     """Refused on every rank before anything is posted: a tp_group that is
     not the TP group, and neighbours that do not name each other back
