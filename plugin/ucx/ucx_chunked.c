@@ -644,10 +644,17 @@ void sl_chunked_give_up(sl_sub_t *sub, sl_status_t status)
     }
 }
 
-void sl_chunked_cancel(sl_comm_t *comm, sl_staged_t *st)
+void sl_chunked_cancel(sl_comm_t *comm, sl_staged_t *st,
+                       sl_cancel_reach_t reach)
 {
     int i;
 
+    /* A receive that has its sender's length header is matched: the rest
+     * of the chunks are that message's, and land here. */
+    if (reach == SL_CANCEL_UNMATCHED && st->x.recv && st->framed &&
+        st->state == SL_CHUNKED_MOVING && !st->sub->peer->failed) {
+        return;
+    }
     if (st->x.status == STAGELINK_SUCCESS) {
         st->x.status = STAGELINK_ERR_CANCELED;
     }

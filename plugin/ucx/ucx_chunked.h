@@ -72,7 +72,8 @@ void        sl_chunked_sub_kick(sl_staged_t *st);
 /** A relaying send's source grew (gather.h's landed): it sends what is in
  *  place now. */
 void        sl_chunked_relay(sl_sub_t *sub);
-void        sl_chunked_cancel(sl_comm_t *comm, sl_staged_t *st);
+void        sl_chunked_cancel(sl_comm_t *comm, sl_staged_t *st,
+                              sl_cancel_reach_t reach);
 /** Gives up a chunked transfer whose peer died with operations in flight
  *  that UCX will not complete; the caller finishes the sub. */
 void        sl_chunked_detach(sl_comm_t *comm, sl_staged_t *st);

@@ -633,7 +633,7 @@ static stagelink_status_t sl_ucx_cancel(stagelink_comm_t *comm,
 {
     SL_ENTER(comm, "cancel");
     SL_CHECK(sl_req_check(comm, request));
-    sl_req_cancel(comm, request);
+    sl_req_cancel(comm, request, SL_CANCEL_UNMATCHED);
     return STAGELINK_SUCCESS;
 }
 

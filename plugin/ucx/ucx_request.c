@@ -542,7 +542,7 @@ sl_status_t sl_req_finish(sl_comm_t *comm, sl_req_t *req)
     return status;
 }
 
-void sl_req_cancel(sl_comm_t *comm, sl_req_t *req)
+void sl_req_cancel(sl_comm_t *comm, sl_req_t *req, sl_cancel_reach_t reach)
 {
     int i;
 
@@ -566,7 +566,7 @@ void sl_req_cancel(sl_comm_t *comm, sl_req_t *req)
          * cancel gives up on them too. */
         if (!req->needs_gather || !sl_sub_is_recv(sub) ||
             sub->kind == SL_SUB_STAGE_RECV || req->cancels > 1) {
-            sl_sub_cancel(comm, &req->subs.slot[i]);
+            sl_sub_cancel(comm, &req->subs.slot[i], reach);
         }
     }
     sl_req_end(req);
@@ -580,7 +580,7 @@ void sl_req_abort(sl_comm_t *comm, sl_req_t *req, sl_status_t status,
     va_start(ap, fmt);
     sl_req_vfail(req, status, fmt, ap);
     va_end(ap);
-    sl_req_cancel(comm, req);
+    sl_req_cancel(comm, req, SL_CANCEL_ALL);
 }
 
 void sl_req_describe_pending(const sl_req_t *req, char *out, size_t len)

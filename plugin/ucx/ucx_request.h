@@ -168,11 +168,13 @@ void        sl_req_order_stream(sl_req_t *req, void *stream);
  *  closed by force).  SUCCESS when none was in flight or all completed,
  *  else STAGELINK_ERR_ABANDONED with their count and tags in comm->err. */
 sl_status_t sl_req_abandon_all(sl_comm_t *comm, double deadline);
-/** Cancels what `req` has in flight (the ends come through UCX); a
- *  request still behind its stream fails with STAGELINK_ERR_CANCELED. */
-void        sl_req_cancel(sl_comm_t *comm, sl_req_t *req);
+/** Cancels what `req` has in flight that `reach` takes back (the ends
+ *  come through UCX); a request still behind its stream fails with
+ *  STAGELINK_ERR_CANCELED. */
+void        sl_req_cancel(sl_comm_t *comm, sl_req_t *req,
+                          sl_cancel_reach_t reach);
 /** Fails `req` with `status` and the sentence (unless it failed before:
- *  the first error stays), and cancels what it has in flight. */
+ *  the first error stays), and cancels all it has in flight. */
 void        sl_req_abort(sl_comm_t *comm, sl_req_t *req, sl_status_t status,
                          const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -364,12 +364,12 @@ sl_status_t sl_sub_post_host(sl_req_t *req, sl_ucx_peer_t *peer,
     return sl_sub_post(req, peer, kind, tag, buf, len, recv, 0);
 }
 
-void sl_sub_cancel(sl_comm_t *comm, sl_sub_t *sub)
+void sl_sub_cancel(sl_comm_t *comm, sl_sub_t *sub, sl_cancel_reach_t reach)
 {
     if (sub->state == SL_SUB_PLAIN) {
         ucp_request_cancel(sub->peer->worker, sub->ucx_req);
     } else if (sub->state == SL_SUB_CHUNKED) {
-        sl_chunked_cancel(comm, sub->staged);
+        sl_chunked_cancel(comm, sub->staged, reach);
     }
 }
 

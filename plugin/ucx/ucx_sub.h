@@ -74,8 +74,19 @@ sl_status_t sl_sub_post_host(sl_req_t *req, sl_ucx_peer_t *peer,
 sl_status_t sl_sub_post_notice(sl_req_t *req, sl_ucx_peer_t *peer,
                                sl_sub_kind_t kind, uint64_t tag,
                                sl_status_t status);
+/** How far a cancel reaches.  The caller's takes back only what no
+ *  message has begun to fill, as UCX and MPI leave a matched receive to
+ *  complete: a message in chunks taken back half-way would leave its
+ *  other chunks to the next receive with the tag.  Giving up (a failure,
+ *  an abort, finalize) takes back everything. */
+typedef enum sl_cancel_reach {
+    SL_CANCEL_UNMATCHED,
+    SL_CANCEL_ALL
+} sl_cancel_reach_t;
+
 /** Asks UCX to cancel what is in flight (the end comes through UCX). */
-void        sl_sub_cancel(sl_comm_t *comm, sl_sub_t *sub);
+void        sl_sub_cancel(sl_comm_t *comm, sl_sub_t *sub,
+                          sl_cancel_reach_t reach);
 /** Ends a sub in flight at once after a failure or an abort, leaving what
  *  UCX will not complete to call back into a detached sub. */
 void        sl_sub_detach(sl_comm_t *comm, sl_sub_t *sub, sl_status_t status,
