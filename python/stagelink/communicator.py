@@ -233,8 +233,9 @@ class Request(_calls.Request):
 
     def cancel(self) -> bool:
         """Asks the transport to cancel; wait() then raises CanceledError,
-        unless the transfer completed first.  Returns False if it had
-        already completed."""
+        unless the transfer completed first (a message in chunks that has
+        begun to land is not taken back: it lands whole).  Returns False
+        if it had already completed."""
         comm = self._comm
         if self._done:
             return False
