@@ -449,15 +449,15 @@ typedef struct stagelink_plugin_v1 {
                                stagelink_request_t *request);
     /** Asks for cancellation; the request still has to be completed.  As
      *  in MPI, a message its sender did send for a canceled receive stays
-     *  for the next receive with the tag; one that has begun to land (a
-     *  large or device message goes in chunks) is not taken back but lands
-     *  whole, so that none of it is left for a later receive.  A gathered
-     *  receive goes on hearing its TP peers' parts (shards, statuses or
-     *  notices, which a live peer sends whatever this rank does; its own
-     *  cancel reaches them as a notice), so none lands in a later receive
-     *  with the tag and a collective they issue finds this rank in it: it
-     *  ends once they arrive.  A second cancel gives up on them too, but
-     *  for those that have begun to land. */
+     *  for the next receive with the tag; of one that has begun to land
+     *  (a large or device message goes in chunks), the chunks not yet
+     *  taken are dropped as they come, never left for a later receive, and
+     *  the buffer holds part of it.  A gathered receive goes on hearing
+     *  its TP peers' parts (shards, statuses or notices, which a live peer
+     *  sends whatever this rank does; its own cancel reaches them as a
+     *  notice), so none lands in a later receive with the tag and a
+     *  collective they issue finds this rank in it: it ends once they
+     *  arrive.  A second cancel gives up on them too. */
     stagelink_status_t (*cancel)(stagelink_comm_t *comm,
                                  stagelink_request_t *request);
 

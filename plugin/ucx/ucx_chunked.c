@@ -252,6 +252,9 @@ static void sl_chunk_recv_cb(void *request, ucs_status_t status,
     }
     slot->net = NULL;
     s         = sl_chunk_status(st, status);
+    if (status == UCS_ERR_CANCELED && st->leftover != NULL) {
+        sl_leftover_add(st->sub->req->comm, st->leftover, slot->index);
+    }
     if (status == UCS_ERR_MESSAGE_TRUNCATED &&
         info->sender_tag == (sl_chunk_tag(st, slot->index) | SL_TAG_HEADER)) {
         /* A notice longer than a short chunk: the sender gave up. */
@@ -580,6 +583,7 @@ static sl_status_t sl_staged_get(sl_comm_t *comm, sl_sub_t *sub, int recv,
     st->ctl_busy        = 0;
     st->drain_left      = 0;
     st->notice          = STAGELINK_SUCCESS;
+    st->leftover        = NULL;
     st->next            = comm->staged_active;
     comm->staged_active = st;
     *out                = st;
@@ -649,11 +653,20 @@ void sl_chunked_cancel(sl_comm_t *comm, sl_staged_t *st,
 {
     int i;
 
-    /* A receive that has its sender's length header is matched: the rest
-     * of the chunks are that message's, and land here. */
-    if (reach == SL_CANCEL_UNMATCHED && st->x.recv && st->framed &&
-        st->state == SL_CHUNKED_MOVING && !st->sub->peer->failed) {
-        return;
+    /* A receive with its sender's length header has matched that message:
+     * the chunks it does not take (never posted, or canceled below before
+     * they matched) are drained in the background.  Without memory for
+     * that, it takes them itself: it lands whole. */
+    if (reach == SL_CANCEL_DRAIN && st->x.recv && st->framed &&
+        st->state == SL_CHUNKED_MOVING && st->leftover == NULL &&
+        !st->sub->peer->failed && st->x.done < st->x.nchunks) {
+        if (sl_leftover_start(comm, st->sub->peer, st->sub->tag,
+                              st->x.next_post, st->x.nchunks,
+                              (size_t)comm->nbufs, &st->leftover) !=
+            STAGELINK_SUCCESS) {
+            return;
+        }
+        sl_staging_abandon(&st->x, STAGELINK_ERR_CANCELED);
     }
     if (st->x.status == STAGELINK_SUCCESS) {
         st->x.status = STAGELINK_ERR_CANCELED;
@@ -707,6 +720,9 @@ static void sl_chunked_progress(sl_comm_t *comm)
         sub               = st->sub;
         st->next          = comm->staged_free;
         comm->staged_free = st;
+        if (st->leftover != NULL) {
+            sl_leftover_release(st->leftover);
+        }
         if (st->state == SL_CHUNKED_DRAINING &&
             st->x.status == STAGELINK_ERR_SIZE_MISMATCH) {
             if (st->hdr.value == UINT64_MAX) {
@@ -735,6 +751,7 @@ static void sl_chunked_progress(sl_comm_t *comm)
                       "passed a different nbytes"
                     : comm->err.msg);
     }
+    sl_leftover_progress(comm);
 }
 
 /* A GPU copy of a staged chunk completes without waking the UCX event fd;
@@ -769,6 +786,9 @@ void sl_chunked_detach(sl_comm_t *comm, sl_staged_t *st)
         link = &(*link)->next;
     }
     *link                 = st->next;
+    if (st->leftover != NULL) {
+        sl_leftover_release(st->leftover);
+    }
     sl_chunked_to(st, SL_CHUNKED_DETACHED);
     st->next              = comm->staged_detached;
     comm->staged_detached = st;
@@ -780,6 +800,7 @@ void sl_chunked_cleanup(sl_comm_t *comm)
     sl_staged_free_list(comm, comm->staged_free);
     sl_staged_free_list(comm, comm->staged_detached);
     comm->staged_active = comm->staged_free = comm->staged_detached = NULL;
+    sl_leftover_cleanup(comm);
     free(comm->scratch);
     comm->scratch = NULL;
 }

@@ -8,6 +8,7 @@
 #define SL_UCX_CHUNKED_H
 
 #include "staging.h"
+#include "ucx_leftover.h"
 #include "ucx_sub.h"
 #include "ucx_wire.h"
 
@@ -56,6 +57,8 @@ typedef struct sl_staged {
     uint64_t           drain_left; /**< chunks of the sender still to discard */
     void              *drain_req;
     sl_status_t        notice;     /**< receiver: the sender's failure notice */
+    sl_leftover_t     *leftover;   /**< receiver canceled mid-message: the
+                                        drain of the chunks it leaves */
     uint64_t           notice_msg[3]; /**< sender: the notice it sends in
                                            place of each chunk not sent
                                            (room for 17 bytes) */

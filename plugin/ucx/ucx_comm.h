@@ -184,6 +184,7 @@ struct stagelink_comm {
     int                         vmm_logged;   /**< a buffer cuda_ipc cannot share was logged */
     uint64_t                    staged_chunks; /**< chunks moved through bounce buffers */
     void                       *scratch;  /**< the largest chunk, where mismatched chunks are dropped */
+    sl_leftover_t              *leftovers; /**< drains of canceled messages (ucx_leftover.c) */
     struct sl_bootstrap        *bootstrap;
     /** Registered handles: a handle is checked by finding it here, never by
      *  reading memory that deregistration may have freed. */

@@ -398,7 +398,8 @@ static void sl_fault_fail_all(sl_comm_t *comm, sl_status_t status,
             !sl_req_wait_only(req)) {
             continue;
         }
-        sl_req_abort(comm, req, status, "%s of microbatch %u chunk %u: %s",
+        sl_req_abort(comm, req, SL_CANCEL_ALL, status,
+                     "%s of microbatch %u chunk %u: %s",
                      sl_req_what(req), req->xfer.tag.microbatch,
                      req->xfer.tag.chunk, why);
     }

@@ -266,6 +266,7 @@ static void sl_comm_destroy(sl_comm_t *comm)
     sl_progress_cleanup(comm);
     sl_gather_cleanup(comm);
     sl_fault_cleanup(comm);
+    sl_leftover_stop(comm); /* no receive outlives the worker */
     sl_ucx_worker_destroy(comm);
     /* After the worker: closing its endpoints still progresses UCX, whose
      * callbacks may reach detached transfers, copy events and bounce
@@ -633,7 +634,7 @@ static stagelink_status_t sl_ucx_cancel(stagelink_comm_t *comm,
 {
     SL_ENTER(comm, "cancel");
     SL_CHECK(sl_req_check(comm, request));
-    sl_req_cancel(comm, request, SL_CANCEL_UNMATCHED);
+    sl_req_cancel(comm, request, SL_CANCEL_DRAIN);
     return STAGELINK_SUCCESS;
 }
 

@@ -247,7 +247,8 @@ static void sl_req_stream_ready(sl_req_t *req, sl_status_t status)
          * receive with this tag and none waits for it to its deadline. */
         if (req->needs_gather && req->cancels < 2 &&
             req->gather->post(req->gather_state, req) != STAGELINK_SUCCESS) {
-            sl_req_abort(comm, req, req->status, "%s", req->error);
+            sl_req_abort(comm, req, SL_CANCEL_DRAIN, req->status, "%s",
+                         req->error);
         }
         if (req->needs_gather) {
             sl_req_shard_arrived(req, req->status);
@@ -255,7 +256,8 @@ static void sl_req_stream_ready(sl_req_t *req, sl_status_t status)
     } else if ((status = sl_req_post_subs(req)) != STAGELINK_SUCCESS) {
         /* What was posted before the failure is canceled, not left to wait
          * for peers that may never send; the peers hear why. */
-        sl_req_abort(comm, req, status, "%s", comm->err.msg);
+        sl_req_abort(comm, req, SL_CANCEL_DRAIN, status, "%s",
+                     comm->err.msg);
         if (req->needs_gather && !req->shard_passed &&
             !sl_req_stage_posted(req)) {
             sl_req_shard_arrived(req, req->status);
@@ -572,15 +574,15 @@ void sl_req_cancel(sl_comm_t *comm, sl_req_t *req, sl_cancel_reach_t reach)
     sl_req_end(req);
 }
 
-void sl_req_abort(sl_comm_t *comm, sl_req_t *req, sl_status_t status,
-                  const char *fmt, ...)
+void sl_req_abort(sl_comm_t *comm, sl_req_t *req, sl_cancel_reach_t reach,
+                  sl_status_t status, const char *fmt, ...)
 {
     va_list ap;
 
     va_start(ap, fmt);
     sl_req_vfail(req, status, fmt, ap);
     va_end(ap);
-    sl_req_cancel(comm, req, SL_CANCEL_ALL);
+    sl_req_cancel(comm, req, reach);
 }
 
 void sl_req_describe_pending(const sl_req_t *req, char *out, size_t len)
@@ -766,10 +768,11 @@ sl_status_t sl_req_abandon_all(sl_comm_t *comm, double deadline)
     }
     for (req = comm->pool.active; req != NULL; req = req->next) {
         if (req->kind == STAGELINK_OP_RECV && !sl_req_done(req)) {
-            sl_req_abort(comm, req, STAGELINK_ERR_ABANDONED, "%s of "
-                         "microbatch %u chunk %u was still in flight at "
-                         "comm_finalize, which canceled it", sl_req_what(req),
-                         req->xfer.tag.microbatch, req->xfer.tag.chunk);
+            sl_req_abort(comm, req, SL_CANCEL_ALL, STAGELINK_ERR_ABANDONED,
+                         "%s of microbatch %u chunk %u was still in flight "
+                         "at comm_finalize, which canceled it",
+                         sl_req_what(req), req->xfer.tag.microbatch,
+                         req->xfer.tag.chunk);
         }
     }
     /* Sends get the grace: a peer that receives them late completes them. */

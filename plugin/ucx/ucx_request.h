@@ -174,9 +174,10 @@ sl_status_t sl_req_abandon_all(sl_comm_t *comm, double deadline);
 void        sl_req_cancel(sl_comm_t *comm, sl_req_t *req,
                           sl_cancel_reach_t reach);
 /** Fails `req` with `status` and the sentence (unless it failed before:
- *  the first error stays), and cancels all it has in flight. */
-void        sl_req_abort(sl_comm_t *comm, sl_req_t *req, sl_status_t status,
+ *  the first error stays), and cancels what it has in flight. */
+void        sl_req_abort(sl_comm_t *comm, sl_req_t *req,
+                         sl_cancel_reach_t reach, sl_status_t status,
                          const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 5, 6)));
 
 #endif

@@ -74,13 +74,12 @@ sl_status_t sl_sub_post_host(sl_req_t *req, sl_ucx_peer_t *peer,
 sl_status_t sl_sub_post_notice(sl_req_t *req, sl_ucx_peer_t *peer,
                                sl_sub_kind_t kind, uint64_t tag,
                                sl_status_t status);
-/** How far a cancel reaches.  The caller's takes back only what no
- *  message has begun to fill, as UCX and MPI leave a matched receive to
- *  complete: a message in chunks taken back half-way would leave its
- *  other chunks to the next receive with the tag.  Giving up (a failure,
- *  an abort, finalize) takes back everything. */
+/** What a cancel leaves behind.  While the communicator goes on, the rest
+ *  of a message in chunks that has begun to land is drained (its chunks,
+ *  left on the wire, would land in the next receive with the tag); once
+ *  the peer failed or the communicator ends, nothing more is taken. */
 typedef enum sl_cancel_reach {
-    SL_CANCEL_UNMATCHED,
+    SL_CANCEL_DRAIN,
     SL_CANCEL_ALL
 } sl_cancel_reach_t;
 

@@ -30,7 +30,8 @@ static sl_status_t sl_xfer_validate(sl_comm_t *comm, stagelink_op_kind_t kind,
  * for a part never posted, and ends as a completed one does. */
 static void sl_xfer_abort(sl_comm_t *comm, sl_req_t *req)
 {
-    sl_req_abort(comm, req, STAGELINK_ERR_CANCELED, "%s", comm->err.msg);
+    sl_req_abort(comm, req, SL_CANCEL_DRAIN, STAGELINK_ERR_CANCELED, "%s",
+                 comm->err.msg);
     if (sl_req_wait(comm, req) == STAGELINK_SUCCESS) {
         sl_req_finish(comm, req);
     }

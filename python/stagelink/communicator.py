@@ -233,9 +233,9 @@ class Request(_calls.Request):
 
     def cancel(self) -> bool:
         """Asks the transport to cancel; wait() then raises CanceledError,
-        unless the transfer completed first (a message in chunks that has
-        begun to land is not taken back: it lands whole).  Returns False
-        if it had already completed."""
+        unless the transfer completed first (of a message in chunks that
+        has begun to land, the rest is dropped as it comes, never left for
+        a later receive).  Returns False if it had already completed."""
         comm = self._comm
         if self._done:
             return False
