@@ -75,13 +75,8 @@ static int await(const char *what)
 static stagelink_status_t post(sl_host_t *h, int send, float *buf,
                                stagelink_request_t **req)
 {
-    stagelink_xfer_t x = sl_host_xfer(send ? STAGELINK_PEER_NEXT
-                                           : STAGELINK_PEER_PREV,
-                                      buf, N_FLOATS * sizeof(float),
-                                      sizeof(float), MB, 0);
-
-    return send ? h->plugin->isend(h->comm, &x, req)
-                : h->plugin->irecv(h->comm, &x, req);
+    return sl_host_post(h, send, buf, N_FLOATS * sizeof(float),
+                        sizeof(float), MB, req);
 }
 
 static void fill(float *buf, unsigned round)
@@ -168,10 +163,7 @@ int main(void)
             if (round == 1 && rank == 1 && await("canceled") != 0) {
                 return 1;
             }
-            st = post(&h, 1, buf, &req);
-            if (st == STAGELINK_SUCCESS) {
-                st = h.plugin->wait(h.comm, req);
-            }
+            st = sl_host_transfer(&h, 1, buf, sizeof(buf), sizeof(float), MB);
             CHECK(st == STAGELINK_SUCCESS, "rank %d round %u send: %s", rank,
                   round, h.plugin->last_error(h.comm));
             continue;
@@ -201,10 +193,7 @@ int main(void)
                   stagelink_status_string(st), wrong(buf, 1));
             continue;
         }
-        st = post(&h, 0, buf, &req);
-        if (st == STAGELINK_SUCCESS) {
-            st = h.plugin->wait(h.comm, req);
-        }
+        st = sl_host_transfer(&h, 0, buf, sizeof(buf), sizeof(float), MB);
         CHECK(st == STAGELINK_SUCCESS && wrong(buf, round) == 0,
               "rank %d round %u receive: %s, %zu of %u values wrong (%s)",
               rank, round, stagelink_status_string(st), wrong(buf, round),

@@ -53,13 +53,8 @@ static double now_s(void)
 static stagelink_status_t post(sl_host_t *h, int send, float *buf,
                                stagelink_request_t **req)
 {
-    stagelink_xfer_t x = sl_host_xfer(send ? STAGELINK_PEER_NEXT
-                                           : STAGELINK_PEER_PREV,
-                                      buf, N_FLOATS * sizeof(float),
-                                      sizeof(float), MB, 0);
-
-    return send ? h->plugin->isend(h->comm, &x, req)
-                : h->plugin->irecv(h->comm, &x, req);
+    return sl_host_post(h, send, buf, N_FLOATS * sizeof(float),
+                        sizeof(float), MB, req);
 }
 
 static size_t wrong(const float *buf, unsigned round)
@@ -197,7 +192,6 @@ int main(void)
 {
     static float         buf[N_FLOATS];
     sl_host_t            h;
-    stagelink_request_t *req;
     stagelink_status_t   st;
     unsigned             round;
     size_t               i;
@@ -226,10 +220,7 @@ int main(void)
             for (i = 0; i < N_FLOATS; ++i) {
                 buf[i] = value(round, i);
             }
-            st = post(&h, 1, buf, &req);
-            if (st == STAGELINK_SUCCESS) {
-                st = h.plugin->wait(h.comm, req);
-            }
+            st = sl_host_transfer(&h, 1, buf, sizeof(buf), sizeof(float), MB);
             CHECK(st == STAGELINK_SUCCESS, "rank %d round %u send: %s", rank,
                   round, h.plugin->last_error(h.comm));
             continue;
@@ -244,10 +235,7 @@ int main(void)
                    (round == STOPPED) ? ", rank 1 stopped" : "",
                    stagelink_status_string(st));
         } else {
-            st = post(&h, 0, buf, &req);
-            if (st == STAGELINK_SUCCESS) {
-                st = h.plugin->wait(h.comm, req);
-            }
+            st = sl_host_transfer(&h, 0, buf, sizeof(buf), sizeof(float), MB);
         }
         if (round < ROUNDS) {
             /* Rank 3 fails with rank 2's cancel, or completed before it. */

@@ -79,6 +79,31 @@ stagelink_xfer_t sl_host_xfer(stagelink_peer_t peer, void *buf, size_t nbytes,
     return x;
 }
 
+stagelink_status_t sl_host_post(const sl_host_t *host, int send, void *buf,
+                                size_t nbytes, size_t elem_size,
+                                uint32_t microbatch,
+                                stagelink_request_t **req)
+{
+    stagelink_xfer_t x = sl_host_xfer(send ? STAGELINK_PEER_NEXT
+                                           : STAGELINK_PEER_PREV,
+                                      buf, nbytes, elem_size, microbatch, 0);
+
+    return send ? host->plugin->isend(host->comm, &x, req)
+                : host->plugin->irecv(host->comm, &x, req);
+}
+
+stagelink_status_t sl_host_transfer(const sl_host_t *host, int send,
+                                    void *buf, size_t nbytes,
+                                    size_t elem_size, uint32_t microbatch)
+{
+    stagelink_request_t *req;
+    stagelink_status_t   st = sl_host_post(host, send, buf, nbytes, elem_size,
+                                           microbatch, &req);
+
+    return (st == STAGELINK_SUCCESS) ? host->plugin->wait(host->comm, req)
+                                     : st;
+}
+
 stagelink_job_info_t sl_host_job(char *why, size_t len)
 {
     stagelink_job_info_t job = {.struct_size = sizeof(job)};

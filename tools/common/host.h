@@ -32,6 +32,18 @@ stagelink_xfer_t sl_host_xfer(stagelink_peer_t peer, void *buf, size_t nbytes,
                               size_t elem_size, uint32_t microbatch,
                               uint16_t chunk);
 
+/** Posts a host-memory send to the next stage (`send` nonzero) or a
+ *  receive from the previous one, tagged (microbatch, chunk 0). */
+stagelink_status_t sl_host_post(const sl_host_t *host, int send, void *buf,
+                                size_t nbytes, size_t elem_size,
+                                uint32_t microbatch,
+                                stagelink_request_t **req);
+
+/** The same, waited for. */
+stagelink_status_t sl_host_transfer(const sl_host_t *host, int send,
+                                    void *buf, size_t nbytes,
+                                    size_t elem_size, uint32_t microbatch);
+
 /** This process's place in its job as the library reads the launcher's
  *  environment (stagelink_job_query); without a usable launcher, rank 0
  *  of 1 and local rank -1, and the library's sentence in `why` (else ""). */
