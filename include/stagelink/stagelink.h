@@ -452,7 +452,7 @@ typedef struct stagelink_plugin_v1 {
      *  for the next receive with the tag; of one that has begun to land
      *  (a large or device message goes in chunks), the chunks not yet
      *  taken are dropped as they come, never left for a later receive, and
-     *  the buffer holds part of it.  A gathered receive goes on hearing
+     *  the buffer holds part of it (out of memory, it lands whole).  A gathered receive goes on hearing
      *  its TP peers' parts (shards, statuses or notices, which a live peer
      *  sends whatever this rank does; its own cancel reaches them as a
      *  notice), so none lands in a later receive with the tag and a

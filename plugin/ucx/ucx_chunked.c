@@ -253,7 +253,7 @@ static void sl_chunk_recv_cb(void *request, ucs_status_t status,
     slot->net = NULL;
     s         = sl_chunk_status(st, status);
     if (status == UCS_ERR_CANCELED && st->leftover != NULL) {
-        sl_leftover_add(st->sub->req->comm, st->leftover, slot->index);
+        sl_leftover_add(st->leftover, slot->index);
     }
     if (status == UCS_ERR_MESSAGE_TRUNCATED &&
         info->sender_tag == (sl_chunk_tag(st, slot->index) | SL_TAG_HEADER)) {
@@ -470,9 +470,22 @@ static void sl_drain_cb(void *request, ucs_status_t status,
     if (st->state == SL_CHUNKED_DETACHED) {
         return;
     }
+    if (status == UCS_ERR_CANCELED && st->leftover != NULL) {
+        sl_leftover_add(st->leftover, st->drain_index);
+    }
     st->drain_req  = NULL;
     st->drain_left = (status == UCS_OK) ? st->drain_left - 1 : 0;
     st->ctl_busy   = 0;
+}
+
+/* The largest chunk, where chunks nobody keeps are dropped (NULL: out of
+ * memory). */
+static void *sl_chunked_scratch(sl_comm_t *comm)
+{
+    if (comm->scratch == NULL) {
+        comm->scratch = malloc(comm->chunk);
+    }
+    return comm->scratch;
 }
 
 /* One chunk of a mismatched sender at a time into the scratch chunk, so
@@ -483,7 +496,7 @@ static int sl_drain_progress(sl_comm_t *comm, sl_staged_t *st)
     ucs_status_ptr_t    ptr;
 
     if (st->drain_left > 0 && st->drain_req == NULL) {
-        if (comm->scratch == NULL && (comm->scratch = malloc(comm->chunk)) == NULL) {
+        if (sl_chunked_scratch(comm) == NULL) {
             st->drain_left = 0;
             return 1;
         }
@@ -492,10 +505,9 @@ static int sl_drain_progress(sl_comm_t *comm, sl_staged_t *st)
         param.cb.recv       = sl_drain_cb;
         st->ctl_busy        = 1;
         /* In order: chunk (total - left) of the sender's. */
+        st->drain_index = sl_chunked_count(comm, st->hdr.value) - st->drain_left;
         ptr = ucp_tag_recv_nbx(st->sub->peer->worker, comm->scratch, comm->chunk,
-                               sl_tag_chunk(st->sub->tag,
-                                            sl_chunked_count(comm, st->hdr.value) -
-                                                st->drain_left),
+                               sl_tag_chunk(st->sub->tag, st->drain_index),
                                SL_TAG_MASK_HEADER, &param);
         if (UCS_PTR_IS_PTR(ptr)) {
             st->drain_req = st->ctl_busy ? ptr : NULL; /* see sl_sub_started */
@@ -648,43 +660,73 @@ void sl_chunked_give_up(sl_sub_t *sub, sl_status_t status)
     }
 }
 
+/* A canceled receive whose sender's message has matched (its length header
+ * came) leaves the chunks it has not taken, from `first` on, to a drain in
+ * the background; 0 when there is no memory for one (it takes them
+ * itself). */
+static int sl_chunked_leave(sl_comm_t *comm, sl_staged_t *st, uint64_t first,
+                            uint64_t count, size_t more)
+{
+    return sl_chunked_scratch(comm) != NULL &&
+           sl_leftover_start(comm, st->sub->peer, st->sub->tag,
+                             comm->scratch, comm->chunk, first, count, more,
+                             &st->leftover) == STAGELINK_SUCCESS;
+}
+
 void sl_chunked_cancel(sl_comm_t *comm, sl_staged_t *st,
                        sl_cancel_reach_t reach)
 {
-    int i;
+    sl_ucx_peer_t *peer = st->sub->peer;
+    uint64_t       total;
+    int            i;
 
-    /* A receive with its sender's length header has matched that message:
-     * the chunks it does not take (never posted, or canceled below before
-     * they matched) are drained in the background.  Without memory for
-     * that, it takes them itself: it lands whole. */
-    if (reach == SL_CANCEL_DRAIN && st->x.recv && st->framed &&
-        st->state == SL_CHUNKED_MOVING && st->leftover == NULL &&
-        !st->sub->peer->failed && st->x.done < st->x.nchunks) {
-        if (sl_leftover_start(comm, st->sub->peer, st->sub->tag,
-                              st->x.next_post, st->x.nchunks,
-                              (size_t)comm->nbufs, &st->leftover) !=
-            STAGELINK_SUCCESS) {
-            return;
+    if (reach == SL_CANCEL_DRAIN && st->x.recv && st->leftover == NULL &&
+        !peer->failed) {
+        /* Its chunks not yet posted, and those canceled below before they
+         * matched (sl_chunk_recv_cb adds them), go to the drain. */
+        if (st->framed && st->state == SL_CHUNKED_MOVING &&
+            st->x.done < st->x.nchunks) {
+            if (!sl_chunked_leave(comm, st, st->x.next_post, st->x.nchunks,
+                                  (size_t)comm->nbufs)) {
+                return;
+            }
+            sl_staging_abandon(&st->x, STAGELINK_ERR_CANCELED);
         }
-        sl_staging_abandon(&st->x, STAGELINK_ERR_CANCELED);
+        /* A mismatched sender's, after its drain receive in flight. */
+        if (st->state == SL_CHUNKED_DRAINING && st->drain_left > 0) {
+            total = sl_chunked_count(comm, st->hdr.value);
+            if (!sl_chunked_leave(comm, st,
+                                  total - st->drain_left + (st->drain_req != NULL),
+                                  total, 1)) {
+                return;
+            }
+            if (st->drain_req != NULL) {
+                ucp_request_cancel(peer->worker, st->drain_req);
+            }
+            st->drain_left = (st->drain_req != NULL); /* matched: it lands */
+        }
     }
     if (st->x.status == STAGELINK_SUCCESS) {
         st->x.status = STAGELINK_ERR_CANCELED;
     }
-    if (st->sub->peer->failed) {
+    if (peer->failed) {
         /* No more chunks will come from it, nor be taken by it. */
         sl_staging_abandon(&st->x, STAGELINK_ERR_PEER_FAILED);
         st->drain_left = 0;
         if (st->drain_req != NULL) {
-            ucp_request_cancel(st->sub->peer->worker, st->drain_req);
+            ucp_request_cancel(peer->worker, st->drain_req);
         }
+    } else if (reach == SL_CANCEL_ALL && st->x.recv) {
+        /* Nothing more is posted: a slot canceled below would otherwise
+         * take the next chunk at once. */
+        sl_staging_abandon(&st->x, STAGELINK_ERR_CANCELED);
     }
     if (st->hdr_req != NULL) {
-        ucp_request_cancel(st->sub->peer->worker, st->hdr_req);
+        ucp_request_cancel(peer->worker, st->hdr_req);
     }
     for (i = 0; i < comm->nbufs; ++i) {
         if (st->slots[i].in_use && st->slots[i].net != NULL) {
-            ucp_request_cancel(st->sub->peer->worker, st->slots[i].net);
+            ucp_request_cancel(peer->worker, st->slots[i].net);
         }
     }
 }

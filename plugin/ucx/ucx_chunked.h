@@ -55,6 +55,7 @@ typedef struct sl_staged {
                                         (cleared by its callback, which UCX may
                                         run inside the posting call) */
     uint64_t           drain_left; /**< chunks of the sender still to discard */
+    uint64_t           drain_index; /**< the chunk drain_req receives */
     void              *drain_req;
     sl_status_t        notice;     /**< receiver: the sender's failure notice */
     sl_leftover_t     *leftover;   /**< receiver canceled mid-message: the

@@ -6,11 +6,15 @@
  * the communicator takes them itself, into the scratch chunk, in the
  * background: the canceled receive ends without waiting for its sender.
  * Every receive is posted at once, ahead of any later receive with the
- * tag, so UCX matches the old chunks here first.
+ * tag, so UCX matches the old chunks here first (a later receive can be
+ * posted only once the canceled one ended, a tag in flight being refused,
+ * by when each chunk receive it canceled was called back and added).
  * SPDX-License-Identifier: MIT
  */
 #include "ucx_comm.h"
 #include "ucx_leftover.h"
+
+#include "sl_log.h"
 
 #include <stdlib.h>
 
@@ -25,6 +29,8 @@ struct sl_leftover {
     sl_comm_t          *comm;
     sl_ucx_peer_t      *peer;
     uint64_t            tag;   /**< the message's tag (chunks add their number) */
+    void               *scratch; /**< where every chunk lands, dropped */
+    size_t              room;
     size_t              n, cap;
     size_t              left;  /**< receives not yet called back */
     int                 held;  /**< its transfer may still add chunks */
@@ -47,7 +53,7 @@ static void sl_leftover_cb(void *request, ucs_status_t status,
 }
 
 /* Posts the receive of chunk `index` (a notice in its place matches too). */
-static void sl_leftover_post(sl_comm_t *comm, sl_leftover_t *lo, size_t index)
+static void sl_leftover_post(sl_leftover_t *lo, uint64_t index)
 {
     sl_leftover_rx_t   *rx = &lo->rx[lo->n++];
     ucp_request_param_t param;
@@ -58,7 +64,7 @@ static void sl_leftover_post(sl_comm_t *comm, sl_leftover_t *lo, size_t index)
     param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.cb.recv       = sl_leftover_cb;
     ++lo->left;
-    ptr = ucp_tag_recv_nbx(lo->peer->worker, comm->scratch, comm->chunk,
+    ptr = ucp_tag_recv_nbx(lo->peer->worker, lo->scratch, lo->room,
                            sl_tag_chunk(lo->tag, index), SL_TAG_MASK_HEADER,
                            &param);
     if (UCS_PTR_IS_PTR(ptr)) {
@@ -69,42 +75,44 @@ static void sl_leftover_post(sl_comm_t *comm, sl_leftover_t *lo, size_t index)
 }
 
 sl_status_t sl_leftover_start(sl_comm_t *comm, sl_ucx_peer_t *peer,
-                              uint64_t tag, size_t first, size_t count,
-                              size_t more, sl_leftover_t **out)
+                              uint64_t tag, void *scratch, size_t room,
+                              uint64_t first, uint64_t count, size_t more,
+                              sl_leftover_t **out)
 {
     sl_leftover_t *lo;
-    size_t         i;
+    uint64_t       i;
 
-    if ((comm->scratch == NULL &&
-         (comm->scratch = malloc(comm->chunk)) == NULL) ||
-        (lo = calloc(1, sizeof(*lo))) == NULL) {
-        return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY, "cannot allocate "
-                        "the drain of a canceled message's chunks");
-    }
-    lo->cap = count - first + more;
-    if ((lo->rx = calloc(lo->cap ? lo->cap : 1, sizeof(*lo->rx))) == NULL) {
+    if ((lo = calloc(1, sizeof(*lo))) == NULL ||
+        (lo->rx = calloc((size_t)(count - first) + more + 1,
+                         sizeof(*lo->rx))) == NULL) {
+        /* Not the caller's error: its receive takes the chunks itself. */
+        SL_WARN(SL_SUBSYS_NET, "no memory to drain %llu chunks of a canceled "
+                "receive from rank %d in the background: the receive takes "
+                "them before it ends", (unsigned long long)(count - first),
+                peer->rank);
         free(lo);
-        return sl_error(&comm->err, STAGELINK_ERR_NO_MEMORY, "cannot allocate "
-                        "the drain of %zu chunks of a canceled message",
-                        count - first + more);
+        return STAGELINK_ERR_NO_MEMORY;
     }
     lo->comm        = comm;
     lo->peer        = peer;
     lo->tag         = tag;
+    lo->scratch     = scratch;
+    lo->room        = room;
+    lo->cap         = (size_t)(count - first) + more;
     lo->held        = 1;
     lo->next        = comm->leftovers;
     comm->leftovers = lo;
     for (i = first; i < count; ++i) {
-        sl_leftover_post(comm, lo, i);
+        sl_leftover_post(lo, i);
     }
     *out = lo;
     return STAGELINK_SUCCESS;
 }
 
-void sl_leftover_add(sl_comm_t *comm, sl_leftover_t *lo, size_t index)
+void sl_leftover_add(sl_leftover_t *lo, uint64_t index)
 {
     if (lo->n < lo->cap && !lo->peer->failed) {
-        sl_leftover_post(comm, lo, index);
+        sl_leftover_post(lo, index);
     }
 }
 
@@ -141,6 +149,18 @@ void sl_leftover_progress(sl_comm_t *comm)
         free(lo->rx);
         free(lo);
     }
+}
+
+int sl_leftover_pending(const sl_comm_t *comm)
+{
+    const sl_leftover_t *lo;
+
+    for (lo = comm->leftovers; lo != NULL; lo = lo->next) {
+        if (lo->left > 0 && !lo->peer->failed) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 void sl_leftover_stop(sl_comm_t *comm)

@@ -763,7 +763,7 @@ sl_status_t sl_req_abandon_all(sl_comm_t *comm, double deadline)
     int        nrecv = 0, nsend = 0, listed = 0, more = 0, waiting, i;
     int        unwaited = 0;
 
-    if (comm->pool.active == NULL) {
+    if (comm->pool.active == NULL && !sl_leftover_pending(comm)) {
         return STAGELINK_SUCCESS;
     }
     for (req = comm->pool.active; req != NULL; req = req->next) {
@@ -775,11 +775,13 @@ sl_status_t sl_req_abandon_all(sl_comm_t *comm, double deadline)
                          req->xfer.tag.chunk);
         }
     }
-    /* Sends get the grace: a peer that receives them late completes them. */
+    /* Sends get the grace: a peer that receives them late completes them.
+     * So do the drains of canceled messages, whose senders wait for them
+     * (a barrier that does not progress UCX would not serve them). */
     sl_progress_sleep_init(&s, NULL);
     for (;;) {
         sl_ucx_progress(comm);
-        waiting = 0;
+        waiting = sl_leftover_pending(comm);
         for (req = comm->pool.active; req != NULL; req = req->next) {
             waiting += !sl_req_done(req);
         }
