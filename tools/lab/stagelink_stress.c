@@ -209,6 +209,7 @@ typedef struct op {
     outcome_t            alt;   /* also accepted (a sender of a mismatch) */
     stagelink_request_t *req;
     int                  done;
+    int                  canceled; /* an orphan, canceled at its post */
 } op_t;
 
 typedef struct rank_ctx {
@@ -530,6 +531,7 @@ static void post_ops(rank_ctx_t *c, op_t **order, size_t n)
             if (order[i + k]->expect == EXPECT_CANCELED &&
                 rng_below(&c->rng, 2) == 0) {
                 pl->cancel(c->host.comm, order[i + k]->req);
+                order[i + k]->canceled = 1;
             }
             if ((int)rng_below(&c->rng, 100) < c->pl.pct_reuse) {
                 try_reuse(c, order[i + k]);
@@ -628,15 +630,21 @@ static void complete_ops(rank_ctx_t *c, op_t **order, size_t n)
     time_t                       start = time(NULL);
     size_t                       i;
 
+    /* Every orphan is canceled before any wait: a canceled gathered
+     * receive ends once each TP peer's part is in, which for an orphan is
+     * that peer's own cancel, so a rank waiting on one before canceling
+     * another the peers wait on would hold them all. */
+    for (i = 0; i < n; ++i) {
+        if (order[i]->expect == EXPECT_CANCELED && !order[i]->canceled) {
+            pl->cancel(c->host.comm, order[i]->req);
+        }
+    }
     for (i = 0; i < n; ++i) {
         op_t              *o = order[i];
         stagelink_status_t s;
         int                done = 0;
         unsigned           spins = 0;
 
-        if (o->expect == EXPECT_CANCELED) {
-            pl->cancel(c->host.comm, o->req);
-        }
         if ((int)rng_below(&c->rng, 100) < c->pl.pct_test) {
             /* A host polling test() must get there without wait(). */
             do {
