@@ -457,7 +457,9 @@ typedef struct stagelink_plugin_v1 {
      *  sends whatever this rank does; its own cancel reaches them as a
      *  notice), so none lands in a later receive with the tag and a
      *  collective they issue finds this rank in it: it ends once they
-     *  arrive.  A second cancel gives up on them too. */
+     *  arrive.  For a receive nobody sends to, a peer's part is that
+     *  peer's own cancel: cancel it on every TP rank before waiting on any
+     *  such receive.  A second cancel gives up on them too. */
     stagelink_status_t (*cancel)(stagelink_comm_t *comm,
                                  stagelink_request_t *request);
 
